@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/api"
+	"github.com/proliferate-ai/sandbox-mcp/internal/config"
+)
+
+const usage = `usage: sandbox-mcp <mode> [flags]
+
+modes:
+  api    serve the HTTP API and the terminal WebSocket (flag --addr)
+  mcp    serve the service manager as MCP tools over stdio
+`
+
+// run is the whole program behind main, testable with fake streams and environment.
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 1
+	}
+	switch args[0] {
+	case "api":
+		return runAPI(ctx, args[1:], getenv, stderr)
+	case "mcp":
+		return runMCP(ctx, args[1:], getenv, stdin, stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "sandbox-mcp: unknown mode %q\n%s", args[0], usage)
+		return 1
+	}
+}
+
+func loadConfig(getenv func(string) string) (config.Config, error) {
+	cwd, _ := os.Getwd()
+	return config.Load(getenv, cwd)
+}
+
+func newLogger(w io.Writer, getenv func(string) string) *slog.Logger {
+	level := slog.LevelInfo
+	if getenv("SANDBOX_MCP_LOG_LEVEL") == "debug" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+func runAPI(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "sandbox-mcp: %v\n", err)
+		return 1
+	}
+	fs := flag.NewFlagSet("api", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address (env SANDBOX_MCP_ADDR)")
+	if err := fs.Parse(args); err != nil {
+		return 1
+	}
+	log := newLogger(stderr, getenv)
+	if cfg.Token == "" {
+		// Secure by default: callers that know no token get 401; a person running
+		// it locally reads the generated token here.
+		cfg.Token = randomToken()
+		fmt.Fprintf(stderr, "sandbox-mcp: no SANDBOX_MCP_AUTH_TOKEN or SERVICE_TO_SERVICE_AUTH_TOKEN set; using a generated token for this run:\n  %s\n", cfg.Token)
+	}
+	if err := serveAPI(ctx, cfg, log); err != nil {
+		log.Error("api stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// serveAPI wires the components, listens on cfg.Addr and serves until ctx ends.
+func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	opts := api.Options{Token: cfg.Token, Logger: log}
+	srv, err := api.New(opts)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	hs.RegisterOnShutdown(srv.Close)
+	log.Info("listening", "addr", ln.Addr().String(), "workspace", cfg.WorkspaceDir, "state_dir", cfg.StateDir)
+
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func runMCP(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fmt.Fprintln(stderr, "sandbox-mcp: mcp mode is not built yet")
+	return 1
+}
+
+func randomToken() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+

@@ -1,0 +1,61 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Error is an error with an HTTP status and a message safe to show the caller.
+// Fields are merged into the JSON body next to "error".
+type Error struct {
+	Status int
+	Msg    string
+	Fields map[string]any
+	// Err is the cause, logged but never sent.
+	Err error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %v", e.Msg, e.Err)
+	}
+	return e.Msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// errorf returns an *Error with status and a formatted message.
+func errorf(status int, format string, args ...any) *Error {
+	return &Error{Status: status, Msg: fmt.Sprintf(format, args...)}
+}
+
+// handlerFunc is a handler that returns its failure instead of writing it.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// handle adapts h: an *Error is written with its status and message, anything
+// else is logged and answered with a generic 500.
+func (s *Server) handle(h handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		err := h(w, r)
+		if err == nil {
+			return
+		}
+		s.writeError(w, r, err)
+	}
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		e = &Error{Status: http.StatusInternalServerError, Msg: "internal server error"}
+	} else if e.Status >= 500 {
+		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", e.Status, "err", err)
+	}
+	body := map[string]any{"error": e.Msg}
+	for k, v := range e.Fields {
+		body[k] = v
+	}
+	writeJSON(w, e.Status, body)
+}

@@ -1,0 +1,61 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+)
+
+// decode reads r's JSON body into v. Every failure is a 400 with a JSON body.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return errorf(http.StatusBadRequest, "Content-Type must be application/json")
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errorf(http.StatusBadRequest, "request body too large (limit %d bytes)", mbe.Limit)
+		}
+		return errorf(http.StatusBadRequest, "read request body: %v", err)
+	}
+	return decodeJSON(body, v)
+}
+
+// decodeJSON parses exactly one JSON value from body into v.
+func decodeJSON(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return errorf(http.StatusBadRequest, "request body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) && ute.Field != "" {
+			return errorf(http.StatusBadRequest, "invalid JSON: field %q must be %s", ute.Field, ute.Type.String())
+		}
+		return errorf(http.StatusBadRequest, "invalid JSON: %v", err)
+	}
+	if dec.More() {
+		return errorf(http.StatusBadRequest, "invalid JSON: trailing data after the object")
+	}
+	return nil
+}
+
+// writeJSON writes v as the JSON body with status; the one place that sets Content-Type for JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":"internal server error"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,50 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// routes registers every endpoint. Everything but GET /api/health sits behind
+// requireAuth; routes_test.go checks this list against the contract.
+func (s *Server) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(s.recoverer, cors)
+	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return errorf(http.StatusNotFound, "Not found")
+	}))
+	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return errorf(http.StatusMethodNotAllowed, "Method not allowed")
+	}))
+
+	r.Get("/api/health", s.handle(s.health))
+
+	r.Group(func(r chi.Router) {
+		r.Use(s.requireAuth)
+		r.Get("/api/auth/check", s.handle(s.authCheck))
+
+		r.Get("/api/services", s.handle(s.listServices))
+		r.Post("/api/services", s.handle(s.startService))
+		r.Get("/api/services/{name}", s.handle(s.getService))
+		r.Delete("/api/services/{name}", s.handle(s.stopService))
+		r.Post("/api/services/{name}/restart", s.handle(s.restartService))
+		r.Get("/api/logs/{name}", s.handle(s.logs))
+		r.Get("/api/events", s.handle(s.events))
+
+		r.Post("/api/expose", s.handle(s.expose))
+		r.Get("/api/expose", s.handle(s.exposeStatus))
+
+		r.Get("/api/git/repos", s.handle(s.gitRepos))
+		r.Get("/api/git/status", s.handle(s.gitStatus))
+		r.Get("/api/git/diff", s.handle(s.gitDiff))
+
+		r.Get("/api/ports", s.handle(s.ports))
+
+		r.Get("/api/terminal", s.handle(s.terminal))
+		r.Get("/api/terminal/sessions", s.handle(s.terminalSessions))
+	})
+	return r
+}
+
+var errNotImplemented = errorf(http.StatusNotImplemented, "not available in this sidecar")
