@@ -227,4 +227,3 @@ func readRSSKB(pid int) int {
 	}
 	return 0
 }
-
