@@ -121,7 +121,12 @@ func TestGitStatusAndDiff(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatal(err)
 	}
-	want := apitype.GitStatusResponse{Branch: "main", Files: []apitype.GitFile{{".M", "a.txt"}, {"?", "apps/"}, {"?", "linked"}, {"?", "new file.txt"}}}
+	want := apitype.GitStatusResponse{Branch: "main", Files: []apitype.GitFile{
+		{Status: ".M", Path: "a.txt"},
+		{Status: "?", Path: "apps/"},
+		{Status: "?", Path: "linked"},
+		{Status: "?", Path: "new file.txt"},
+	}}
 	if diff := cmp.Diff(want, st); diff != "" {
 		t.Errorf("status mismatch (-want +got):\n%s", diff)
 	}
