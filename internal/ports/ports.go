@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
@@ -227,6 +228,7 @@ func (s *Scanner) owners(ctx context.Context, socks []Socket) (map[uint64]int, e
 		}
 	}
 	slices.Sort(pids)
+	var link [64]byte
 	for _, pid := range pids {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("scan processes: %w", ctx.Err())
@@ -239,12 +241,8 @@ func (s *Scanner) owners(ctx context.Context, socks []Socket) (map[uint64]int, e
 		fds, _ := fd.Readdirnames(-1)
 		fd.Close()
 		for _, n := range fds {
-			target, err := os.Readlink(fdDir + "/" + n)
-			if err != nil || !strings.HasPrefix(target, "socket:[") {
-				continue
-			}
-			ino, err := strconv.ParseUint(strings.TrimSuffix(target[len("socket:["):], "]"), 10, 64)
-			if err != nil || !want[ino] {
+			ino, ok := socketInode(fdDir+"/"+n, link[:])
+			if !ok || !want[ino] {
 				continue
 			}
 			if _, seen := owners[ino]; !seen {
@@ -256,6 +254,28 @@ func (s *Scanner) owners(ctx context.Context, socks []Socket) (map[uint64]int, e
 		}
 	}
 	return owners, nil
+}
+
+// socketInode reads the fd symlink at path and returns the inode of
+// "socket:[N]", reading into buf: a scan reads every fd of every process.
+func socketInode(path string, buf []byte) (uint64, bool) {
+	n, err := syscall.Readlink(path, buf)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	target := buf[:n]
+	const prefix = "socket:["
+	if len(target) < len(prefix)+2 || string(target[:len(prefix)]) != prefix || target[len(target)-1] != ']' {
+		return 0, false
+	}
+	var ino uint64
+	for _, c := range target[len(prefix) : len(target)-1] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		ino = ino*10 + uint64(c-'0')
+	}
+	return ino, true
 }
 
 type procInfo struct {

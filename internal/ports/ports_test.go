@@ -312,3 +312,34 @@ func TestNewNeedsLogger(t *testing.T) {
 		t.Error("New with a proc lacking net/tcp = nil error, want one")
 	}
 }
+
+func TestSocketInode(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		target string
+		want   uint64
+		ok     bool
+	}{
+		{"socket:[12345]", 12345, true},
+		{"socket:[0]", 0, true},
+		{"socket:[]", 0, false},
+		{"socket:[12a]", 0, false},
+		{"pipe:[123]", 0, false},
+		{"/dev/null", 0, false},
+		{"socket:[" + strings.Repeat("9", 80) + "]", 0, false}, // longer than the buffer
+	}
+	var buf [64]byte
+	for i, tt := range tests {
+		p := fmt.Sprintf("%s/%d", dir, i)
+		if err := os.Symlink(tt.target, p); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := socketInode(p, buf[:])
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("socketInode(-> %q) = %d, %v; want %d, %v", tt.target, got, ok, tt.want, tt.ok)
+		}
+	}
+	if _, ok := socketInode(dir+"/missing", buf[:]); ok {
+		t.Error("socketInode(missing) = ok, want not ok")
+	}
+}
