@@ -425,3 +425,68 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestWorkspaceBehindSymlink(t *testing.T) {
+	real := t.TempDir()
+	initRepo(t, filepath.Join(real, "proj"), map[string]string{"a": "a\n"})
+	link := filepath.Join(t.TempDir(), "workspace")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorkspace(t, link)
+	repos, err := w.Repos(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{filepath.Join(link, "proj")}, paths(repos)); diff != "" {
+		t.Fatalf("Repos() through a symlinked workspace (-want +got):\n%s", diff)
+	}
+	// Both the listed path and the real path name the repository.
+	for _, p := range []string{filepath.Join(link, "proj"), filepath.Join(real, "proj")} {
+		if _, err := w.Status(t.Context(), RepoID(p)); err != nil {
+			t.Errorf("Status(%q) = %v, want no error", p, err)
+		}
+	}
+}
+
+// FuzzResolve: ids and paths from callers never panic, and whatever is
+// accepted stays inside the workspace and the repository.
+func FuzzResolve(f *testing.F) {
+	ws := f.TempDir()
+	outside := f.TempDir()
+	initRepo(f, filepath.Join(ws, "repo"), nil)
+	initRepo(f, outside, nil)
+	if err := os.Symlink(outside, filepath.Join(ws, "repo", "out")); err != nil {
+		f.Fatal(err)
+	}
+	w := newWorkspace(f, ws)
+	f.Add(RepoID(filepath.Join(ws, "repo")), "a.txt")
+	f.Add(RepoID(outside), "../../etc/passwd")
+	f.Add("!!", "out/x")
+	f.Add(RepoID(filepath.Join(ws, "repo", "out")), "/etc/passwd")
+	f.Fuzz(func(t *testing.T, id, path string) {
+		repo, err := w.resolveRepo(id)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRepo) {
+				t.Fatalf("resolveRepo(%q) = %v, want ErrInvalidRepo", id, err)
+			}
+			return
+		}
+		if _, ok := within(w.realDir, repo); !ok || !hasGit(repo) {
+			t.Fatalf("resolveRepo(%q) = %q, outside the workspace or not a repository", id, repo)
+		}
+		clean, err := resolvePath(repo, path)
+		if err != nil {
+			return
+		}
+		full := filepath.Join(repo, clean)
+		if _, ok := within(repo, full); !ok {
+			t.Fatalf("resolvePath(%q, %q) = %q, outside the repository", repo, path, clean)
+		}
+		if real, err := filepath.EvalSymlinks(full); err == nil {
+			if _, ok := within(repo, real); !ok {
+				t.Fatalf("resolvePath(%q, %q) = %q, which resolves to %q outside", repo, path, clean, real)
+			}
+		}
+	})
+}
