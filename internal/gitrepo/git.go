@@ -95,6 +95,12 @@ func trimPartialRune(b []byte) []byte {
 // killed instead of being read to the end. Every call ends within the
 // timeout: git and anything it started are killed and reaped.
 func (w *Workspace) run(ctx context.Context, dir string, limit int, args ...string) (out []byte, cut bool, err error) {
+	select {
+	case w.procs <- struct{}{}:
+		defer func() { <-w.procs }()
+	case <-ctx.Done():
+		return nil, false, fmt.Errorf("git %s in %s: %w", args[0], dir, ctx.Err())
+	}
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, w.git, append(append([]string{}, w.baseArgs...), args...)...)

@@ -84,6 +84,10 @@ type Options struct {
 	Timeout time.Duration
 	// MaxDiffBytes caps a diff; default DefaultMaxDiffBytes.
 	MaxDiffBytes int
+	// MaxProcs bounds the git processes running at once; default 8. Callers
+	// beyond it wait (within their context), so a burst of requests cannot
+	// fill the sandbox with git processes.
+	MaxProcs int
 }
 
 // Workspace finds and inspects the git repositories of one workspace directory.
@@ -93,6 +97,7 @@ type Workspace struct {
 	git      string
 	timeout  time.Duration
 	maxDiff  int
+	procs    chan struct{}
 	env      []string
 	log      *slog.Logger
 	baseArgs []string
@@ -130,12 +135,16 @@ func New(opts Options) (*Workspace, error) {
 	if opts.MaxDiffBytes <= 0 {
 		opts.MaxDiffBytes = DefaultMaxDiffBytes
 	}
+	if opts.MaxProcs <= 0 {
+		opts.MaxProcs = 8
+	}
 	return &Workspace{
 		dir:     dir,
 		realDir: realDir,
 		git:     git,
 		timeout: opts.Timeout,
 		maxDiff: opts.MaxDiffBytes,
+		procs:   make(chan struct{}, opts.MaxProcs),
 		env:     gitEnv(os.Environ()),
 		log:     opts.Logger.With("component", "gitrepo"),
 		baseArgs: []string{

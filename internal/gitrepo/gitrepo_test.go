@@ -490,3 +490,40 @@ func FuzzResolve(f *testing.F) {
 		}
 	})
 }
+
+func TestConcurrentCalls(t *testing.T) {
+	ws := t.TempDir()
+	initRepo(t, ws, map[string]string{"a": "a\n"})
+	writeFile(t, filepath.Join(ws, "a"), "b\n")
+	w, err := New(Options{Dir: ws, MaxProcs: 2, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 20)
+	for i := range 20 {
+		go func() {
+			if i%2 == 0 {
+				_, err := w.Status(t.Context(), RepoID(ws))
+				errs <- err
+			} else {
+				_, err := w.Diff(t.Context(), RepoID(ws), "a")
+				errs <- err
+			}
+		}()
+	}
+	for range 20 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent call: %v", err)
+		}
+	}
+	// A caller whose context ends while waiting for a slot gives up.
+	w.procs <- struct{}{}
+	w.procs <- struct{}{}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := w.Status(ctx, RepoID(ws)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Status with every slot taken = %v, want a deadline error", err)
+	}
+	<-w.procs
+	<-w.procs
+}
