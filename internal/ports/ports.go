@@ -220,7 +220,7 @@ func (s *Scanner) owners(ctx context.Context, socks []Socket) (map[uint64]int, e
 	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", err)
 	}
-	// Ascending pids: a socket shared after fork goes to the parent.
+	// Ascending pids: a socket shared after fork usually goes to the parent.
 	pids := make([]int, 0, len(names))
 	for _, n := range names {
 		if pid, err := strconv.Atoi(n); err == nil && pid > 0 {
