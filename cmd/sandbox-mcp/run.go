@@ -12,10 +12,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/api"
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
+	"github.com/proliferate-ai/sandbox-mcp/internal/gitrepo"
+	"github.com/proliferate-ai/sandbox-mcp/internal/ports"
 )
 
 const usage = `usage: sandbox-mcp <mode> [flags]
@@ -87,6 +90,16 @@ func runAPI(ctx context.Context, args []string, getenv func(string) string, stde
 // serveAPI wires the components, listens on cfg.Addr and serves until ctx ends.
 func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	opts := api.Options{Token: cfg.Token, Logger: log}
+	if g, err := gitrepo.New(gitrepo.Options{Dir: cfg.WorkspaceDir, Logger: log}); err != nil {
+		log.Warn("git endpoints disabled", "err", err)
+	} else {
+		opts.Git = g
+	}
+	if p, err := ports.New(ports.Options{Logger: log, SidecarPorts: addrPorts(cfg.Addr)}); err != nil {
+		log.Warn("ports endpoint disabled", "err", err)
+	} else {
+		opts.Ports = p
+	}
 	srv, err := api.New(opts)
 	if err != nil {
 		return err
@@ -131,4 +144,14 @@ func randomToken() string {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// addrPorts returns the port of a listen address, for marking the sidecar's
+// own ports; none when it has no fixed port.
+func addrPorts(addr string) []int {
+	_, p, err := net.SplitHostPort(addr)
+	if n, perr := strconv.Atoi(p); err == nil && perr == nil && n > 0 {
+		return []int{n}
+	}
+	return nil
 }

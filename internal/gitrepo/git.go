@@ -1,0 +1,168 @@
+package gitrepo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+)
+
+// Status runs git status in the repository named by id and parses it.
+func (w *Workspace) Status(ctx context.Context, id string) (apitype.GitStatusResponse, error) {
+	repo, err := w.resolveRepo(id)
+	if err != nil {
+		return apitype.GitStatusResponse{}, err
+	}
+	out, cut, err := w.run(ctx, repo, maxStatusBytes, "status", "--porcelain=v2", "--branch", "-z")
+	if err != nil {
+		return apitype.GitStatusResponse{}, err
+	}
+	if cut {
+		return apitype.GitStatusResponse{}, fmt.Errorf("git status in %s: output exceeds %d bytes", repo, maxStatusBytes)
+	}
+	return ParseStatus(out)
+}
+
+// Diff returns `git diff HEAD [-- path]` in the repository named by id, or
+// `git diff [-- path]` when the repository has no commit yet. A diff longer
+// than MaxDiffBytes is cut there and TruncatedMarker appended; the rest is
+// never read. An empty path means the whole repository.
+func (w *Workspace) Diff(ctx context.Context, id, path string) (string, error) {
+	repo, err := w.resolveRepo(id)
+	if err != nil {
+		return "", err
+	}
+	args := []string{"diff", "--no-color", "--no-ext-diff"}
+	var spec []string
+	if path != "" {
+		clean, err := resolvePath(repo, path)
+		if err != nil {
+			return "", err
+		}
+		spec = []string{clean}
+	}
+	out, cut, err := w.run(ctx, repo, w.maxDiff, append(append(args, "HEAD", "--"), spec...)...)
+	if err != nil {
+		if !w.noCommits(ctx, repo) {
+			return "", err
+		}
+		out, cut, err = w.run(ctx, repo, w.maxDiff, append(append(args, "--"), spec...)...)
+		if err != nil {
+			return "", err
+		}
+	}
+	if !cut {
+		return string(out), nil
+	}
+	return string(trimPartialRune(out)) + TruncatedMarker, nil
+}
+
+// noCommits reports whether HEAD does not resolve to a commit (a new repository).
+func (w *Workspace) noCommits(ctx context.Context, repo string) bool {
+	_, _, err := w.run(ctx, repo, 1024, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+	var ee *exec.ExitError
+	return errors.As(err, &ee)
+}
+
+// trimPartialRune drops an incomplete UTF-8 sequence that a cut left at the end
+// of b, so the JSON answer carries no replacement character for it.
+func trimPartialRune(b []byte) []byte {
+	for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
+		c := b[len(b)-i]
+		if c < utf8.RuneSelf {
+			return b // ASCII: nothing split
+		}
+		if utf8.RuneStart(c) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				return b[:len(b)-i]
+			}
+			return b
+		}
+	}
+	return b
+}
+
+// run runs git with args in dir and returns at most limit bytes of its
+// standard output; cut reports that there was more, in which case git is
+// killed instead of being read to the end. Every call ends within the
+// timeout: git and anything it started are killed and reaped.
+func (w *Workspace) run(ctx context.Context, dir string, limit int, args ...string) (out []byte, cut bool, err error) {
+	select {
+	case w.procs <- struct{}{}:
+		defer func() { <-w.procs }()
+	case <-ctx.Done():
+		return nil, false, fmt.Errorf("git %s in %s: %w", args[0], dir, ctx.Err())
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, w.git, append(append([]string{}, w.baseArgs...), args...)...)
+	cmd.Dir = dir
+	cmd.Env = w.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return killGroup(cmd) }
+	cmd.WaitDelay = time.Second
+	var stderr capBuffer
+	stderr.max = 4096
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, false, fmt.Errorf("git %s: %w", args[0], err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, false, fmt.Errorf("start git %s: %w", args[0], err)
+	}
+	out, rerr := io.ReadAll(io.LimitReader(stdout, int64(limit)+1))
+	if len(out) > limit {
+		out, cut = out[:limit], true
+		_ = killGroup(cmd)
+	}
+	werr := cmd.Wait()
+	switch {
+	case cut:
+		return out, true, nil
+	case ctx.Err() != nil:
+		return nil, false, fmt.Errorf("git %s in %s: %w (limit %s)", args[0], dir, ctx.Err(), w.timeout)
+	case werr != nil:
+		return nil, false, fmt.Errorf("git %s in %s: %w: %s", args[0], dir, werr, strings.TrimSpace(stderr.String()))
+	case rerr != nil:
+		return nil, false, fmt.Errorf("read git %s output: %w", args[0], rerr)
+	}
+	return out, false, nil
+}
+
+// killGroup kills git's process group: git may have started helpers.
+func killGroup(cmd *exec.Cmd) error {
+	if cmd.Process == nil {
+		return nil
+	}
+	err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// capBuffer keeps the first max bytes written to it and discards the rest.
+type capBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *capBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); room > 0 {
+		if len(p) > room {
+			b.Buffer.Write(p[:room])
+		} else {
+			b.Buffer.Write(p)
+		}
+	}
+	return len(p), nil
+}

@@ -1,0 +1,336 @@
+// Package gitrepo is the git view of the workspace: it finds the repositories
+// under the workspace directory, validates repo ids and file paths against it,
+// and runs the real git binary for status and diff with a timeout and bounded
+// output. internal/api serves it as /api/git/*; it knows nothing of HTTP.
+package gitrepo
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+)
+
+// MaxDepth is how many levels below the workspace a repository may sit; the
+// workspace itself is depth 0.
+const MaxDepth = 3
+
+// DefaultTimeout bounds every git invocation.
+const DefaultTimeout = 10 * time.Second
+
+// DefaultMaxDiffBytes is how much of a diff is returned before it is cut.
+const DefaultMaxDiffBytes = 65536
+
+// TruncatedMarker is appended to a diff that was cut at the cap.
+const TruncatedMarker = "\n...[truncated]"
+
+// maxStatusBytes bounds the output of git status that is read at all.
+const maxStatusBytes = 32 << 20
+
+// maxVisited bounds discovery on a workspace with an absurd fan-out.
+const maxVisited = 50000
+
+var (
+	// ErrInvalidRepo means a repo id does not name a repository of the workspace.
+	ErrInvalidRepo = errors.New("invalid repo id")
+	// ErrInvalidPath means a file path is not inside the repository.
+	ErrInvalidPath = errors.New("invalid file path")
+)
+
+// skipDirs are trees discovery never enters: dependency and cache folders that
+// can hold tens of thousands of entries and no repository worth showing.
+var skipDirs = map[string]bool{
+	".git":             true,
+	".hg":              true,
+	".svn":             true,
+	"node_modules":     true,
+	"bower_components": true,
+	"__pycache__":      true,
+	".venv":            true,
+	"venv":             true,
+	".tox":             true,
+	".mypy_cache":      true,
+	".pytest_cache":    true,
+	".next":            true,
+	".nuxt":            true,
+	".turbo":           true,
+	".cache":           true,
+	".npm":             true,
+	".pnpm-store":      true,
+	".yarn":            true,
+	".gradle":          true,
+	".m2":              true,
+	".cargo":           true,
+	".rustup":          true,
+}
+
+// Options configures a Workspace.
+type Options struct {
+	// Dir is the workspace directory; required, must exist.
+	Dir    string
+	Logger *slog.Logger
+	// Git is the git binary; default: "git" looked up on PATH.
+	Git string
+	// Timeout bounds every git call; default DefaultTimeout.
+	Timeout time.Duration
+	// MaxDiffBytes caps a diff; default DefaultMaxDiffBytes.
+	MaxDiffBytes int
+	// MaxProcs bounds the git processes running at once; default 8. Callers
+	// beyond it wait (within their context), so a burst of requests cannot
+	// fill the sandbox with git processes.
+	MaxProcs int
+}
+
+// Workspace finds and inspects the git repositories of one workspace directory.
+type Workspace struct {
+	dir      string // absolute, clean, as configured (paths are reported under it)
+	realDir  string // dir with symlinks resolved (ids are validated against it)
+	git      string
+	timeout  time.Duration
+	maxDiff  int
+	procs    chan struct{}
+	env      []string
+	log      *slog.Logger
+	baseArgs []string
+}
+
+// New checks opts and returns a Workspace.
+func New(opts Options) (*Workspace, error) {
+	if opts.Logger == nil {
+		return nil, errors.New("gitrepo: Logger is required")
+	}
+	if opts.Dir == "" {
+		return nil, errors.New("gitrepo: Dir is required")
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolve workspace %q: %w", opts.Dir, err)
+	}
+	realDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolve workspace %q: %w", opts.Dir, err)
+	}
+	if fi, err := os.Stat(realDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("workspace %q is not a directory", opts.Dir)
+	}
+	if opts.Git == "" {
+		opts.Git = "git"
+	}
+	git, err := exec.LookPath(opts.Git)
+	if err != nil {
+		return nil, fmt.Errorf("find git: %w", err)
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.MaxDiffBytes <= 0 {
+		opts.MaxDiffBytes = DefaultMaxDiffBytes
+	}
+	if opts.MaxProcs <= 0 {
+		opts.MaxProcs = 8
+	}
+	return &Workspace{
+		dir:     dir,
+		realDir: realDir,
+		git:     git,
+		timeout: opts.Timeout,
+		maxDiff: opts.MaxDiffBytes,
+		procs:   make(chan struct{}, opts.MaxProcs),
+		env:     gitEnv(os.Environ()),
+		log:     opts.Logger.With("component", "gitrepo"),
+		baseArgs: []string{
+			"--no-pager",
+			"-c", "core.quotepath=off",
+			"-c", "color.ui=never",
+			// A repository's own config must not make the sidecar run programs.
+			"-c", "core.fsmonitor=false",
+			// The sidecar may run as another user than the one owning the
+			// checkout; git would otherwise refuse every command.
+			"-c", "safe.directory=*",
+		},
+	}, nil
+}
+
+// gitEnv is the environment of every git call: inherited variables that would
+// point git at another repository are dropped; no pager, no prompts, no
+// optional locks (status must not fight the agent's own git for index.lock),
+// and pathspecs taken literally.
+func gitEnv(environ []string) []string {
+	drop := map[string]bool{
+		"GIT_DIR": true, "GIT_WORK_TREE": true, "GIT_INDEX_FILE": true,
+		"GIT_OBJECT_DIRECTORY": true, "GIT_ALTERNATE_OBJECT_DIRECTORIES": true,
+		"GIT_COMMON_DIR": true, "GIT_NAMESPACE": true, "GIT_PREFIX": true,
+		"GIT_OPTIONAL_LOCKS": true, "GIT_TERMINAL_PROMPT": true, "GIT_PAGER": true,
+		"PAGER": true, "GIT_LITERAL_PATHSPECS": true, "GIT_GLOB_PATHSPECS": true,
+		"GIT_NOGLOB_PATHSPECS": true, "GIT_ICASE_PATHSPECS": true, "GIT_EXTERNAL_DIFF": true,
+		"GIT_ASKPASS": true, "SSH_ASKPASS": true,
+	}
+	env := make([]string, 0, len(environ)+6)
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if !drop[k] {
+			env = append(env, kv)
+		}
+	}
+	return append(env,
+		"GIT_OPTIONAL_LOCKS=0",
+		"GIT_TERMINAL_PROMPT=0",
+		"GIT_PAGER=cat",
+		"PAGER=cat",
+		"GIT_LITERAL_PATHSPECS=1",
+		"GIT_ASKPASS=true",
+	)
+}
+
+// Dir returns the workspace directory as configured (absolute).
+func (w *Workspace) Dir() string { return w.dir }
+
+// RepoID returns the id of the repository at the absolute path p.
+func RepoID(p string) string { return base64.StdEncoding.EncodeToString([]byte(p)) }
+
+// Repos lists every directory at most MaxDepth levels below the workspace
+// (the workspace included) that holds a .git directory, or a .git file as in
+// linked worktrees. Symbolic links are not followed, so a link leaving the
+// workspace never adds a repository, and dependency trees such as node_modules
+// are never entered. No process is spawned.
+func (w *Workspace) Repos(ctx context.Context) ([]apitype.GitRepo, error) {
+	repos := []apitype.GitRepo{}
+	type item struct {
+		path  string
+		depth int
+	}
+	stack := []item{{w.dir, 0}}
+	visited := 0
+	for len(stack) > 0 {
+		it := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if visited++; visited > maxVisited {
+			w.log.Warn("repo discovery stopped early", "visited", visited-1)
+			break
+		}
+		if visited%256 == 0 && ctx.Err() != nil {
+			return nil, fmt.Errorf("discover repos: %w", ctx.Err())
+		}
+		if it.depth == MaxDepth {
+			// Deepest level: only ask whether it is a repository.
+			if hasGit(it.path) {
+				repos = append(repos, apitype.GitRepo{ID: RepoID(it.path), Path: it.path})
+			}
+			continue
+		}
+		entries, err := os.ReadDir(it.path)
+		if err != nil {
+			if it.depth == 0 {
+				return nil, fmt.Errorf("read workspace: %w", err)
+			}
+			continue // unreadable folders hold no repository we can show
+		}
+		for _, e := range entries {
+			name := e.Name()
+			if name == ".git" {
+				if t := e.Type(); t.IsDir() || t.IsRegular() {
+					repos = append(repos, apitype.GitRepo{ID: RepoID(it.path), Path: it.path})
+				}
+				continue
+			}
+			if !e.IsDir() || skipDirs[name] { // symlinks are not IsDir
+				continue
+			}
+			stack = append(stack, item{filepath.Join(it.path, name), it.depth + 1})
+		}
+	}
+	sort.Slice(repos, func(i, j int) bool { return repos[i].Path < repos[j].Path })
+	return repos, nil
+}
+
+// hasGit reports whether dir holds a .git directory or a .git file (worktree).
+func hasGit(dir string) bool {
+	fi, err := os.Lstat(filepath.Join(dir, ".git"))
+	return err == nil && (fi.IsDir() || fi.Mode().IsRegular())
+}
+
+// resolveRepo turns a repo id into the real path of a repository that Repos
+// would list. Any failure is ErrInvalidRepo.
+func (w *Workspace) resolveRepo(id string) (string, error) {
+	// A '+' sent unescaped in a query string arrives as a space; base64 has none.
+	id = strings.ReplaceAll(id, " ", "+")
+	b, err := base64.StdEncoding.DecodeString(id)
+	if err != nil {
+		if b, err = base64.RawStdEncoding.DecodeString(id); err != nil {
+			return "", ErrInvalidRepo
+		}
+	}
+	p := string(b)
+	if !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
+		return "", ErrInvalidRepo
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", ErrInvalidRepo
+	}
+	rel, ok := within(w.realDir, real)
+	if !ok {
+		return "", ErrInvalidRepo
+	}
+	if rel != "." {
+		parts := strings.Split(rel, string(filepath.Separator))
+		if len(parts) > MaxDepth {
+			return "", ErrInvalidRepo
+		}
+		for _, part := range parts {
+			if skipDirs[part] {
+				return "", ErrInvalidRepo
+			}
+		}
+	}
+	if !hasGit(real) {
+		return "", ErrInvalidRepo
+	}
+	return real, nil
+}
+
+// within returns p relative to root when p is root or below it.
+func within(root, p string) (string, bool) {
+	rel, err := filepath.Rel(root, p)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+		return "", false
+	}
+	return rel, true
+}
+
+// resolvePath checks that the relative path p stays inside repo, symlinks
+// resolved, and returns it cleaned. The file need not exist (a deleted file
+// still has a diff); the deepest existing ancestor is what gets resolved.
+func resolvePath(repo, p string) (string, error) {
+	if p == "" || filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
+		return "", ErrInvalidPath
+	}
+	clean := filepath.Clean(p)
+	if clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)) {
+		return "", ErrInvalidPath
+	}
+	for probe := filepath.Join(repo, clean); ; probe = filepath.Dir(probe) {
+		real, err := filepath.EvalSymlinks(probe)
+		if err == nil {
+			if _, ok := within(repo, real); !ok {
+				return "", ErrInvalidPath
+			}
+			return clean, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return "", ErrInvalidPath
+		}
+		if probe == repo {
+			return "", ErrInvalidPath
+		}
+	}
+}
