@@ -87,6 +87,18 @@ func runAPI(ctx context.Context, args []string, getenv func(string) string, stde
 // serveAPI wires the components, listens on cfg.Addr and serves until ctx ends.
 func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	opts := api.Options{Token: cfg.Token, Logger: log}
+	// exposedPortStore keeps the exposed port across restarts.
+	var exposedPortStore portStore = &memoryPortStore{}
+	exp, err := newExposer(ctx, cfg, log, exposedPortStore)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = exp.Close(sctx)
+	}()
+	opts.Expose = exp
 	srv, err := api.New(opts)
 	if err != nil {
 		return err
