@@ -113,6 +113,7 @@ func New(opts Options) (*Proxy, error) {
 		Transport:      p.transport,
 		ModifyResponse: stripFrameHeaders,
 		ErrorHandler:   p.errorPage,
+		BufferPool:     bufferPool{},
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 	}
 	return p, nil
@@ -264,3 +265,11 @@ const errorHTML = `<!doctype html>
 <style>body{font-family:system-ui,sans-serif;max-width:40em;margin:4em auto;padding:0 1em;color:#222}</style>
 </head><body><h1>%s</h1><p>%s</p><p>This page reloads by itself.</p></body></html>
 `
+
+// bufferPool reuses the copy buffers of proxied bodies.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
