@@ -102,7 +102,7 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.transport = &http.Transport{
 		Proxy:                 nil, // never route loopback traffic through HTTP_PROXY
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           dialLoopback,
 		MaxIdleConns:          256,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
@@ -176,13 +176,32 @@ func fallbackTarget(port int) target {
 func (p *Proxy) accepts(ctx context.Context, port int) bool {
 	ctx, cancel := context.WithTimeout(ctx, p.probeTimeout)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", p.hostport(port))
+	c, err := dialLoopback(ctx, "tcp", p.hostport(port))
 	if err != nil {
 		return false
 	}
 	c.Close()
 	return true
+}
+
+var dialer = &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+
+// dialLoopback dials addr; "localhost" tries 127.0.0.1, then ::1, because dev
+// servers bind either and /etc/hosts often maps localhost to one of them only.
+func dialLoopback(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "localhost" {
+		return dialer.DialContext(ctx, network, addr)
+	}
+	c, err4 := dialer.DialContext(ctx, "tcp4", net.JoinHostPort("127.0.0.1", port))
+	if err4 == nil {
+		return c, nil
+	}
+	c, err6 := dialer.DialContext(ctx, "tcp6", net.JoinHostPort("::1", port))
+	if err6 == nil {
+		return c, nil
+	}
+	return nil, err4
 }
 
 func (p *Proxy) hostport(port int) string { return net.JoinHostPort(p.host, strconv.Itoa(port)) }

@@ -283,3 +283,64 @@ func BenchmarkThroughput(b *testing.B) {
 	b.Run("direct", func(b *testing.B) { benchGet(b, client, direct+"/big", 1<<20) })
 	b.Run("proxy", func(b *testing.B) { benchGet(b, client, proxied+"/big", 1<<20) })
 }
+
+// TestDefaultHostReachesIPv6OnlyApp: dev servers that bind "localhost" may
+// listen on ::1 only; the default upstream host reaches them too.
+func TestDefaultHostReachesIPv6OnlyApp(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "v6 "+r.Host)
+	})}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	port := ln.Addr().(*net.TCPAddr).Port
+	p, err := New(Options{Logger: quietLogger(), FallbackPorts: []int{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(func() { front.Close(); p.Close() })
+	p.SetPort(port)
+	want := "v6 localhost:" + strconv.Itoa(port)
+	if _, body := get(t, front.URL, nil); body != want {
+		t.Errorf("GET through the proxy = %q, want %q", body, want)
+	}
+}
+
+// TestConcurrentSetPort: requests in flight while the port flips between two
+// apps always reach one of them.
+func TestConcurrentSetPort(t *testing.T) {
+	a, b := app(t, "a"), app(t, "b")
+	p, url := newProxy(t, Options{FallbackPorts: []int{}})
+	p.SetPort(a)
+	done := make(chan struct{})
+	flipped := make(chan struct{})
+	go func() {
+		defer close(flipped)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if i%2 == 0 {
+				p.SetPort(b)
+			} else {
+				p.SetPort(a)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	for i := 0; i < 200; i++ {
+		resp, body := get(t, url, nil)
+		if resp.StatusCode != 200 || (body != "a" && body != "b") {
+			t.Errorf("request %d = %d %q, want 200 from a or b", i, resp.StatusCode, body)
+			break
+		}
+	}
+	close(done)
+	<-flipped
+}
