@@ -139,6 +139,8 @@ func (m *Manager) apply(ctx context.Context, snippet []byte) error {
 		return err
 	}
 	if err := m.load(ctx); err != nil {
+		// With no previous file the new, validated snippet stays: removing it
+		// would leave Caddy an import it cannot find at its next start.
 		if changed && prev != nil {
 			if rerr := writeAtomic(m.snippetPath, prev); rerr != nil {
 				return fmt.Errorf("%w (and restore previous snippet: %v)", err, rerr)
