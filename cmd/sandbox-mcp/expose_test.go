@@ -125,6 +125,7 @@ func renderedMain(t *testing.T) func(s *sandbox) []byte {
 	return func(s *sandbox) []byte {
 		b, err := caddy.RenderMain(caddy.MainOptions{
 			Site:          "http://" + s.site,
+			Bind:          "127.0.0.1",
 			AdminSocket:   strings.TrimPrefix(s.cfg.CaddyAdmin, "unix/"),
 			API:           s.api,
 			VSCode:        "127.0.0.1:" + strconv.Itoa(s.vscode),
@@ -143,7 +144,7 @@ func renderedMain(t *testing.T) func(s *sandbox) []byte {
 // before a fallback to the dev-server ports, with an admin socket.
 func oldMain(t *testing.T) func(s *sandbox) []byte {
 	return func(s *sandbox) []byte {
-		return []byte("{\n    admin " + s.cfg.CaddyAdmin + "\n}\n\nhttp://" + s.site + " {\n" +
+		return []byte("{\n    admin " + s.cfg.CaddyAdmin + "\n}\n\nhttp://" + s.site + " {\n    bind 127.0.0.1\n" +
 			"    handle_path /_proliferate/mcp/* {\n        reverse_proxy " + s.api + "\n    }\n" +
 			"    import " + s.cfg.CaddySnippet + "\n" +
 			"    handle {\n        reverse_proxy localhost:" + strconv.Itoa(caddytest.FreePort(t)) + "\n    }\n}\n")

@@ -26,6 +26,7 @@ func oldCaddyfile(admin, site, snippet string) []byte {
 }
 
 %s {
+    bind 127.0.0.1
     import %s
     handle {
         respond "fallback"
@@ -173,7 +174,7 @@ func TestEnsureLeavesRenderedMainAlone(t *testing.T) {
 	site := caddytest.Addr(caddytest.FreePort(t))
 	preview := caddytest.Addr(caddytest.FreePort(t))
 	main, err := RenderMain(MainOptions{
-		Site: "http://" + site, AdminSocket: socket, API: "127.0.0.1:1", VSCode: "127.0.0.1:2",
+		Site: "http://" + site, Bind: "127.0.0.1", AdminSocket: socket, API: "127.0.0.1:1", VSCode: "127.0.0.1:2",
 		SnippetPath: snippet, Preview: preview, FallbackPorts: []int{caddytest.FreePort(t)},
 	})
 	if err != nil {

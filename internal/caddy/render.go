@@ -65,6 +65,8 @@ func (s Snippet) Render() ([]byte, error) {
 type MainOptions struct {
 	// Site is the preview site's address, e.g. ":20000".
 	Site string
+	// Bind, when set, is the only interface the site listens on.
+	Bind string
 	// AdminSocket is the absolute path of Caddy's admin unix socket.
 	AdminSocket string
 	// API is the sidecar API (host:port), routed at /_proliferate/mcp/* and
@@ -114,6 +116,9 @@ func RenderMain(opts MainOptions) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if opts.Bind != "" && net.ParseIP(opts.Bind) == nil {
+		return nil, fmt.Errorf("bind address %q must be an IP address", opts.Bind)
+	}
 	if opts.Daemon != "" {
 		if err := checkDial("daemon address", opts.Daemon); err != nil {
 			return nil, err
@@ -131,6 +136,9 @@ func RenderMain(opts MainOptions) ([]byte, error) {
 	fmt.Fprintf(&b, "    admin unix/%s\n", opts.AdminSocket)
 	b.WriteString("}\n\n")
 	fmt.Fprintf(&b, "%s {\n", opts.Site)
+	if opts.Bind != "" {
+		fmt.Fprintf(&b, "    bind %s\n\n", opts.Bind)
+	}
 	b.WriteString("    # sandbox-mcp API\n")
 	b.WriteString("    handle_path /_proliferate/mcp/* {\n")
 	fmt.Fprintf(&b, "        reverse_proxy %s\n", opts.API)

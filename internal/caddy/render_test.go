@@ -113,6 +113,7 @@ func TestRenderRejectsUnsafeOptions(t *testing.T) {
 		{"vscode port 0", func(o *MainOptions) { o.VSCode = "localhost:0" }},
 		{"preview host with newline", func(o *MainOptions) { o.Preview = "a\nb:4001" }},
 		{"daemon with brace", func(o *MainOptions) { o.Daemon = "}:80" }},
+		{"bind to a name", func(o *MainOptions) { o.Bind = "localhost" }},
 		{"fallback port 70000", func(o *MainOptions) { o.FallbackPorts = []int{3000, 70000} }},
 	}
 	for _, tt := range tests {
