@@ -151,6 +151,8 @@ func oldMain(t *testing.T) func(s *sandbox) []byte {
 	}
 }
 
+var noKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 func call(t *testing.T, method, url, auth, body string) (int, string, http.Header) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
@@ -160,7 +162,9 @@ func call(t *testing.T, method, url, auth, body string) (int, string, http.Heade
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// A fresh connection each time: a keep-alive connection may still be
+	// served by the configuration Caddy had before a load.
+	resp, err := noKeepAlive.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}

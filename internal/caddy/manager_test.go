@@ -107,9 +107,13 @@ func startCaddy(t *testing.T, dir string, main []byte, socket, site, admin strin
 	return caddytest.StartTCP(t, dir, main, admin, site)
 }
 
+var noKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 func get(t *testing.T, url string) string {
 	t.Helper()
-	resp, err := http.Get(url)
+	// A fresh connection each time: a keep-alive connection may still be
+	// served by the configuration Caddy had before a load.
+	resp, err := noKeepAlive.Get(url)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
