@@ -347,3 +347,47 @@ func TestExposedPortRestoredAtStart(t *testing.T) {
 		t.Errorf("ExposeStatus() = %+v, want upstream %d exposed, not routed, with a Caddy error", st, a)
 	}
 }
+
+// TestAPIServesWhenPreviewPortIsTaken: exposure is off (501), the rest serves.
+func TestAPIServesWhenPreviewPortIsTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	dir := t.TempDir()
+	cfg := config.Config{
+		Addr:         caddytest.Addr(caddytest.FreePort(t)),
+		Token:        e2eToken,
+		WorkspaceDir: dir,
+		StateDir:     filepath.Join(dir, "state"),
+		CaddySnippet: filepath.Join(dir, "user.caddy"),
+		CaddyAdmin:   "unix/" + filepath.Join(dir, "none.sock"),
+		Caddyfile:    filepath.Join(dir, "Caddyfile"),
+		PreviewAddr:  taken.Addr().String(),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- serveAPI(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	defer func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("serveAPI: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + cfg.Addr + "/api/health")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("API did not start with the preview port taken: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, body, _ := call(t, "POST", "http://"+cfg.Addr+"/api/expose", "Bearer "+e2eToken, `{"port":3000}`); code != 501 {
+		t.Errorf("POST /api/expose with the preview port taken = %d %s, want 501", code, body)
+	}
+}

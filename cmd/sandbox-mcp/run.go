@@ -89,16 +89,17 @@ func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	opts := api.Options{Token: cfg.Token, Logger: log}
 	// exposedPortStore keeps the exposed port across restarts.
 	var exposedPortStore portStore = &memoryPortStore{}
-	exp, err := newExposer(ctx, cfg, log, exposedPortStore)
-	if err != nil {
-		return err
+	// Without port exposure the rest of the API still serves; /api/expose answers 501.
+	if exp, err := newExposer(ctx, cfg, log, exposedPortStore); err != nil {
+		log.Error("port exposure disabled", "err", err)
+	} else {
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = exp.Close(sctx)
+		}()
+		opts.Expose = exp
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = exp.Close(sctx)
-	}()
-	opts.Expose = exp
 	srv, err := api.New(opts)
 	if err != nil {
 		return err
