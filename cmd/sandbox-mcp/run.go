@@ -100,6 +100,19 @@ func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	} else {
 		opts.Ports = p
 	}
+	// exposedPortStore keeps the exposed port across restarts.
+	var exposedPortStore portStore = &memoryPortStore{}
+	// Without port exposure the rest of the API still serves; /api/expose answers 501.
+	if exp, err := newExposer(ctx, cfg, log, exposedPortStore); err != nil {
+		log.Error("port exposure disabled", "err", err)
+	} else {
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = exp.Close(sctx)
+		}()
+		opts.Expose = exp
+	}
 	srv, err := api.New(opts)
 	if err != nil {
 		return err

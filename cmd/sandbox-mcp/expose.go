@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/caddy"
+	"github.com/proliferate-ai/sandbox-mcp/internal/config"
+	"github.com/proliferate-ai/sandbox-mcp/internal/preview"
+	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+)
+
+// portStore persists the exposed port across sidecar restarts.
+type portStore interface {
+	ExposedPort() *int
+	SetExposedPort(port int) error
+}
+
+// memoryPortStore keeps the exposed port for this run only.
+type memoryPortStore struct {
+	mu   sync.Mutex
+	port *int
+}
+
+func (s *memoryPortStore) ExposedPort() *int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.port
+}
+
+func (s *memoryPortStore) SetExposedPort(port int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.port = &port
+	return nil
+}
+
+// exposer is the api.Exposer: the preview proxy's listener and Caddy's routing.
+type exposer struct {
+	store       portStore
+	proxy       *preview.Proxy
+	caddy       *caddy.Manager
+	previewAddr string
+	log         *slog.Logger
+
+	srv  *http.Server
+	ln   net.Listener
+	wg   sync.WaitGroup
+	stop context.CancelFunc
+}
+
+// newExposer listens on cfg.PreviewAddr, restores the stored exposed port,
+// writes the user snippet and, in the background, makes Caddy route the
+// preview site to the proxy (a reload only when its config does not already).
+func newExposer(ctx context.Context, cfg config.Config, log *slog.Logger, store portStore) (*exposer, error) {
+	proxy, err := preview.New(preview.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.PreviewAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on preview address %s: %w", cfg.PreviewAddr, err)
+	}
+	cm, err := caddy.New(caddy.Config{
+		SnippetPath: cfg.CaddySnippet,
+		Caddyfile:   cfg.Caddyfile,
+		Admin:       cfg.CaddyAdmin,
+		Snippet:     caddy.Snippet{Preview: dialAddr(ln.Addr().(*net.TCPAddr))},
+		Logger:      log,
+	})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if p := store.ExposedPort(); p != nil {
+		proxy.SetPort(*p)
+	}
+	e := &exposer{store: store, proxy: proxy, caddy: cm, previewAddr: ln.Addr().String(), log: log.With("component", "expose"), ln: ln}
+	e.srv = &http.Server{
+		Handler:           proxy,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	bctx, stop := context.WithCancel(ctx)
+	e.stop = stop
+	e.wg.Add(2)
+	go func() {
+		defer e.wg.Done()
+		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			e.log.Error("preview proxy stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer e.wg.Done()
+		e.routeAtBoot(bctx)
+	}()
+	e.log.Info("preview proxy listening", "addr", e.previewAddr, "exposed_port", store.ExposedPort())
+	return e, nil
+}
+
+// routeAtBoot writes the snippet and retries Ensure while Caddy starts.
+func (e *exposer) routeAtBoot(ctx context.Context) {
+	if err := e.caddy.WriteSnippet(ctx); err != nil {
+		e.log.Warn("write caddy snippet", "err", err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := e.caddy.Ensure(ctx)
+		if err == nil {
+			e.log.Info("caddy routes the preview site to the preview proxy", "admin", e.caddy.Admin())
+			return
+		}
+		if time.Now().After(deadline) {
+			e.log.Warn("caddy does not route the preview site to the preview proxy; POST /api/expose will retry", "err", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// SetExposedPort implements api.Exposer.
+func (e *exposer) SetExposedPort(port int) error {
+	e.proxy.SetPort(port)
+	if err := e.store.SetExposedPort(port); err != nil {
+		return fmt.Errorf("record exposed port %d: %w", port, err)
+	}
+	e.log.Info("port exposed", "port", port)
+	return nil
+}
+
+// EnsureRouted implements api.Exposer.
+func (e *exposer) EnsureRouted(ctx context.Context) error { return e.caddy.Ensure(ctx) }
+
+// ExposeStatus implements api.Exposer.
+func (e *exposer) ExposeStatus(ctx context.Context) apitype.ExposeStatus {
+	st := apitype.ExposeStatus{ExposedPort: e.store.ExposedPort(), PreviewAddr: e.previewAddr}
+	port, src := e.proxy.Upstream(ctx)
+	st.Upstream = src
+	if port != 0 {
+		st.UpstreamPort = &port
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	routed, err := e.caddy.Routed(ctx)
+	st.CaddyRouted = routed
+	if err != nil {
+		st.CaddyError = err.Error()
+	}
+	return st
+}
+
+// Close stops the boot routing and the preview listener.
+func (e *exposer) Close(ctx context.Context) error {
+	e.stop()
+	err := e.srv.Shutdown(ctx)
+	e.proxy.Close()
+	e.wg.Wait()
+	return err
+}
+
+// dialAddr is where Caddy reaches a listener bound to a, on loopback when a
+// is a wildcard address.
+func dialAddr(a *net.TCPAddr) string {
+	ip := a.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return net.JoinHostPort(ip.String(), fmt.Sprint(a.Port))
+}
