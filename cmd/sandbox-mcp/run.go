@@ -141,4 +141,3 @@ func randomToken() string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
-
