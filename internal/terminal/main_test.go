@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,6 +116,11 @@ type client struct {
 	ready  []byte
 	exit   *int32
 	closed error
+	// discard keeps only the last 4 KiB of output and the byte count n, for
+	// tests that stream a lot.
+	discard bool
+	n       int64
+	lastEnd int64
 }
 
 type frame struct {
@@ -125,7 +131,11 @@ type frame struct {
 
 // startClient reads c in the background until it closes.
 func startClient(t testing.TB, c *websocket.Conn, v2 bool) *client {
-	cl := &client{t: t, c: c, v2: v2}
+	return startClientDiscard(t, c, v2, false)
+}
+
+func startClientDiscard(t testing.TB, c *websocket.Conn, v2, discard bool) *client {
+	cl := &client{t: t, c: c, v2: v2, discard: discard}
 	cl.cond = sync.NewCond(&cl.mu)
 	done := make(chan struct{})
 	go func() {
@@ -140,6 +150,16 @@ func startClient(t testing.TB, c *websocket.Conn, v2 bool) *client {
 				return
 			}
 			switch {
+			case cl.discard && len(p) > outputHeader && p[0] == FrameOutput:
+				cl.n += int64(len(p) - outputHeader)
+				cl.lastEnd = int64(binary.BigEndian.Uint64(p[1:])) + int64(len(p)-outputHeader)
+				cl.out.Write(p[outputHeader:])
+				if cl.out.Len() > 8<<10 {
+					b := cl.out.Bytes()
+					keep := append([]byte(nil), b[len(b)-4<<10:]...)
+					cl.out.Reset()
+					cl.out.Write(keep)
+				}
 			case typ == websocket.MessageText:
 				cl.frames = append(cl.frames, frame{text: true, data: p})
 				cl.out.Write(p)
@@ -205,6 +225,13 @@ func (cl *client) wait(cond func() bool, what string) string {
 	return cl.out.String()
 }
 
+// waitMatch waits until the output matches re and returns the submatches.
+func (cl *client) waitMatch(re *regexp.Regexp) []string {
+	cl.t.Helper()
+	out := cl.wait(func() bool { return re.MatchString(cl.out.String()) }, "output matching "+re.String())
+	return re.FindStringSubmatch(out)
+}
+
 // output returns everything received so far.
 func (cl *client) output() string {
 	cl.mu.Lock()
@@ -221,6 +248,9 @@ func (cl *client) end() int64 {
 			return int64(binary.BigEndian.Uint64(cl.ready[6:]))
 		}
 		return 0
+	}
+	if cl.discard {
+		return cl.lastEnd
 	}
 	f := cl.frames[len(cl.frames)-1]
 	return f.offset + int64(len(f.data))
@@ -253,12 +283,22 @@ func sendBinary(t testing.TB, c *websocket.Conn, p []byte) {
 // attachV2 dials, sends init and starts a client.
 func attachV2(t testing.TB, url string, in Init) *client {
 	t.Helper()
+	return attachV2Opt(t, url, in, false)
+}
+
+func attachV2Discard(t testing.TB, url string, in Init) *client {
+	t.Helper()
+	return attachV2Opt(t, url, in, true)
+}
+
+func attachV2Opt(t testing.TB, url string, in Init, discard bool) *client {
+	t.Helper()
 	c := dial(t, url, true)
 	if c.Subprotocol() != SubprotocolV2 {
 		t.Fatalf("subprotocol = %q, want %q", c.Subprotocol(), SubprotocolV2)
 	}
 	sendBinary(t, c, AppendInit(nil, in))
-	cl := startClient(t, c, true)
+	cl := startClientDiscard(t, c, true, discard)
 	cl.wait(func() bool { return cl.ready != nil }, "ready frame")
 	return cl
 }

@@ -1,7 +1,6 @@
 package terminal
 
 import (
-	"context"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -96,11 +95,7 @@ func TestV1CloseKillsEverything(t *testing.T) {
 	c := dial(t, url, false)
 	cl := startClient(t, c, false)
 	cl.send("sleep 1000 & a=$!; (trap '' HUP; exec sleep 1001) & b=$!; echo __P$$:$a:$b:__\r")
-	out := cl.waitFor(":__")
-	match := regexp.MustCompile(`__P(\d+):(\d+):(\d+):__`).FindStringSubmatch(out)
-	if match == nil {
-		t.Fatalf("no pids in output %q", out)
-	}
+	match := cl.waitMatch(regexp.MustCompile(`__P(\d+):(\d+):(\d+):__`))
 	var pids []int
 	for _, s := range match[1:] {
 		pid, _ := strconv.Atoi(s)
@@ -146,5 +141,4 @@ func TestV1SpawnFailureCloses1011(t *testing.T) {
 	if got := websocket.CloseStatus(err); got != websocket.StatusInternalError {
 		t.Errorf("close status = %v (%v), want 1011", got, err)
 	}
-	_ = context.Background
 }
