@@ -1,5 +1,7 @@
 package terminal
 
+import "unicode/utf8"
+
 // ring keeps the last len(buf) bytes of a session's output and counts every
 // byte ever written, so a position in the output is an absolute offset that
 // stays valid across reconnects.
@@ -68,24 +70,14 @@ func isContinuation(b byte) bool { return b&0xC0 == 0x80 }
 // end inside a UTF-8 sequence: an incomplete multi-byte character at the end
 // is left out. Invalid bytes are not held back, so binary output flows.
 func completePrefix(p []byte) int {
-	for i := 1; i <= utf8MaxContinuation+1 && i <= len(p); i++ {
-		b := p[len(p)-i]
-		if isContinuation(b) {
+	for i := len(p) - 1; i >= 0 && i >= len(p)-utf8.UTFMax; i-- {
+		if isContinuation(p[i]) {
 			continue
 		}
-		need := 1
-		switch {
-		case b&0xE0 == 0xC0:
-			need = 2
-		case b&0xF0 == 0xE0:
-			need = 3
-		case b&0xF8 == 0xF0:
-			need = 4
+		if !utf8.FullRune(p[i:]) {
+			return i
 		}
-		if need > i {
-			return len(p) - i
-		}
-		return len(p)
+		break
 	}
 	return len(p)
 }
