@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ func BenchmarkThroughput(b *testing.B) {
 		var total int64
 		var elapsed time.Duration
 		buf := make([]byte, 64<<10)
+		cpu0 := cpuTime()
 		for b.Loop() {
 			start := time.Now()
 			cmd := exec.Command("bash", "-c", floodCommand)
@@ -41,6 +43,7 @@ func BenchmarkThroughput(b *testing.B) {
 			elapsed += time.Since(start)
 		}
 		b.ReportMetric(float64(total)/1e6/elapsed.Seconds(), "MB/s")
+		b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/(float64(total)/1e6), "cpu-µs/MB")
 	})
 	for _, v2 := range []bool{false, true} {
 		name := "v1"
@@ -53,6 +56,7 @@ func BenchmarkThroughput(b *testing.B) {
 			_, url := newTestServer(b, opts)
 			var total int64
 			var elapsed time.Duration
+			cpu0 := cpuTime()
 			for i := 0; b.Loop(); i++ {
 				start := time.Now()
 				c := dial(b, url, v2)
@@ -66,6 +70,9 @@ func BenchmarkThroughput(b *testing.B) {
 			}
 			b.ReportMetric(float64(total)/1e6/elapsed.Seconds(), "MB/s")
 			b.ReportMetric(float64(total)/float64(b.N)/1e6, "MB/op")
+			// CPU of this process (server and client) per MB: steadier than
+			// MB/s on a busy machine.
+			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/(float64(total)/1e6), "cpu-µs/MB")
 		})
 	}
 }
@@ -148,4 +155,11 @@ func BenchmarkEcho(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 		})
 	}
+}
+
+// cpuTime is the user and system CPU time of this process.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
