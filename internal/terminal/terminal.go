@@ -6,9 +6,12 @@
 // connection, killed when the connection ends. Protocol v2 (SubprotocolV2)
 // uses binary frames, names its session, survives a dropped connection for a
 // grace period and lets several viewers attach. In both, one goroutine reads
-// the PTY into a ring buffer; every viewer sends from the ring at its own
-// offset, so a slow viewer never stalls the PTY or another viewer and costs no
-// memory beyond the ring.
+// the PTY into a ring buffer and every viewer sends from the ring at its own
+// offset, so memory is the ring plus one frame per viewer whatever the
+// output rate. Output waits for a viewer that keeps making progress (flow
+// control reaches the program through the PTY); a viewer that stalls for
+// StallTimeout is left behind and skips ahead, so it can neither stall the
+// PTY nor the other viewers for longer than that.
 package terminal
 
 import (
@@ -181,7 +184,7 @@ func (m *Manager) ServeV1(ctx context.Context, c Conn) error {
 		_ = c.Close(closeInternalError, "spawn shell")
 		return err
 	}
-	v := s.attach(s.ring.end, false)
+	v := s.attach(0, false)
 	err = m.serve(ctx, c, s, v)
 	s.detach(v)
 	s.kill("client gone")
@@ -232,8 +235,11 @@ func (m *Manager) session(in Init) (s *session, resumed bool, err error) {
 	m.mu.Unlock()
 	if ok {
 		select {
+		case <-s.killed:
+			// Ending (grace expired, or the shell exited): its id is free
+			// again as soon as it is gone.
+			<-s.done
 		case <-s.exiting:
-			// Its id is free again as soon as it is gone.
 			<-s.done
 		default:
 			return s, true, nil
