@@ -51,7 +51,7 @@ func (m *Manager) readClient(ctx context.Context, c Conn, s *session, v *viewer)
 				s.resize(cols, rows)
 				continue
 			}
-			s.input(p)
+			s.input(ctx, p)
 			continue
 		}
 		if !binary {
@@ -71,7 +71,7 @@ func (m *Manager) readClient(ctx context.Context, c Conn, s *session, v *viewer)
 			if int64(f.offset) < v.live {
 				continue
 			}
-			s.input(f.data)
+			s.input(ctx, f.data)
 		case FrameResize:
 			s.resize(f.cols, f.rows)
 		}

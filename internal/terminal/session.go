@@ -1,6 +1,7 @@
 package terminal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -35,6 +36,8 @@ type session struct {
 	grace      *time.Timer
 
 	killOnce sync.Once
+	// inputc carries keystrokes to writeLoop.
+	inputc chan []byte
 	// space is signalled when a viewer advances, for publish to retry.
 	space chan struct{}
 	// killed is closed to ask run to end the shell.
@@ -90,7 +93,7 @@ func (m *Manager) spawn(id string, cols, rows uint16, v2 bool) (*session, error)
 		m: m, id: id, v2: v2, cmd: cmd, pty: f, pid: cmd.Process.Pid, created: now,
 		ring: newRing(m.opts.RingSize), viewers: make(map[*viewer]struct{}),
 		cols: cols, rows: rows, lastActive: now,
-		space: make(chan struct{}, 1), killed: make(chan struct{}), exiting: make(chan struct{}), done: make(chan struct{}),
+		inputc: make(chan []byte, 4), space: make(chan struct{}, 1), killed: make(chan struct{}), exiting: make(chan struct{}), done: make(chan struct{}),
 	}
 	m.sessions[id] = s
 	m.wg.Add(1)
@@ -107,6 +110,11 @@ func (s *session) run() {
 	go func() {
 		defer close(readDone)
 		s.readLoop()
+	}()
+	writeDone := make(chan struct{})
+	go func() {
+		defer close(writeDone)
+		s.writeLoop()
 	}()
 	waitc := make(chan struct{})
 	go func() {
@@ -139,8 +147,10 @@ func (s *session) run() {
 	case <-readDone:
 	case <-time.After(2 * time.Second):
 	}
+	// Closing the PTY also ends a write blocked on a full input buffer.
 	_ = s.pty.Close()
 	<-readDone
+	<-writeDone
 
 	s.mu.Lock()
 	s.exitCode = code
@@ -316,16 +326,34 @@ func (s *session) detach(v *viewer) {
 	s.grace = t
 }
 
-// input writes keystrokes to the shell.
-func (s *session) input(p []byte) {
+// input queues keystrokes for the shell. It waits while the shell does not
+// read its input (the PTY's input buffer is full), but never past ctx, so a
+// connection that goes away is never stuck behind a blocked write.
+func (s *session) input(ctx context.Context, p []byte) {
 	if len(p) == 0 {
 		return
 	}
 	s.mu.Lock()
 	s.lastActive = time.Now()
 	s.mu.Unlock()
-	// An error means the shell is gone; the viewer learns it from done.
-	_, _ = s.pty.Write(p)
+	select {
+	case s.inputc <- p:
+	case <-ctx.Done():
+	case <-s.exiting:
+	}
+}
+
+// writeLoop is the one writer of the PTY.
+func (s *session) writeLoop() {
+	for {
+		select {
+		case p := <-s.inputc:
+			// An error means the shell is gone; viewers learn it from done.
+			_, _ = s.pty.Write(p)
+		case <-s.exiting:
+			return
+		}
+	}
 }
 
 func (s *session) resize(cols, rows uint16) {

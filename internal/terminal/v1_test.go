@@ -142,3 +142,65 @@ func TestV1SpawnFailureCloses1011(t *testing.T) {
 		t.Errorf("close status = %v (%v), want 1011", got, err)
 	}
 }
+
+// TestV1CloseWhileInputBlocked closes the socket while a paste is stuck
+// behind a foreground program that reads nothing.
+func TestV1CloseWhileInputBlocked(t *testing.T) {
+	opts := testOptions(t)
+	opts.KillGrace = 100 * time.Millisecond
+	m, url := newTestServer(t, opts)
+	c := dial(t, url, false)
+	cl := startClient(t, c, false)
+	cl.send("echo __P$$:__; sleep 1000\r")
+	match := cl.waitMatch(regexp.MustCompile(`__P(\d+):__`))
+	shell, _ := strconv.Atoi(match[1])
+	for range 4 {
+		cl.send(strings.Repeat("x", 256<<10))
+	}
+	c.CloseNow()
+	waitGone(t, shell)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(m.Sessions()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Sessions() = %v after close, want none", m.Sessions())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestCloseKillsEverySession(t *testing.T) {
+	opts := testOptions(t)
+	opts.KillGrace = 100 * time.Millisecond
+	m, url := newTestServer(t, opts)
+	var pids []int
+	for _, id := range []string{"one", "two"} {
+		cl := attachV2(t, url, Init{Session: id, Cols: 80, Rows: 24})
+		cl.send("sleep 1000 & echo __P$$:$!:__\r")
+		match := cl.waitMatch(regexp.MustCompile(`__P(\d+):(\d+):__`))
+		for _, s := range match[1:] {
+			pid, _ := strconv.Atoi(s)
+			pids = append(pids, pid)
+		}
+		cl.c.CloseNow()
+	}
+	if n := len(m.Sessions()); n != 2 {
+		t.Fatalf("%d sessions before Close, want 2 (detached sessions live on)", n)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if !gone(pid) {
+			t.Errorf("process %d survived Close", pid)
+		}
+	}
+	if n := len(m.Sessions()); n != 0 {
+		t.Errorf("%d sessions after Close, want 0", n)
+	}
+	c := dial(t, url, true)
+	sendBinary(t, c, AppendInit(nil, Init{Session: "late", Cols: 80, Rows: 24}))
+	cl := startClient(t, c, true)
+	if got := websocket.CloseStatus(cl.waitClosed()); got != websocket.StatusGoingAway {
+		t.Errorf("connect after Close: close status %v, want 1001", got)
+	}
+}
