@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"github.com/coder/websocket"
 
@@ -25,6 +26,9 @@ type Terminal interface {
 func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
 	if s.opts.Terminal == nil {
 		return errNotImplemented
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return errorf(http.StatusUpgradeRequired, "GET /api/terminal is a WebSocket: send Upgrade: websocket")
 	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols: []string{terminal.SubprotocolV2},

@@ -126,6 +126,14 @@ func TestTerminalV2AndSessionsListing(t *testing.T) {
 	}
 }
 
+func TestTerminalPlainGETIsJSON426(t *testing.T) {
+	base, _ := newTerminalServer(t)
+	resp, body := do(t, "GET", base+"/api/terminal", "Bearer "+testToken, "")
+	if resp.StatusCode != http.StatusUpgradeRequired || !strings.HasPrefix(body, `{"error":`) {
+		t.Errorf("GET /api/terminal without Upgrade = %d %s, want 426 JSON", resp.StatusCode, body)
+	}
+}
+
 func TestTerminalNotConfigured(t *testing.T) {
 	ts := newTestServer(t, Options{Token: testToken})
 	for _, path := range []string{"/api/terminal", "/api/terminal/sessions"} {
