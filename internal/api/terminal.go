@@ -27,7 +27,7 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
 	if s.opts.Terminal == nil {
 		return errNotImplemented
 	}
-	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+	if !wantsWebSocket(r) {
 		return errorf(http.StatusUpgradeRequired, "GET /api/terminal is a WebSocket: send Upgrade: websocket")
 	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
@@ -86,4 +86,17 @@ func (w wsConn) Ping(ctx context.Context) error { return w.c.Ping(ctx) }
 
 func (w wsConn) Close(code int, reason string) error {
 	return w.c.Close(websocket.StatusCode(code), reason)
+}
+
+// wantsWebSocket reports whether r asks for a WebSocket upgrade, so a plain
+// GET gets a JSON error instead of the WebSocket library's text one.
+func wantsWebSocket(r *http.Request) bool {
+	for _, v := range r.Header.Values("Upgrade") {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "websocket") {
+				return true
+			}
+		}
+	}
+	return false
 }
