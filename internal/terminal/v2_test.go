@@ -113,8 +113,18 @@ func TestV2SecondViewerSeesSameOutput(t *testing.T) {
 	b.send("for i in $(seq 1 500); do echo L$i; done\r")
 	outA := a.waitFor("L500\r\n")
 	outB := b.waitFor("L500\r\n")
-	if !strings.HasSuffix(outA, outB) {
-		t.Errorf("viewer b's output is not the tail of viewer a's")
+	// Both streams are contiguous, a's from offset 0: b's bytes are a's
+	// bytes at the same offsets.
+	a.mu.Lock()
+	checkContiguous(t, a.frames, 0)
+	a.mu.Unlock()
+	b.mu.Lock()
+	start := b.frames[0].offset
+	checkContiguous(t, b.frames, start)
+	b.mu.Unlock()
+	n := min(len(outA)-int(start), len(outB))
+	if outA[start:int(start)+n] != outB[:n] {
+		t.Errorf("viewer b's output differs from viewer a's at the same offsets")
 	}
 	checkSequence(t, outB, 500)
 }
@@ -243,6 +253,54 @@ func TestV2SlowViewerDoesNotGrowMemory(t *testing.T) {
 		}
 	}
 	t.Logf("heap base %d KiB peak %d KiB; fast viewer got %d MB", base>>10, peak>>10, fast.n>>20)
+
+	// The slow viewer was left behind, not wedged: once it reads, it skips
+	// ahead (its offsets jump) and gets the end of the output.
+	late := startClientDiscard(t, slow, true, false)
+	late.waitFor("__Y1__")
+	late.mu.Lock()
+	defer late.mu.Unlock()
+	jumped := false
+	for i := 1; i < len(late.frames); i++ {
+		prev := late.frames[i-1]
+		switch f := late.frames[i]; {
+		case f.offset < prev.offset+int64(len(prev.data)):
+			t.Fatalf("slow viewer: frame %d at offset %d overlaps the previous one", i, f.offset)
+		case f.offset > prev.offset+int64(len(prev.data)):
+			jumped = true
+		}
+	}
+	if !jumped {
+		t.Errorf("slow viewer got every byte of a 5 s flood; expected it to be left behind")
+	}
+}
+
+func TestV2PingDropsDeadClient(t *testing.T) {
+	opts := testOptions(t)
+	opts.PingInterval = 300 * time.Millisecond
+	m, url := newTestServer(t, opts)
+	alive := attachV2(t, url, Init{Session: "ping", Cols: 80, Rows: 24})
+	// The dead client never reads, so it never answers a ping.
+	dead := dial(t, url, true)
+	sendBinary(t, dead, AppendInit(nil, Init{Session: "ping", Cols: 80, Rows: 24}))
+	deadline := time.Now().Add(10 * time.Second)
+	sawTwo := false
+	for {
+		s := m.Sessions()
+		if len(s) == 1 && s[0].Clients == 2 {
+			sawTwo = true
+		}
+		if sawTwo && len(s) == 1 && s[0].Clients == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Sessions() = %+v: the client that answers no ping was not dropped", s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // several ping intervals
+	alive.send("echo __A$((1))__\r")
+	alive.waitFor("__A1__")
 }
 
 // tail returns the last bytes received; the full output may be large.
