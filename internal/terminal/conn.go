@@ -60,7 +60,7 @@ func (m *Manager) readClient(ctx context.Context, c Conn, s *session, v *viewer)
 		}
 		f, err := parseClientFrame(p)
 		if err != nil {
-			_ = c.Close(closeProtocolError, err.Error())
+			_ = c.Close(closeProtocolError, closeReason(err.Error()))
 			return
 		}
 		switch f.typ {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // SubprotocolV2 is the WebSocket subprotocol that selects protocol v2. A
@@ -63,7 +64,7 @@ const initHeader = 1 + 2 + 2 + 8
 // ParseInit parses a FrameInit message.
 func ParseInit(p []byte) (Init, error) {
 	if len(p) < initHeader+1 || p[0] != FrameInit {
-		return Init{}, errors.New("init frame: too short or wrong type")
+		return Init{}, errors.New("parse init frame: too short or wrong type")
 	}
 	in := Init{
 		Cols:    binary.BigEndian.Uint16(p[1:]),
@@ -71,11 +72,14 @@ func ParseInit(p []byte) (Init, error) {
 		Offset:  binary.BigEndian.Uint64(p[5:]),
 		Session: string(p[initHeader:]),
 	}
+	if len(in.Session) > 64 {
+		return Init{}, errors.New("parse init frame: session id longer than 64 bytes")
+	}
 	if !validID(in.Session) {
-		return Init{}, fmt.Errorf("init frame: invalid session id %q", in.Session)
+		return Init{}, fmt.Errorf("parse init frame: session id %q has characters outside A-Z a-z 0-9 . _ -", in.Session)
 	}
 	if in.Cols == 0 || in.Rows == 0 {
-		return Init{}, errors.New("init frame: cols and rows must be at least 1")
+		return Init{}, errors.New("parse init frame: cols and rows must be at least 1")
 	}
 	return in, nil
 }
@@ -180,4 +184,12 @@ func clampSize(f float64) uint16 {
 		return 65535
 	}
 	return uint16(f)
+}
+
+// closeReason fits s into a close frame (at most 123 bytes).
+func closeReason(s string) string {
+	if len(s) <= 120 {
+		return s
+	}
+	return strings.ToValidUTF8(s[:120], "")
 }

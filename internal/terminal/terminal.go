@@ -209,7 +209,7 @@ func (m *Manager) ServeV2(ctx context.Context, c Conn) error {
 	}
 	in, err := ParseInit(p)
 	if err != nil {
-		_ = c.Close(closeProtocolError, err.Error())
+		_ = c.Close(closeProtocolError, closeReason(err.Error()))
 		return err
 	}
 	s, resumed, err := m.session(in)
