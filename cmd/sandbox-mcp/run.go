@@ -19,6 +19,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
 	"github.com/proliferate-ai/sandbox-mcp/internal/gitrepo"
 	"github.com/proliferate-ai/sandbox-mcp/internal/ports"
+	"github.com/proliferate-ai/sandbox-mcp/internal/terminal"
 )
 
 const usage = `usage: sandbox-mcp <mode> [flags]
@@ -113,6 +114,13 @@ func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}()
 		opts.Expose = exp
 	}
+	term, err := terminal.New(terminal.Options{Dir: cfg.WorkspaceDir, Logger: log})
+	if err != nil {
+		return err
+	}
+	// Every shell dies with the sidecar: none may outlive it unsupervised.
+	defer term.Close()
+	opts.Terminal = term
 	srv, err := api.New(opts)
 	if err != nil {
 		return err
@@ -127,6 +135,7 @@ func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	hs.RegisterOnShutdown(srv.Close)
+	hs.RegisterOnShutdown(func() { _ = term.Close() })
 	log.Info("listening", "addr", ln.Addr().String(), "workspace", cfg.WorkspaceDir, "state_dir", cfg.StateDir)
 
 	errc := make(chan error, 1)

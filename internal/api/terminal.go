@@ -1,14 +1,102 @@
 package api
 
-import "net/http"
+import (
+	"context"
+	"net/http"
+	"strings"
 
-// Terminal runs PTY sessions for WebSocket clients.
-type Terminal interface{}
+	"github.com/coder/websocket"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/terminal"
+	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+)
+
+// Terminal runs PTY sessions for WebSocket clients (internal/terminal).
+type Terminal interface {
+	// ServeV1 serves a connection that negotiated no subprotocol.
+	ServeV1(ctx context.Context, c terminal.Conn) error
+	// ServeV2 serves a connection that negotiated terminal.SubprotocolV2.
+	ServeV2(ctx context.Context, c terminal.Conn) error
+	// Sessions lists the live sessions.
+	Sessions() []apitype.TerminalSession
+}
+
+// terminal upgrades GET /api/terminal to a WebSocket. requireAuth has already
+// answered 401 without upgrading when the Authorization header is wrong.
 func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
-	return errNotImplemented
+	if s.opts.Terminal == nil {
+		return errNotImplemented
+	}
+	if !wantsWebSocket(r) {
+		return errorf(http.StatusUpgradeRequired, "GET /api/terminal is a WebSocket: send Upgrade: websocket")
+	}
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols: []string{terminal.SubprotocolV2},
+		// The gateway proxies browsers whose Origin is the web app, never this
+		// host; the bearer token, not the Origin, is what authorizes.
+		InsecureSkipVerify: true,
+		CompressionMode:    websocket.CompressionDisabled,
+	})
+	if err != nil {
+		// Accept has answered the request (400/426).
+		s.log.Debug("terminal upgrade", "err", err)
+		return nil
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(terminal.MaxMessage)
+	ctx, cancel := s.streamContext(r)
+	defer cancel()
+	conn := wsConn{c}
+	if c.Subprotocol() == terminal.SubprotocolV2 {
+		err = s.opts.Terminal.ServeV2(ctx, conn)
+	} else {
+		err = s.opts.Terminal.ServeV1(ctx, conn)
+	}
+	if err != nil {
+		s.log.Debug("terminal connection ended", "err", err)
+	}
+	return nil
 }
 
 func (s *Server) terminalSessions(w http.ResponseWriter, r *http.Request) error {
-	return errNotImplemented
+	if s.opts.Terminal == nil {
+		return errNotImplemented
+	}
+	writeJSON(w, http.StatusOK, apitype.TerminalSessionsResponse{Sessions: s.opts.Terminal.Sessions()})
+	return nil
+}
+
+// wsConn adapts a coder/websocket connection to terminal.Conn.
+type wsConn struct{ c *websocket.Conn }
+
+func (w wsConn) Read(ctx context.Context) (bool, []byte, error) {
+	typ, p, err := w.c.Read(ctx)
+	return typ == websocket.MessageBinary, p, err
+}
+
+func (w wsConn) Write(ctx context.Context, binary bool, p []byte) error {
+	typ := websocket.MessageText
+	if binary {
+		typ = websocket.MessageBinary
+	}
+	return w.c.Write(ctx, typ, p)
+}
+
+func (w wsConn) Ping(ctx context.Context) error { return w.c.Ping(ctx) }
+
+func (w wsConn) Close(code int, reason string) error {
+	return w.c.Close(websocket.StatusCode(code), reason)
+}
+
+// wantsWebSocket reports whether r asks for a WebSocket upgrade, so a plain
+// GET gets a JSON error instead of the WebSocket library's text one.
+func wantsWebSocket(r *http.Request) bool {
+	for _, v := range r.Header.Values("Upgrade") {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "websocket") {
+				return true
+			}
+		}
+	}
+	return false
 }

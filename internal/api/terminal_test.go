@@ -1,0 +1,145 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/terminal"
+	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+)
+
+func newTerminalServer(t *testing.T) (base, wsURL string) {
+	t.Helper()
+	term, err := terminal.New(terminal.Options{
+		Dir:     t.TempDir(),
+		Command: []string{"bash", "--norc", "--noprofile"},
+		Env:     append(os.Environ(), "PS1=$ "),
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = term.Close() })
+	ts := newTestServer(t, Options{Token: testToken, Terminal: term})
+	return ts.URL, "ws" + strings.TrimPrefix(ts.URL, "http") + "/api/terminal"
+}
+
+func dialTerminal(t *testing.T, url string, header http.Header, subprotocols ...string) (*websocket.Conn, *http.Response, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header, Subprotocols: subprotocols})
+	if c != nil {
+		t.Cleanup(func() { c.CloseNow() })
+	}
+	return c, resp, err
+}
+
+func authHeader() http.Header {
+	return http.Header{"Authorization": {"Bearer " + testToken}}
+}
+
+func TestTerminalNeedsAuthBeforeUpgrade(t *testing.T) {
+	_, url := newTerminalServer(t)
+	for _, h := range []http.Header{nil, {"Authorization": {"Bearer nope"}}} {
+		_, resp, err := dialTerminal(t, url, h)
+		if err == nil {
+			t.Fatalf("dial with %v upgraded, want 401", h)
+		}
+		if resp == nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("dial with %v: response %v, want 401 without upgrade", h, resp)
+		}
+		if got := resp.Header.Get("Upgrade"); got != "" {
+			t.Errorf("401 response has Upgrade: %q", got)
+		}
+	}
+}
+
+func TestTerminalV1EchoThroughRouter(t *testing.T) {
+	_, url := newTerminalServer(t)
+	c, _, err := dialTerminal(t, url, authHeader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Subprotocol() != "" {
+		t.Errorf("subprotocol = %q, want none (v1)", c.Subprotocol())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageText, []byte("echo __M$((40+2))__\r")); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for !strings.Contains(out.String(), "__M42__") {
+		typ, p, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("read: %v; output so far %q", err, out.String())
+		}
+		if typ != websocket.MessageText {
+			t.Fatalf("v1 frame type = %v, want text", typ)
+		}
+		out.Write(p)
+	}
+}
+
+func TestTerminalV2AndSessionsListing(t *testing.T) {
+	base, url := newTerminalServer(t)
+	c, _, err := dialTerminal(t, url, authHeader(), terminal.SubprotocolV2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Subprotocol() != terminal.SubprotocolV2 {
+		t.Fatalf("subprotocol = %q, want %q", c.Subprotocol(), terminal.SubprotocolV2)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageBinary, terminal.AppendInit(nil, terminal.Init{Session: "ops", Cols: 90, Rows: 30})); err != nil {
+		t.Fatal(err)
+	}
+	if _, p, err := c.Read(ctx); err != nil || len(p) == 0 || p[0] != terminal.FrameReady {
+		t.Fatalf("first frame = %q, %v, want a ready frame", p, err)
+	}
+
+	resp, body := do(t, "GET", base+"/api/terminal/sessions", "Bearer "+testToken, "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /api/terminal/sessions = %d %s", resp.StatusCode, body)
+	}
+	var got apitype.TerminalSessionsResponse
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Sessions) != 1 {
+		t.Fatalf("sessions = %s, want one", body)
+	}
+	s := got.Sessions[0]
+	if s.ID != "ops" || s.Cols != 90 || s.Rows != 30 || s.Clients != 1 || s.PID <= 0 || s.Protocol != "v2" || s.CreatedAt == 0 || s.LastActivityAt < s.CreatedAt {
+		t.Errorf("session = %+v, want ops 90x30 with one client", s)
+	}
+}
+
+func TestTerminalPlainGETIsJSON426(t *testing.T) {
+	base, _ := newTerminalServer(t)
+	resp, body := do(t, "GET", base+"/api/terminal", "Bearer "+testToken, "")
+	if resp.StatusCode != http.StatusUpgradeRequired || !strings.HasPrefix(body, `{"error":`) {
+		t.Errorf("GET /api/terminal without Upgrade = %d %s, want 426 JSON", resp.StatusCode, body)
+	}
+}
+
+func TestTerminalNotConfigured(t *testing.T) {
+	ts := newTestServer(t, Options{Token: testToken})
+	for _, path := range []string{"/api/terminal", "/api/terminal/sessions"} {
+		resp, body := do(t, "GET", ts.URL+path, "Bearer "+testToken, "")
+		if resp.StatusCode != http.StatusNotImplemented || !strings.HasPrefix(body, `{"error":`) {
+			t.Errorf("GET %s without a terminal = %d %s, want 501 JSON", path, resp.StatusCode, body)
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package terminal
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// procStat is what we need from /proc/<pid>/stat.
+type procStat struct {
+	state   byte
+	session int
+}
+
+// parseStat parses the contents of /proc/<pid>/stat. The command name (field
+// 2) is in parentheses and may itself contain spaces and parentheses, so the
+// fields are counted from the last ')'.
+func parseStat(b []byte) (procStat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, errors.New("parse stat: no command name")
+	}
+	f := bytes.Fields(b[i+1:])
+	// state ppid pgrp session ...
+	if len(f) < 4 || len(f[0]) != 1 {
+		return procStat{}, errors.New("parse stat: too few fields")
+	}
+	sid, err := strconv.Atoi(string(f[3]))
+	if err != nil {
+		return procStat{}, errors.New("parse stat: bad session field")
+	}
+	return procStat{state: f[0][0], session: sid}, nil
+}
+
+// sessionMembers lists the live (not zombie) processes whose session id is sid.
+func sessionMembers(sid int) []int {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	var pids []int
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + name + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		st, err := parseStat(b)
+		if err != nil || st.session != sid || st.state == 'Z' || st.state == 'X' {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// signalSession sends sig to every live process of session sid and reports how
+// many it found.
+func signalSession(sid int, sig syscall.Signal) int {
+	pids := sessionMembers(sid)
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			continue
+		}
+	}
+	return len(pids)
+}
+
+// killSession ends every process of session sid: SIGHUP, up to grace for them
+// to leave, then SIGKILL until none is left (bounded). A process that started
+// its own session (setsid) is out of reach by design, like a daemon.
+func killSession(sid int, grace time.Duration) {
+	if signalSession(sid, syscall.SIGHUP) == 0 {
+		return
+	}
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		if len(sessionMembers(sid)) == 0 {
+			return
+		}
+	}
+	for range 100 {
+		if signalSession(sid, syscall.SIGKILL) == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
