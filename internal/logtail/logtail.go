@@ -118,10 +118,19 @@ func ValidName(name string) bool {
 
 func checkName(name string) error {
 	if !ValidName(name) {
-		return fmt.Errorf("%w %q: use letters, digits, '.', '_' and '-' (at most %d): %w", ErrInvalidName, name, maxNameLen, fs.ErrInvalid)
+		return nameError(name)
 	}
 	return nil
 }
+
+// nameError is an invalid service name; it is both ErrInvalidName and fs.ErrInvalid.
+type nameError string
+
+func (e nameError) Error() string {
+	return fmt.Sprintf("invalid service name %q: use letters, digits, '.', '_' and '-' (at most %d), not \".\" or \"..\"", string(e), maxNameLen)
+}
+
+func (e nameError) Is(target error) bool { return target == ErrInvalidName || target == fs.ErrInvalid }
 
 // path returns the path of name's log file: generation 0 is <name>.log,
 // 1 and 2 are its rotated predecessors. name must be valid.
