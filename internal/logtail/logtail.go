@@ -164,21 +164,25 @@ func (d *Dir) subscribe(f *Follower) bool {
 	}
 	m[f] = struct{}{}
 	d.nsubs++
-	if d.watcher == nil {
-		w, err := fsnotify.NewWatcher()
-		if err != nil {
-			d.log.Warn("file watcher unavailable; polling logs", "err", err)
-			return false
-		}
-		if err := w.Add(d.opts.Dir); err != nil {
-			_ = w.Close()
-			d.log.Warn("watch log folder; polling logs", "dir", d.opts.Dir, "err", err)
-			return false
-		}
-		d.watcher = w
-		d.stopped = make(chan struct{})
-		go d.loop(w, d.stopped)
+	if d.watcher != nil {
+		// Re-adding is a no-op for a live watch and restores one lost when the
+		// folder was removed and created again.
+		_ = d.watcher.Add(d.opts.Dir)
+		return true
 	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		d.log.Warn("file watcher unavailable; polling logs", "err", err)
+		return false
+	}
+	if err := w.Add(d.opts.Dir); err != nil {
+		_ = w.Close()
+		d.log.Warn("watch log folder; polling logs", "dir", d.opts.Dir, "err", err)
+		return false
+	}
+	d.watcher = w
+	d.stopped = make(chan struct{})
+	go d.loop(w, d.stopped)
 	return true
 }
 
