@@ -2,7 +2,6 @@ package api
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -493,14 +493,7 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 	if len(lat) == 0 {
 		return
 	}
-	sorted := append([]time.Duration(nil), lat...)
-	for i := 1; i < len(sorted); i++ {
-		for j := i; j > 0 && sorted[j] < sorted[j-1]; j-- {
-			sorted[j], sorted[j-1] = sorted[j-1], sorted[j]
-		}
-	}
-	b.ReportMetric(float64(sorted[len(sorted)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(sorted[len(sorted)*99/100].Microseconds()), "p99-µs")
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
-
-var _ = context.Background

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -506,4 +507,24 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+func TestFollowBashWriter(t *testing.T) {
+	d := newDir(t, Options{})
+	path := d.path("svc", 0)
+	appendFile(t, path, "")
+	f := open(t, d, "svc")
+	cmd := exec.Command("bash", "-c", `for i in $(seq 1 3000); do echo "line $i héllo ✓"; done >> "$1"`, "bash", path)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var want strings.Builder
+	for i := 1; i <= 3000; i++ {
+		fmt.Fprintf(&want, "line %d héllo ✓\n", i)
+	}
+	got := collect(t, f, want.Len())
+	if diff := cmp.Diff(want.String(), got); diff != "" {
+		t.Fatalf("followed output of a bash writer (-want +got):\n%s", diff)
+	}
 }
