@@ -44,7 +44,7 @@ type Follower struct {
 	closed  bool
 }
 
-// Open starts following name's log. The error wraps fs.ErrInvalid (and
+// Open starts following name's log. Its error matches fs.ErrInvalid (and
 // ErrInvalidName) for a bad name and fs.ErrNotExist when the log does not exist.
 func (d *Dir) Open(name string) (*Follower, error) {
 	if err := checkName(name); err != nil {

@@ -64,8 +64,8 @@ type Dir struct {
 	stopped chan struct{} // closed when the watcher's loop has returned
 }
 
-// ErrInvalidName is returned (wrapped, together with fs.ErrInvalid) for a name
-// that is not a file-name-safe service name.
+// ErrInvalidName matches (errors.Is) the error for a name that is not a
+// file-name-safe service name; so does fs.ErrInvalid.
 var ErrInvalidName = errors.New("invalid service name")
 
 // New returns a Dir reading the logs in opts.Dir.
