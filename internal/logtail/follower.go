@@ -21,7 +21,9 @@ const watcherlessPoll = 250 * time.Millisecond
 // returns, concatenated, is exactly the bytes written to the log (invalid UTF-8
 // replaced by U+FFFD), across rotations: when <name>.log is renamed to
 // <name>.log.1 and a new <name>.log is created, the follower reads the renamed
-// file to its end, then the new one from its start. When the file is truncated
+// file to its end, then the new one from its start (a follower so far behind
+// that its file left the chain continues with the oldest rotated file written
+// since, and loses only files already deleted). When the file is truncated
 // below what was read, reading restarts at its start, so the output written
 // after the truncation is delivered whole. A deleted log is waited for and
 // read from its start once it is created again.
@@ -223,10 +225,18 @@ func (f *Follower) follow(cur os.FileInfo) (bool, error) {
 		// Rotated (ours is now .1 or .2; its successor is one generation newer)
 		// or deleted (the successor is whatever <name>.log is created next).
 		succ, pred := 0, -1
-		if s1 := statOrNil(f.d.path(f.name, 1)); s1 != nil && os.SameFile(cur, s1) {
+		s1, s2 := statOrNil(f.d.path(f.name, 1)), statOrNil(f.d.path(f.name, 2))
+		switch {
+		case s1 != nil && os.SameFile(cur, s1):
 			succ, pred = 0, 1
-		} else if s2 := statOrNil(f.d.path(f.name, 2)); s2 != nil && os.SameFile(cur, s2) {
+		case s2 != nil && os.SameFile(cur, s2):
 			succ, pred = 1, 2
+		case newer(s2, cur):
+			// Ours rotated out of the chain: its successors are the rotated
+			// files written since, oldest first. Older ones predate a deletion.
+			succ = 2
+		case newer(s1, cur):
+			succ = 1
 		}
 		next, err := openLog(f.d.path(f.name, succ))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -259,6 +269,12 @@ func (f *Follower) follow(cur os.FileInfo) (bool, error) {
 		return true, nil
 	}
 	return false, nil
+}
+
+// newer reports whether fi exists and was last written no earlier than cur
+// (timestamps are coarse, so "no earlier" rather than "later").
+func newer(fi, cur os.FileInfo) bool {
+	return fi != nil && !os.SameFile(fi, cur) && !fi.ModTime().Before(cur.ModTime())
 }
 
 // decode passes raw through the UTF-8 stream, noting when a held sequence began.

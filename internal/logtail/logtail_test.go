@@ -258,6 +258,14 @@ func TestTruncation(t *testing.T) {
 func TestDeletedAndRecreated(t *testing.T) {
 	d := newDir(t, Options{})
 	path := d.path("web", 0)
+	// Rotated files from before must not be replayed after the deletion.
+	hourAgo := time.Now().Add(-time.Hour)
+	for gen := 1; gen <= 2; gen++ {
+		appendFile(t, d.path("web", gen), "ancient\n")
+		if err := os.Chtimes(d.path("web", gen), hourAgo, hourAgo); err != nil {
+			t.Fatal(err)
+		}
+	}
 	appendFile(t, path, "old\n")
 	f := open(t, d, "web")
 	appendFile(t, path, "last words\n")
@@ -351,17 +359,18 @@ func TestRotationWhileBehind(t *testing.T) {
 	w.write(t, []byte("before\n"))
 	f := open(t, d, "web")
 	var want strings.Builder
-	// The follower reads nothing while two rotations happen.
-	for i := range 30 {
+	// The follower reads nothing while three rotations happen: the file it
+	// holds open is rotated out of the chain, its successors are .log.2 and .log.1.
+	for i := range 50 {
 		s := logText(i)
 		want.WriteString(s)
 		w.write(t, []byte(s))
-		if w.rotations == 2 {
+		if w.rotations == 3 {
 			break
 		}
 	}
-	if w.rotations != 2 {
-		t.Fatalf("rotations = %d, want 2", w.rotations)
+	if w.rotations != 3 {
+		t.Fatalf("rotations = %d, want 3", w.rotations)
 	}
 	got := collect(t, f, want.Len())
 	if diff := cmp.Diff(want.String(), got); diff != "" {
