@@ -25,8 +25,8 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
-// checkLeaks fails t if goroutines started during the test outlive its cleanups.
-func checkLeaks(t *testing.T) {
+// checkLogLeaks fails t if goroutines started during the test outlive its cleanups.
+func checkLogLeaks(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 }
@@ -62,21 +62,21 @@ func writeLog(t testing.TB, path, s string) {
 	}
 }
 
-// sseFrame is one event of a log stream: a data frame or a comment.
-type sseFrame struct {
+// logEvent is one event of a log stream: a data frame or a comment.
+type logEvent struct {
 	apitype.LogFrame
 	comment string
 }
 
-// sseClient reads a log stream on its own goroutine, which ends when the
+// logStreamClient reads a log stream on its own goroutine, which ends when the
 // stream does.
-type sseClient struct {
+type logStreamClient struct {
 	resp   *http.Response
-	frames chan sseFrame
+	frames chan logEvent
 	client *http.Client
 }
 
-func openStream(t testing.TB, url string) *sseClient {
+func openLogStream(t testing.TB, url string) *logStreamClient {
 	t.Helper()
 	client := &http.Client{Transport: &http.Transport{}}
 	req, _ := http.NewRequest("GET", url, nil)
@@ -90,7 +90,7 @@ func openStream(t testing.TB, url string) *sseClient {
 		resp.Body.Close()
 		t.Fatalf("GET %s = %d %s, want 200", url, resp.StatusCode, b)
 	}
-	c := &sseClient{resp: resp, frames: make(chan sseFrame, 1024), client: client}
+	c := &logStreamClient{resp: resp, frames: make(chan logEvent, 1024), client: client}
 	go func() {
 		defer close(c.frames)
 		br := bufio.NewReader(resp.Body)
@@ -102,13 +102,13 @@ func openStream(t testing.TB, url string) *sseClient {
 			line = strings.TrimSuffix(line, "\n")
 			switch {
 			case strings.HasPrefix(line, "data: "):
-				var f sseFrame
+				var f logEvent
 				if err := json.Unmarshal([]byte(line[len("data: "):]), &f.LogFrame); err != nil {
 					f.Type = "bad frame: " + line
 				}
 				c.frames <- f
 			case strings.HasPrefix(line, ":"):
-				c.frames <- sseFrame{comment: line}
+				c.frames <- logEvent{comment: line}
 			}
 		}
 	}()
@@ -116,7 +116,7 @@ func openStream(t testing.TB, url string) *sseClient {
 	return c
 }
 
-func (c *sseClient) close() {
+func (c *logStreamClient) close() {
 	c.resp.Body.Close()
 	for range c.frames {
 	}
@@ -124,7 +124,7 @@ func (c *sseClient) close() {
 }
 
 // next returns the next data frame, skipping comments.
-func (c *sseClient) next(t testing.TB) apitype.LogFrame {
+func (c *logStreamClient) next(t testing.TB) apitype.LogFrame {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
@@ -143,7 +143,7 @@ func (c *sseClient) next(t testing.TB) apitype.LogFrame {
 }
 
 // appended reads append frames until they hold n bytes.
-func (c *sseClient) appended(t testing.TB, n int) string {
+func (c *logStreamClient) appended(t testing.TB, n int) string {
 	t.Helper()
 	var sb strings.Builder
 	for sb.Len() < n {
@@ -160,14 +160,14 @@ func (c *sseClient) appended(t testing.TB, n int) string {
 }
 
 func TestLogsStream(t *testing.T) {
-	checkLeaks(t)
+	checkLogLeaks(t)
 	_, ts, dir := logServer(t, logtail.Options{Hold: time.Minute})
 	path := filepath.Join(dir, "web.log")
 	long := strings.Repeat("ü", 5001) + "tail\n" // 10007 bytes
 	writeLog(t, path, long)
 
 	beforeStream := goleak.IgnoreCurrent()
-	c := openStream(t, ts.URL+"/api/logs/web")
+	c := openLogStream(t, ts.URL+"/api/logs/web")
 	for k, want := range map[string]string{
 		"Content-Type":      "text/event-stream",
 		"Cache-Control":     "no-cache",
@@ -222,11 +222,11 @@ func TestLogsStream(t *testing.T) {
 }
 
 func TestLogsEmptyLogHasNoInitialFrame(t *testing.T) {
-	checkLeaks(t)
+	checkLogLeaks(t)
 	_, ts, dir := logServer(t, logtail.Options{})
 	path := filepath.Join(dir, "web.log")
 	writeLog(t, path, "")
-	c := openStream(t, ts.URL+"/api/logs/web")
+	c := openLogStream(t, ts.URL+"/api/logs/web")
 	writeLog(t, path, "hi\n")
 	if f := c.next(t); f.Type != "append" || f.Content != "hi\n" {
 		t.Fatalf("first frame = %+v, want append %q", f, "hi\n")
@@ -235,12 +235,12 @@ func TestLogsEmptyLogHasNoInitialFrame(t *testing.T) {
 }
 
 func TestLogsRotationByteExact(t *testing.T) {
-	checkLeaks(t)
+	checkLogLeaks(t)
 	_, ts, dir := logServer(t, logtail.Options{})
 	w := &rotatingLog{dir: dir, name: "web", limit: 1500}
 	defer w.close()
 	w.write(t, "start\n")
-	c := openStream(t, ts.URL+"/api/logs/web")
+	c := openLogStream(t, ts.URL+"/api/logs/web")
 	if f := c.next(t); f.Type != "initial" || f.Content != "start\n" {
 		t.Fatalf("first frame = %+v, want initial %q", f, "start\n")
 	}
@@ -352,10 +352,10 @@ func (w *rotatingLog) close() {
 }
 
 func TestLogsEndOnServerClose(t *testing.T) {
-	checkLeaks(t)
+	checkLogLeaks(t)
 	s, ts, dir := logServer(t, logtail.Options{})
 	writeLog(t, filepath.Join(dir, "web.log"), "x\n")
-	c := openStream(t, ts.URL+"/api/logs/web")
+	c := openLogStream(t, ts.URL+"/api/logs/web")
 	c.next(t)
 	s.Close()
 	timeout := time.After(10 * time.Second)
@@ -376,13 +376,13 @@ func TestLogsEndOnServerClose(t *testing.T) {
 }
 
 func TestLogsKeepAlive(t *testing.T) {
-	checkLeaks(t)
+	checkLogLeaks(t)
 	old := logKeepAlive
 	logKeepAlive = 20 * time.Millisecond
 	t.Cleanup(func() { logKeepAlive = old }) // after the server's cleanup
 	_, ts, dir := logServer(t, logtail.Options{})
 	writeLog(t, filepath.Join(dir, "web.log"), "")
-	c := openStream(t, ts.URL+"/api/logs/web")
+	c := openLogStream(t, ts.URL+"/api/logs/web")
 	select {
 	case f := <-c.frames:
 		if f.comment != ": keep-alive" {
@@ -468,7 +468,7 @@ func BenchmarkLogAppendLatency(b *testing.B) {
 	_, ts, dir := logServer(b, logtail.Options{})
 	path := filepath.Join(dir, "web.log")
 	writeLog(b, path, "")
-	c := openStream(b, ts.URL+"/api/logs/web")
+	c := openLogStream(b, ts.URL+"/api/logs/web")
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		b.Fatal(err)
@@ -486,10 +486,10 @@ func BenchmarkLogAppendLatency(b *testing.B) {
 		lat = append(lat, time.Since(start))
 	}
 	b.StopTimer()
-	reportPercentiles(b, lat)
+	reportLogLatency(b, lat)
 }
 
-func reportPercentiles(b *testing.B, lat []time.Duration) {
+func reportLogLatency(b *testing.B, lat []time.Duration) {
 	if len(lat) == 0 {
 		return
 	}
