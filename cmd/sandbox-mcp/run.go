@@ -20,6 +20,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/gitrepo"
 	"github.com/proliferate-ai/sandbox-mcp/internal/ports"
 	"github.com/proliferate-ai/sandbox-mcp/internal/terminal"
+	"github.com/proliferate-ai/sandbox-mcp/internal/logtail"
 )
 
 const usage = `usage: sandbox-mcp <mode> [flags]
@@ -121,6 +122,11 @@ func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// Every shell dies with the sidecar: none may outlive it unsupervised.
 	defer term.Close()
 	opts.Terminal = term
+	logs, err := logtail.New(logtail.Options{Dir: cfg.LogDir(), Logger: log})
+	if err != nil {
+		return err
+	}
+	opts.Logs = logs
 	srv, err := api.New(opts)
 	if err != nil {
 		return err

@@ -17,9 +17,6 @@ type Services interface {
 	Restart(ctx context.Context, name string) (apitype.ServiceInfo, error)
 }
 
-// LogStreamer follows a service's log for GET /api/logs/{name}.
-type LogStreamer interface{}
-
 // EventSource feeds GET /api/events.
 type EventSource interface{}
 
@@ -40,10 +37,6 @@ func (s *Server) stopService(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) restartService(w http.ResponseWriter, r *http.Request) error {
-	return errNotImplemented
-}
-
-func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	return errNotImplemented
 }
 
