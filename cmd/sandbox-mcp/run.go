@@ -16,6 +16,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/api"
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
+	"github.com/proliferate-ai/sandbox-mcp/internal/services"
 )
 
 const usage = `usage: sandbox-mcp <mode> [flags]
@@ -87,6 +88,13 @@ func runAPI(ctx context.Context, args []string, getenv func(string) string, stde
 // serveAPI wires the components, listens on cfg.Addr and serves until ctx ends.
 func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	opts := api.Options{Token: cfg.Token, Logger: log}
+	// Services keep running when the sidecar stops; Close only ends supervision.
+	mgr, err := services.New(services.Config{StateDir: cfg.StateDir, WorkspaceDir: cfg.WorkspaceDir, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer mgr.Close()
+	opts.Services, opts.Events = mgr, mgr
 	srv, err := api.New(opts)
 	if err != nil {
 		return err
@@ -132,4 +140,3 @@ func randomToken() string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
-
