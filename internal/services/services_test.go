@@ -6,12 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -530,5 +528,21 @@ func TestParseStat(t *testing.T) {
 	}
 }
 
-var _ = io.Discard
-var _ = strconv.Itoa
+
+// BenchmarkStartStop measures starting a service and stopping it again.
+func BenchmarkStartStop(b *testing.B) {
+	m, err := New(Config{StateDir: b.TempDir(), WorkspaceDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := m.Start(ctx, apitype.StartServiceRequest{Name: "bench", Command: "sleep 600"}); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Stop(ctx, "bench"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
