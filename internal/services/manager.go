@@ -188,6 +188,8 @@ func New(cfg Config) (*Manager, error) {
 		m.wg.Wait()
 		return nil, err
 	}
+	m.wg.Add(1)
+	go m.syncLoop()
 	return m, nil
 }
 
@@ -529,6 +531,8 @@ func (m *Manager) Stop(ctx context.Context, name string) error {
 }
 
 func (m *Manager) stopLocked(ctx context.Context, name string) error {
+	// A caller that goes away must not leave a half-stopped service behind.
+	ctx = context.WithoutCancel(ctx)
 	m.refresh()
 	r, ok := m.record(name)
 	if !ok {

@@ -45,7 +45,12 @@ func helperSidecar() int {
 	}
 	for _, nc := range strings.Split(os.Getenv("SERVICES_TEST_COMMANDS"), "|") {
 		name, cmd, _ := strings.Cut(nc, "=")
-		if _, err := m.Start(context.Background(), apitype.StartServiceRequest{Name: name, Command: cmd}); err != nil {
+		req := apitype.StartServiceRequest{Name: name, Command: cmd, Restart: os.Getenv("SERVICES_TEST_RESTART")}
+		if req.Restart != "" {
+			req.MaxRestarts = new(int)
+			*req.MaxRestarts = 1
+		}
+		if _, err := m.Start(context.Background(), req); err != nil {
 			fmt.Println("error", err)
 			return 1
 		}
@@ -527,7 +532,6 @@ func TestParseStat(t *testing.T) {
 		t.Error("parseStat(garbage) = nil error, want an error")
 	}
 }
-
 
 // BenchmarkStartStop measures starting a service and stopping it again.
 func BenchmarkStartStop(b *testing.B) {

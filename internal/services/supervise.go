@@ -553,3 +553,66 @@ func legacyMatch(pid int, command string) bool {
 	args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
 	return len(args) == 3 && filepath.Base(args[0]) == "bash" && args[1] == "-c" && args[2] == command
 }
+
+// syncLoop follows runs started by other processes sharing the state dir
+// (the MCP mode and the API server), so their exits are recorded and their
+// restart policies applied even after the process that started them is gone.
+func (m *Manager) syncLoop() {
+	defer m.wg.Done()
+	tick := time.NewTicker(m.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		m.refresh()
+		m.mu.RLock()
+		var foreign []record
+		for _, r := range m.st.Services {
+			if r.Status == apitype.StatusRunning && r.Instance != "" && r.ExitedInstance != r.Instance {
+				foreign = append(foreign, *r)
+			}
+		}
+		m.mu.RUnlock()
+		for _, r := range foreign {
+			m.adoptForeign(r)
+		}
+	}
+}
+
+// adoptForeign watches r's run unless this process already does. A name
+// being started or stopped here is skipped; the next round sees it again.
+func (m *Manager) adoptForeign(r record) {
+	m.namesMu.Lock()
+	mu, ok := m.names[r.Name]
+	if !ok {
+		mu = &sync.Mutex{}
+		m.names[r.Name] = mu
+	}
+	m.namesMu.Unlock()
+	if !mu.TryLock() {
+		return
+	}
+	defer mu.Unlock()
+	if in := m.current(r.Name); in != nil && in.id == r.Instance {
+		return
+	}
+	if !alive(r.MonitorPID, r.MonitorStartTime) && !alive(r.PID, r.StartTime) {
+		if _, known := m.readExitFile(r.Instance); !known {
+			return // not started yet or already handled elsewhere; adopt() covers restarts
+		}
+	}
+	ictx, icancel := context.WithCancel(m.ctx)
+	in := &instance{
+		name: r.Name, id: r.Instance, req: requestOf(&r), t: r.target(),
+		startedAt: time.UnixMilli(r.StartedAt),
+		ctx:       ictx, cancel: icancel,
+		exited: make(chan struct{}), gone: make(chan struct{}),
+	}
+	m.setCurrent(in)
+	m.log.Info("service adopted from another process", "service", r.Name, "pid", r.PID)
+	m.wg.Add(1)
+	go m.watch(in)
+}

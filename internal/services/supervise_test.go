@@ -1,6 +1,7 @@
 package services
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"net"
@@ -287,5 +288,74 @@ func TestRotationByteExact(t *testing.T) {
 	body := got[i+len("Working directory: "+dir+"\n\n"):]
 	if !bytes.Equal(body, want) {
 		t.Errorf("rotated logs hold %d bytes of output, want the %d bytes written, byte for byte", len(body), len(want))
+	}
+}
+
+// startHelperSidecar runs a sidecar in another process, lets it start the
+// given services, then kills it with SIGKILL.
+func startHelperSidecar(t *testing.T, stateDir, commands string, env ...string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "SERVICES_TEST_HELPER=sidecar", "SERVICES_TEST_STATE="+stateDir, "SERVICES_TEST_COMMANDS="+commands)
+	cmd.Env = append(cmd.Env, env...)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if line != "ready\n" {
+		t.Fatalf("helper sidecar said %q, want ready", line)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+}
+
+// TestReadoptedKeepsPolicy: the restart policy survives a sidecar killed with SIGKILL.
+func TestReadoptedKeepsPolicy(t *testing.T) {
+	stateDir := t.TempDir()
+	startHelperSidecar(t, stateDir, "flaky=sleep 1; exit 5", "SERVICES_TEST_RESTART=on-failure")
+	m := newTestManager(t, Config{StateDir: stateDir, PollInterval: 20 * time.Millisecond, BackoffBase: 50 * time.Millisecond})
+	first := get(t, m, "flaky")
+	if first.Status != apitype.StatusRunning || first.Restart != apitype.RestartOnFailure {
+		t.Fatalf("after re-adoption: %+v, want running with restart on-failure", first)
+	}
+	waitFor(t, "the re-adopted service to be restarted", 20*time.Second, func() bool {
+		s := get(t, m, "flaky")
+		return s.Restarts == 1 && s.PID != first.PID && s.Status == apitype.StatusRunning
+	})
+	waitFor(t, "it to give up", 20*time.Second, func() bool {
+		s := get(t, m, "flaky")
+		return s.Status == apitype.StatusError && strings.Contains(s.Reason, "gave up after 1 restarts")
+	})
+}
+
+// TestSharedStateDir: two managers on one state dir (the API server and the
+// MCP mode) see each other's services, and a stop by one is not taken for a
+// crash by the other.
+func TestSharedStateDir(t *testing.T) {
+	a := newTestManager(t, Config{PollInterval: 20 * time.Millisecond, BackoffBase: 50 * time.Millisecond})
+	b := newTestManager(t, Config{StateDir: a.cfg.StateDir, WorkspaceDir: a.cfg.WorkspaceDir, PollInterval: 20 * time.Millisecond, BackoffBase: 50 * time.Millisecond})
+	start(t, a, apitype.StartServiceRequest{Name: "shared", Command: "sleep 300", Restart: apitype.RestartAlways})
+	start(t, b, apitype.StartServiceRequest{Name: "other", Command: "sleep 300"})
+	for _, m := range []*Manager{a, b} {
+		list, _ := m.List()
+		if len(list) != 2 || list[0].Name != "shared" || list[1].Name != "other" {
+			t.Fatalf("List = %+v, want shared and other", list)
+		}
+	}
+	pid := get(t, a, "shared").PID
+	if err := b.Stop(t.Context(), "shared"); err != nil {
+		t.Fatal(err)
+	}
+	if processExists(pid) {
+		t.Errorf("pid %d alive after the other manager stopped it", pid)
+	}
+	// Give a wrongly triggered restart every chance to happen.
+	time.Sleep(500 * time.Millisecond)
+	for _, m := range []*Manager{a, b} {
+		if s := get(t, m, "shared"); s.Status != apitype.StatusStopped || s.Restarts != 0 {
+			t.Errorf("shared = %+v, want stopped and never restarted", s)
+		}
 	}
 }
