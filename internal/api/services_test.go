@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,4 +227,66 @@ func TestEventsStream(t *testing.T) {
 	if strings.Join(got, " ") != want {
 		t.Errorf("events = %v, want %s", got, want)
 	}
+}
+
+// fakeEvents counts subscriptions, to check the stream releases them.
+type fakeEvents struct {
+	mu     sync.Mutex
+	active int
+	ch     chan apitype.Event
+}
+
+func (f *fakeEvents) Subscribe() (<-chan apitype.Event, func()) {
+	f.mu.Lock()
+	f.active++
+	f.mu.Unlock()
+	return f.ch, func() { f.mu.Lock(); f.active--; f.mu.Unlock() }
+}
+
+func (f *fakeEvents) count() int { f.mu.Lock(); defer f.mu.Unlock(); return f.active }
+
+func TestEventsStreamReleasesSubscription(t *testing.T) {
+	ev := &fakeEvents{ch: make(chan apitype.Event)}
+	s, err := New(Options{Token: testToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Events: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	open := func() (*http.Response, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(t.Context())
+		req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/api/events", nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, cancel
+	}
+	waitCount := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for ev.count() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("active subscriptions = %d, want %d", ev.count(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// The client goes away.
+	resp, cancel := open()
+	waitCount(1)
+	cancel()
+	resp.Body.Close()
+	waitCount(0)
+	// The server shuts down: the stream ends.
+	resp, cancel = open()
+	defer cancel()
+	waitCount(1)
+	s.Close()
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		t.Errorf("reading the stream after server Close: %v", err)
+	}
+	resp.Body.Close()
+	waitCount(0)
 }
