@@ -251,10 +251,13 @@ func (m *Manager) update(fn func(st *stateFile) error) error {
 	}
 	defer unlock()
 	st, _, err := readState(m.statePath)
-	if err != nil {
+	if errors.Is(err, errCorrupt) {
 		dst, qerr := quarantine(m.statePath, m.now())
 		m.log.Error("state file is corrupt; moved aside", "err", err, "moved_to", dst, "move_err", qerr)
-		st = newState()
+		st, err = newState(), nil
+	}
+	if err != nil {
+		return fmt.Errorf("read state: %w", err)
 	}
 	if err := fn(st); err != nil {
 		return err

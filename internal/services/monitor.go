@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -138,9 +139,20 @@ func runMonitor() int {
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
+		// Keep draining even when the log cannot be written (disk full):
+		// a service blocked on a full pipe would hang.
 		buf := make([]byte, 32<<10)
-		_, _ = io.CopyBuffer(lw, r, buf)
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				_, _ = lw.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
+	var reaped sync.WaitGroup
 
 	for {
 		var ws syscall.WaitStatus
@@ -155,7 +167,7 @@ func runMonitor() int {
 			continue
 		}
 		code := exitCode(ws)
-		if err := writeFileAtomic(spec.ExitFile, []byte(strconv.Itoa(code)+"\n")); err != nil {
+		if err := writeFileAtomic(spec.ExitFile, []byte(strconv.Itoa(code)+"\n"), 0o644); err != nil {
 			fmt.Fprintf(lw, "sandbox-mcp: record exit code: %v\n", err)
 		}
 		report("exited %d", code)
@@ -163,7 +175,9 @@ func runMonitor() int {
 		// Zombies of killed children are reaped by this loop afterwards.
 		// The leader is reaped, so pgidStart stays 0: if its pid is recycled
 		// the group is left alone.
+		reaped.Add(1)
 		go func() {
+			defer reaped.Done()
 			sig := syscall.Signal(spec.StopSignal)
 			if sig == 0 {
 				sig = syscall.SIGTERM
@@ -172,6 +186,7 @@ func runMonitor() int {
 			_ = killTree(context.Background(), t, sig, time.Duration(spec.StopTimeout)*time.Millisecond)
 		}()
 	}
+	reaped.Wait()
 	select {
 	case <-copied:
 	case <-time.After(2 * time.Second):
@@ -260,6 +275,12 @@ func (w *rotatingWriter) open() error {
 func (w *rotatingWriter) Size() int64 { return w.size }
 
 func (w *rotatingWriter) Write(p []byte) (int, error) {
+	if w.f == nil {
+		// A failed rotation left no file open: try again.
+		if err := w.open(); err != nil {
+			return 0, err
+		}
+	}
 	n, err := w.f.Write(p)
 	w.size += int64(n)
 	if err != nil {
@@ -275,6 +296,7 @@ func (w *rotatingWriter) Write(p []byte) (int, error) {
 
 func (w *rotatingWriter) rotate() error {
 	w.f.Close()
+	w.f = nil
 	for i := w.keep - 1; i >= 1; i-- {
 		_ = os.Rename(w.path+"."+strconv.Itoa(i), w.path+"."+strconv.Itoa(i+1))
 	}
@@ -282,4 +304,9 @@ func (w *rotatingWriter) rotate() error {
 	return w.open()
 }
 
-func (w *rotatingWriter) Close() error { return w.f.Close() }
+func (w *rotatingWriter) Close() error {
+	if w.f == nil {
+		return nil
+	}
+	return w.f.Close()
+}

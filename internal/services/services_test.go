@@ -550,3 +550,20 @@ func BenchmarkStartStop(b *testing.B) {
 		}
 	}
 }
+
+func TestCorruptStateFile(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "state.json"), []byte(`{"services":{"a":`), 0o644)
+	m := newTestManager(t, Config{StateDir: dir})
+	if list, _ := m.List(); len(list) != 0 {
+		t.Errorf("List with a corrupt state file = %+v, want empty", list)
+	}
+	moved, _ := filepath.Glob(filepath.Join(dir, "state.json.corrupt-*"))
+	if len(moved) != 1 {
+		t.Errorf("corrupt state files moved aside: %v, want one", moved)
+	}
+	start(t, m, apitype.StartServiceRequest{Name: "after", Command: "sleep 300"})
+	if fi, err := os.Stat(filepath.Join(dir, "state.json")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("state.json: %v, %v; want mode 0600", fi, err)
+	}
+}

@@ -2,6 +2,7 @@ package services
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -72,6 +73,9 @@ func stampOf(fi os.FileInfo) fileStamp {
 	return st
 }
 
+// errCorrupt marks a state file that exists but is not valid JSON.
+var errCorrupt = errors.New("state file is corrupt")
+
 // readState reads path; a missing file is an empty state.
 func readState(path string) (*stateFile, fileStamp, error) {
 	f, err := os.Open(path)
@@ -88,7 +92,7 @@ func readState(path string) (*stateFile, fileStamp, error) {
 	}
 	st := newState()
 	if err := json.NewDecoder(f).Decode(st); err != nil {
-		return nil, stampOf(fi), fmt.Errorf("decode %s: %w", path, err)
+		return nil, stampOf(fi), fmt.Errorf("decode %s: %w: %w", path, errCorrupt, err)
 	}
 	if st.Services == nil {
 		st.Services = map[string]*record{}
@@ -109,7 +113,8 @@ func writeState(path string, st *stateFile) (fileStamp, error) {
 	if err != nil {
 		return fileStamp{}, err
 	}
-	if err := writeFileAtomic(path, append(b, '\n')); err != nil {
+	// 0600: services' env (echoed options) may hold secrets.
+	if err := writeFileAtomic(path, append(b, '\n'), 0o600); err != nil {
 		return fileStamp{}, err
 	}
 	fi, err := os.Stat(path)
@@ -121,7 +126,7 @@ func writeState(path string, st *stateFile) (fileStamp, error) {
 
 // writeFileAtomic writes data to a temp file next to path, fsyncs it and
 // renames it over path, so readers see the old or the new content, never half.
-func writeFileAtomic(path string, data []byte) error {
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return err
@@ -135,7 +140,7 @@ func writeFileAtomic(path string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Chmod(tmp, 0o644)
+		err = os.Chmod(tmp, perm)
 	}
 	if err == nil {
 		err = os.Rename(tmp, path)

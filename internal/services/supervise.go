@@ -279,7 +279,7 @@ func (m *Manager) afterExit(in *instance, code int, known bool) {
 	if !restart {
 		return
 	}
-	m.emit(apitype.Event{Type: apitype.EventRestarting, Service: in.name, NextRestartAt: &at})
+	m.emit(apitype.Event{Type: apitype.EventRestarting, Service: in.name, Time: now.UnixMilli(), NextRestartAt: &at})
 	m.log.Info("service restarting", "service", in.name, "delay", delay)
 	m.relaunchAfter(in, delay)
 }
