@@ -567,3 +567,39 @@ func TestCorruptStateFile(t *testing.T) {
 		t.Errorf("state.json: %v, %v; want mode 0600", fi, err)
 	}
 }
+
+// TestLegacyStateEntry: an entry written by the old sidecar (no start time)
+// is trusted only when the pid still runs `bash -c <command>`.
+func TestLegacyStateEntry(t *testing.T) {
+	dir := t.TempDir()
+	legacy := exec.Command("bash", "-c", "sleep 300; true")
+	legacy.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	other := exec.Command("sleep", "301")
+	for _, c := range []*exec.Cmd{legacy, other} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	}
+	waitFor(t, "bash to run its command", 5*time.Second, func() bool { return legacyMatch(legacy.Process.Pid, "sleep 300; true") })
+	state := fmt.Sprintf(`{"services":{"old":{"name":"old","command":"sleep 300; true","cwd":"/","pid":%d,"status":"running","startedAt":1,"logFile":"x"},
+		"reused":{"name":"reused","command":"sleep 300; true","cwd":"/","pid":%d,"status":"running","startedAt":2,"logFile":"y"}},"exposedPort":null}`,
+		legacy.Process.Pid, other.Process.Pid)
+	os.WriteFile(filepath.Join(dir, "state.json"), []byte(state), 0o644)
+	m := newTestManager(t, Config{StateDir: dir})
+	if s := get(t, m, "old"); s.Status != apitype.StatusRunning {
+		t.Errorf("legacy entry = %+v, want running", s)
+	}
+	if s := get(t, m, "reused"); s.Status != apitype.StatusStopped {
+		t.Errorf("legacy entry with a reused pid = %+v, want stopped", s)
+	}
+	if err := m.Stop(t.Context(), "old"); err != nil {
+		t.Fatal(err)
+	}
+	if processExists(legacy.Process.Pid) {
+		t.Error("legacy service still alive after Stop")
+	}
+	if !processExists(other.Process.Pid) {
+		t.Error("the process that reused a pid was signalled")
+	}
+}
