@@ -153,9 +153,16 @@ func hasEnvEntry(pid int, entry []byte) bool {
 }
 
 // signalProcs sends sig to the group (when safe) and to every listed process outside it.
+// A stopped (SIGSTOP, Ctrl-Z) process also gets SIGCONT, so it can act on the signal.
 func signalProcs(t target, pids []int, groupOK bool, sig syscall.Signal) {
+	send := func(pid int) {
+		_ = syscall.Kill(pid, sig)
+		if sig != syscall.SIGKILL {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
 	if groupOK {
-		_ = syscall.Kill(-t.pgid, sig)
+		send(-t.pgid)
 	}
 	for _, pid := range pids {
 		if groupOK {
@@ -163,7 +170,7 @@ func signalProcs(t target, pids []int, groupOK bool, sig syscall.Signal) {
 				continue
 			}
 		}
-		_ = syscall.Kill(pid, sig)
+		send(pid)
 	}
 }
 

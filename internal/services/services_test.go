@@ -340,10 +340,12 @@ func TestStopKillsWholeTree(t *testing.T) {
 	start(t, m, apitype.StartServiceRequest{Name: "http", Command: fmt.Sprintf("python3 -m http.server %d --bind 127.0.0.1; echo done", port)})
 	start(t, m, apitype.StartServiceRequest{Name: "setsid", Command: "setsid sleep 1000 & nohup sleep 1001 >/dev/null 2>&1 & (setsid bash -c 'exec env -u SANDBOX_MCP_SERVICE_INSTANCE sleep 1002' &) ; sleep 1000"})
 	start(t, m, apitype.StartServiceRequest{Name: "stubborn", Command: "trap '' TERM; sleep 1000 & while true; do sleep 0.1; done"})
+	start(t, m, apitype.StartServiceRequest{Name: "frozen", Command: "sleep 1000 & kill -STOP $!; sleep 1000"})
 	waitFor(t, "http server to listen", 20*time.Second, func() bool { return checkTCP(port) == nil })
 	waitFor(t, "setsid children", 10*time.Second, func() bool { return len(procsOf(m, "setsid")) >= 4 })
 
-	for _, name := range []string{"http", "setsid", "stubborn"} {
+	waitFor(t, "the frozen child", 5*time.Second, func() bool { return len(procsOf(m, "frozen")) >= 2 })
+	for _, name := range []string{"http", "setsid", "stubborn", "frozen"} {
 		r, _ := m.record(name)
 		pids, _ := findProcs(r.target())
 		if err := m.Stop(t.Context(), name); err != nil {
