@@ -22,24 +22,6 @@ type portStore interface {
 	SetExposedPort(port int) error
 }
 
-// memoryPortStore keeps the exposed port for this run only.
-type memoryPortStore struct {
-	mu   sync.Mutex
-	port *int
-}
-
-func (s *memoryPortStore) ExposedPort() *int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.port
-}
-
-func (s *memoryPortStore) SetExposedPort(port int) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.port = &port
-	return nil
-}
 
 // exposer is the api.Exposer: the preview proxy's listener and Caddy's routing.
 type exposer struct {

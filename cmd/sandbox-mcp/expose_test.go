@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -390,4 +391,23 @@ func TestAPIServesWhenPreviewPortIsTaken(t *testing.T) {
 	if code, body, _ := call(t, "POST", "http://"+cfg.Addr+"/api/expose", "Bearer "+e2eToken, `{"port":3000}`); code != 501 {
 		t.Errorf("POST /api/expose with the preview port taken = %d %s, want 501", code, body)
 	}
+}
+
+// memoryPortStore keeps the exposed port in memory, for tests.
+type memoryPortStore struct {
+	mu   sync.Mutex
+	port *int
+}
+
+func (s *memoryPortStore) ExposedPort() *int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.port
+}
+
+func (s *memoryPortStore) SetExposedPort(port int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.port = &port
+	return nil
 }

@@ -8,9 +8,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/services"
 )
 
 func main() {
+	// The service monitor is this binary re-executed; it must not start the sidecar.
+	services.RunMonitorIfRequested()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()

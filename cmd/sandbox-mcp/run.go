@@ -18,9 +18,10 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/api"
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
 	"github.com/proliferate-ai/sandbox-mcp/internal/gitrepo"
-	"github.com/proliferate-ai/sandbox-mcp/internal/ports"
-	"github.com/proliferate-ai/sandbox-mcp/internal/terminal"
 	"github.com/proliferate-ai/sandbox-mcp/internal/logtail"
+	"github.com/proliferate-ai/sandbox-mcp/internal/ports"
+	"github.com/proliferate-ai/sandbox-mcp/internal/services"
+	"github.com/proliferate-ai/sandbox-mcp/internal/terminal"
 )
 
 const usage = `usage: sandbox-mcp <mode> [flags]
@@ -92,6 +93,13 @@ func runAPI(ctx context.Context, args []string, getenv func(string) string, stde
 // serveAPI wires the components, listens on cfg.Addr and serves until ctx ends.
 func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	opts := api.Options{Token: cfg.Token, Logger: log}
+	// Services keep running when the sidecar stops; Close only ends supervision.
+	mgr, err := services.New(services.Config{StateDir: cfg.StateDir, WorkspaceDir: cfg.WorkspaceDir, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer mgr.Close()
+	opts.Services, opts.Events = mgr, mgr
 	if g, err := gitrepo.New(gitrepo.Options{Dir: cfg.WorkspaceDir, Logger: log}); err != nil {
 		log.Warn("git endpoints disabled", "err", err)
 	} else {
@@ -102,10 +110,8 @@ func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	} else {
 		opts.Ports = p
 	}
-	// exposedPortStore keeps the exposed port across restarts.
-	var exposedPortStore portStore = &memoryPortStore{}
 	// Without port exposure the rest of the API still serves; /api/expose answers 501.
-	if exp, err := newExposer(ctx, cfg, log, exposedPortStore); err != nil {
+	if exp, err := newExposer(ctx, cfg, log, mgr); err != nil {
 		log.Error("port exposure disabled", "err", err)
 	} else {
 		defer func() {

@@ -25,9 +25,14 @@ type ServiceInfo struct {
 	LogFile   string `json:"logFile"`
 
 	// Supervision extension (CONTRACT.md "Supervision").
-	Ready         bool   `json:"ready"`
-	Restarts      int    `json:"restarts"`
-	ExitCode      *int   `json:"exitCode,omitempty"`
+
+	// Ready is true once the readiness probe passed (at once without a probe).
+	Ready bool `json:"ready"`
+	// Restarts counts automatic restarts since the service was last started by a caller.
+	Restarts int `json:"restarts"`
+	// ExitCode is the last exit code of the main process (128+signal when killed by one).
+	ExitCode *int `json:"exitCode,omitempty"`
+	// LastExitAt, NextRestartAt and StoppedAt are epoch milliseconds.
 	LastExitAt    *int64 `json:"lastExitAt,omitempty"`
 	NextRestartAt *int64 `json:"nextRestartAt,omitempty"`
 	StoppedAt     *int64 `json:"stoppedAt,omitempty"`

@@ -1,0 +1,179 @@
+package services
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+)
+
+// record is one service in the state file: the wire ServiceInfo plus what the
+// manager needs to re-adopt and supervise it safely.
+type record struct {
+	apitype.ServiceInfo
+
+	// Order is the sequence number of the name's first start (listing order).
+	Order int64 `json:"order"`
+	// Instance is unique per start; every process of the run carries it in SANDBOX_MCP_SERVICE_INSTANCE.
+	Instance string `json:"instance,omitempty"`
+	// PGID is the process group (the pid of `bash -c`).
+	PGID int `json:"pgid,omitempty"`
+	// StartTime is field 22 of /proc/<pid>/stat, to tell a recycled pid apart.
+	StartTime        uint64 `json:"startTime,omitempty"`
+	MonitorPID       int    `json:"monitorPid,omitempty"`
+	MonitorStartTime uint64 `json:"monitorStartTime,omitempty"`
+	// Consecutive counts restarts since the service last stayed up long enough.
+	Consecutive int `json:"consecutiveRestarts,omitempty"`
+	// StopRequested is the instance a stop was requested for, so no process
+	// sharing the state takes its exit for a crash.
+	StopRequested string `json:"stopRequested,omitempty"`
+	// ExitedInstance is the last instance whose exit was recorded.
+	ExitedInstance string `json:"exitedInstance,omitempty"`
+}
+
+func (r *record) target() target {
+	return target{pgid: r.PGID, pgidStart: r.StartTime, instance: r.Instance, monitor: r.MonitorPID, monStart: r.MonitorStartTime}
+}
+
+// stateFile is the JSON of <StateDir>/state.json.
+type stateFile struct {
+	Services    map[string]*record `json:"services"`
+	ExposedPort *int               `json:"exposedPort"`
+}
+
+func newState() *stateFile { return &stateFile{Services: map[string]*record{}} }
+
+// clone deep-copies what callers of the cache may see.
+func (s *stateFile) clone() *stateFile {
+	c := &stateFile{Services: make(map[string]*record, len(s.Services)), ExposedPort: s.ExposedPort}
+	for k, v := range s.Services {
+		r := *v
+		c.Services[k] = &r
+	}
+	return c
+}
+
+// fileStamp tells whether state.json changed since it was read (every write is a rename).
+type fileStamp struct {
+	ino   uint64
+	size  int64
+	mtime int64
+}
+
+func stampOf(fi os.FileInfo) fileStamp {
+	st := fileStamp{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.ino = sys.Ino
+	}
+	return st
+}
+
+// errCorrupt marks a state file that exists but is not valid JSON.
+var errCorrupt = errors.New("state file is corrupt")
+
+// readState reads path; a missing file is an empty state.
+func readState(path string) (*stateFile, fileStamp, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return newState(), fileStamp{}, nil
+	}
+	if err != nil {
+		return nil, fileStamp{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fileStamp{}, err
+	}
+	st := newState()
+	if err := json.NewDecoder(f).Decode(st); err != nil {
+		return nil, stampOf(fi), fmt.Errorf("decode %s: %w: %w", path, errCorrupt, err)
+	}
+	if st.Services == nil {
+		st.Services = map[string]*record{}
+	}
+	for name, r := range st.Services {
+		if r == nil || ValidateName(name) != nil {
+			delete(st.Services, name)
+			continue
+		}
+		r.Name = name
+	}
+	return st, stampOf(fi), nil
+}
+
+// writeState replaces path atomically with st, two-space indented.
+func writeState(path string, st *stateFile) (fileStamp, error) {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fileStamp{}, err
+	}
+	// 0600: services' env (echoed options) may hold secrets.
+	if err := writeFileAtomic(path, append(b, '\n'), 0o600); err != nil {
+		return fileStamp{}, err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	return stampOf(fi), nil
+}
+
+// writeFileAtomic writes data to a temp file next to path, fsyncs it and
+// renames it over path, so readers see the old or the new content, never half.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, perm)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// flock takes an exclusive lock on <dir>/state.lock, shared with every
+// sidecar process using the same state dir.
+func flock(dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, "state.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open state lock: %w", err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock state: %w", err)
+	}
+	return func() { f.Close() }, nil // closing releases the lock
+}
+
+// quarantine moves a corrupt state file aside so the sidecar keeps serving.
+func quarantine(path string, now time.Time) (string, error) {
+	dst := fmt.Sprintf("%s.corrupt-%d", path, now.UnixNano())
+	return dst, os.Rename(path, dst)
+}
