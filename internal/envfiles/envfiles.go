@@ -167,12 +167,23 @@ func within(root, p string) bool {
 }
 
 // realPath resolves the symlinks of p's longest existing prefix, so a link
-// inside the workspace that points out of it is caught before anything is written.
-func realPath(p string) string {
+// inside the workspace that points out of it (dangling or not) is caught
+// before anything is written.
+func realPath(p string) string { return realPathDepth(p, 0) }
+
+func realPathDepth(p string, depth int) string {
 	rest := ""
 	for cur := p; ; {
 		if r, err := filepath.EvalSymlinks(cur); err == nil {
 			return filepath.Join(r, rest)
+		}
+		if fi, err := os.Lstat(cur); err == nil && fi.Mode()&fs.ModeSymlink != 0 && depth < 40 {
+			if target, err := os.Readlink(cur); err == nil {
+				if !filepath.IsAbs(target) {
+					target = filepath.Join(filepath.Dir(cur), target)
+				}
+				return filepath.Join(realPathDepth(target, depth+1), rest)
+			}
 		}
 		parent := filepath.Dir(cur)
 		if parent == cur {
