@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -256,4 +257,27 @@ func contextWithCancelAfterPolls(t *testing.T) (context.Context, context.CancelF
 	timer := time.AfterFunc(200*time.Millisecond, cancel)
 	t.Cleanup(func() { timer.Stop() })
 	return ctx, cancel
+}
+
+func TestApprovalWaiterProgress(t *testing.T) {
+	var buf bytes.Buffer
+	w := &approvalWaiter{w: &buf}
+	w.Start("inv-1")
+	for _, s := range []int{2, 4, 10, 12, 20, 21, 40} {
+		w.Tick(time.Duration(s)*time.Second + 300*time.Millisecond)
+	}
+	w.done()
+	want := "Waiting for approval...\nStill waiting for approval (10s elapsed)\nStill waiting for approval (20s elapsed)\nStill waiting for approval (40s elapsed)\n"
+	if buf.String() != want {
+		t.Errorf("progress = %q, want %q", buf.String(), want)
+	}
+	buf.Reset()
+	tty := &approvalWaiter{w: &buf, tty: true}
+	tty.Start("inv-1")
+	tty.Tick(2 * time.Second)
+	tty.Tick(4 * time.Second)
+	tty.done()
+	if want := "Waiting for approval...\n\rWaiting for approval... 2s elapsed\rWaiting for approval... 4s elapsed\n"; buf.String() != want {
+		t.Errorf("terminal progress = %q, want %q", buf.String(), want)
+	}
 }

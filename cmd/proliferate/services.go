@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -106,6 +107,14 @@ code is 1.`,
 			if err := requireFlags(cmd, "name", "command"); err != nil {
 				return err
 			}
+			if cwd != "" && !filepath.IsAbs(cwd) {
+				// The sidecar runs elsewhere; a relative --cwd means relative to the caller.
+				abs, err := filepath.Abs(cwd)
+				if err != nil {
+					return fmt.Errorf("resolve --cwd %q: %w", cwd, err)
+				}
+				cwd = abs
+			}
 			req := apitype.StartServiceRequest{Name: name, Command: command, Cwd: cwd}
 			fl := cmd.Flags()
 			if fl.Changed("restart") {
@@ -204,7 +213,7 @@ code is 1.`,
 	fl := cmd.Flags()
 	fl.StringVar(&name, "name", "", "service name: letters, digits, '.', '_', '-' (required)")
 	fl.StringVar(&command, "command", "", "shell command to run (required)")
-	fl.StringVar(&cwd, "cwd", "", "working directory (default: the workspace)")
+	fl.StringVar(&cwd, "cwd", "", "working directory, relative to the current one (default: the workspace)")
 	fl.StringVar(&restart, "restart", "no", "restart policy: no, on-failure or always")
 	fl.IntVar(&maxRestarts, "max-restarts", 5, "consecutive restarts before the service stays in error")
 	fl.IntVar(&readyTCP, "ready-tcp", 0, "ready when this local TCP port accepts connections")

@@ -18,7 +18,7 @@ import (
 // says, keeping services in memory. Commands whose text starts with "fail"
 // end in error with exit code 1; "slow" ones become ready after readyAfter polls.
 type standIn struct {
-	t     *testing.T
+	t     testing.TB
 	token string
 	// old makes it answer like the old Node sidecar: no GET /api/services/{name},
 	// no restart route (HTML 404s), no tail.
@@ -41,7 +41,7 @@ type standIn struct {
 
 const readyAfter = 3
 
-func newStandIn(t *testing.T, token string) *standIn {
+func newStandIn(t testing.TB, token string) *standIn {
 	return &standIn{t: t, token: token, services: map[string]*apitype.ServiceInfo{}, polls: map[string]int{}, logs: map[string][]string{}, scripted: make(chan struct{}, 16)}
 }
 
