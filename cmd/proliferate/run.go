@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -247,9 +246,6 @@ func isTerminal(w io.Writer) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
-
-// trimErr drops a trailing newline some servers put in messages.
-func trimErr(s string) string { return strings.TrimRight(s, "\n") }
 
 // NewCmdVersion builds `proliferate version`.
 func NewCmdVersion(f *Factory, runF func() error) *cobra.Command {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -54,6 +55,16 @@ func TestServicesEndToEnd(t *testing.T) {
 	if d := cmp.Diff(map[string]string{"PORT": "8080", "MODE": "a=b"}, got.Env); d != "" {
 		t.Errorf("env (-want +got):\n%s", d)
 	}
+
+	r = cli(t, ctx, env, fast, "services", "start", "--name", "rel", "--command", "x", "--cwd", "sub/dir")
+	wantCwd, _ := filepath.Abs("sub/dir")
+	if r.code != 0 || decodeLine(t, r.stdout)["service"].(map[string]any)["cwd"] != wantCwd {
+		t.Errorf("start --cwd sub/dir = %d %q, want cwd %q", r.code, r.stdout, wantCwd)
+	}
+	s.mu.Lock() // forget it, so the list below has two services
+	s.order = s.order[:2]
+	delete(s.services, "rel")
+	s.mu.Unlock()
 
 	r = cli(t, ctx, env, fast, "services", "list")
 	m := decodeLine(t, r.stdout)
@@ -292,4 +303,15 @@ func (s *standIn) setScript(chunks ...string) {
 	s.mu.Lock()
 	s.script = chunks
 	s.mu.Unlock()
+}
+
+func TestEvents(t *testing.T) {
+	url := newServer(t, eventsHandler(`{"type":"started","service":"web","time":1}`, `{ "type": "ready", "service": "web", "time": 2 }`))
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	r := cli(t, ctx, sidecarEnv(url, "tok"), fast, "services", "events")
+	want := `{"type":"started","service":"web","time":1}` + "\n" + `{"type":"ready","service":"web","time":2}` + "\n"
+	if r.code != exitInterrupted || r.stdout != want || r.stderr != "" {
+		t.Errorf("events = %d %q %q, want 130 and both events", r.code, r.stdout, r.stderr)
+	}
 }

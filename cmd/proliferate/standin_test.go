@@ -244,3 +244,16 @@ func (s *standIn) logsHandler(w http.ResponseWriter, r *http.Request, name strin
 	}
 	<-r.Context().Done()
 }
+
+// eventsHandler streams the given frames, then waits for the client to leave.
+func eventsHandler(frames ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		for _, f := range frames {
+			fmt.Fprintf(w, "data: %s\n\n", f)
+		}
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	}
+}
