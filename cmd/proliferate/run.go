@@ -49,6 +49,9 @@ type Factory struct {
 	RetryDelay time.Duration
 	// ActionPoll is the interval of action approval polls.
 	ActionPoll time.Duration
+	// LogsFirstFrameWait is how long `services logs` without --follow waits
+	// for a first payload before it reports an empty log.
+	LogsFirstFrameWait time.Duration
 	// OverridesFile replaces the env overrides file of the configuration when set.
 	OverridesFile string
 	// ServicePoll is the interval of `services wait` and `start --wait` polls.
@@ -64,6 +67,8 @@ func newFactory(getenv func(string) string, stdin io.Reader, stdout, stderr io.W
 		RetryDelay:  sidecar.DefaultRetryDelay,
 		ActionPoll:  grants.DefaultPollInterval,
 		ServicePoll: 250 * time.Millisecond,
+
+		LogsFirstFrameWait: 2 * time.Second,
 	}
 }
 

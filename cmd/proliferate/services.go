@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -532,8 +534,9 @@ func NewCmdServicesLogs(f *Factory, runF func(*LogsOptions) error) *cobra.Comman
 		Short: "Print a service's log",
 		Long: `Print a service's log as the sidecar streams it: each SSE payload
 ({"type":"initial"|"append"|"error",…}) on its own line. Without --follow it
-stops after the first payload; with --follow it runs until the stream ends or
-Ctrl-C (exit 130).
+stops after the first payload (an empty log, which the sidecar announces with
+no payload at all, prints {"type":"initial"} after 2 s); with --follow it runs
+until the stream ends or Ctrl-C (exit 130).
 
 --raw prints only the log text. --tail N prints the last N lines instead
 ({"lines":[…]}, or the bare lines with --raw).`,
@@ -585,33 +588,55 @@ func logsRun(o *LogsOptions) error {
 		}
 		return nil
 	}
-	var streamErr error
-	err = c.Logs(o.Ctx, o.Name, func(raw []byte, fr apitype.LogFrame) error {
-		if o.Raw {
-			switch fr.Type {
-			case "error":
-				streamErr = errors.New(fr.Message)
-				return sidecar.ErrStop
-			default:
-				if _, err := out.Write([]byte(fr.Content)); err != nil {
-					return err
-				}
-			}
-		} else if err := printJSON(out, raw); err != nil {
-			return err
-		}
-		if !o.Follow {
-			return sidecar.ErrStop
-		}
-		return nil
-	})
+	stream, err := c.OpenStream(o.Ctx, sidecar.LogsPath(o.Name))
 	if err != nil {
 		if o.Ctx.Err() != nil {
 			return &interruptedError{}
 		}
 		return err
 	}
-	return streamErr
+	defer stream.Close()
+	// The sidecar sends no initial frame for an empty log; without --follow,
+	// a quiet stream must not hang the caller, so it counts as an empty log.
+	var idle atomic.Bool
+	if !o.Follow {
+		t := time.AfterFunc(o.Factory.LogsFirstFrameWait, func() {
+			idle.Store(true)
+			stream.Close()
+		})
+		defer t.Stop()
+	}
+	for {
+		data, err := stream.Next()
+		switch {
+		case err == nil:
+		case o.Ctx.Err() != nil:
+			return &interruptedError{}
+		case idle.Load():
+			if o.Raw {
+				return nil
+			}
+			return printValue(out, apitype.LogFrame{Type: "initial"})
+		case errors.Is(err, io.EOF):
+			return nil
+		default:
+			return fmt.Errorf("read log stream: %w", err)
+		}
+		var fr apitype.LogFrame
+		_ = json.Unmarshal(data, &fr)
+		if !o.Raw {
+			if err := printJSON(out, data); err != nil {
+				return err
+			}
+		} else if fr.Type == "error" {
+			return errors.New(fr.Message)
+		} else if _, err := io.WriteString(out, fr.Content); err != nil {
+			return err
+		}
+		if !o.Follow {
+			return nil
+		}
+	}
 }
 
 // NewCmdServicesEvents builds `services events`.

@@ -315,3 +315,17 @@ func TestEvents(t *testing.T) {
 		t.Errorf("events = %d %q %q, want 130 and both events", r.code, r.stdout, r.stderr)
 	}
 }
+
+func TestLogsEmpty(t *testing.T) {
+	url := newServer(t, eventsHandler())
+	env := sidecarEnv(url, "tok")
+	quick := func(f *Factory) { fast(f); f.LogsFirstFrameWait = 50 * time.Millisecond }
+	r := cli(t, t.Context(), env, quick, "services", "logs", "--name", "quiet")
+	if r.code != 0 || r.stdout != `{"type":"initial"}`+"\n" || r.stderr != "" {
+		t.Errorf("logs of an empty log = %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = cli(t, t.Context(), env, quick, "services", "logs", "--name", "quiet", "--raw")
+	if r.code != 0 || r.stdout != "" || r.stderr != "" {
+		t.Errorf("logs --raw of an empty log = %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}

@@ -20,23 +20,47 @@ var ErrStop = errors.New("stop stream")
 // MaxEventSize bounds one SSE event's data; a larger event ends the stream with an error.
 const MaxEventSize = 16 << 20
 
+// EventStream is an open SSE stream; Next returns each event's data.
+type EventStream struct {
+	body io.ReadCloser
+	r    *EventReader
+}
+
+// Next returns the data of the next event, io.EOF at the end of the stream.
+// The slice is valid until the next call.
+func (s *EventStream) Next() ([]byte, error) { return s.r.Next() }
+
+// Close ends the stream; a Next blocked in another goroutine returns an error.
+func (s *EventStream) Close() error { return s.body.Close() }
+
+// OpenStream sends GET path and returns the stream once the sidecar has
+// answered with a 2xx; only the connection is retried, and no per-request
+// timeout applies. Any other status is an *APIError. The caller closes it.
+func (c *Client) OpenStream(ctx context.Context, path string) (*EventStream, error) {
+	resp, err := c.send(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return nil, &APIError{Status: resp.StatusCode, Message: ErrorMessage(resp.StatusCode, body, false), Body: body}
+	}
+	return &EventStream{body: resp.Body, r: NewEventReader(resp.Body)}, nil
+}
+
 // Stream opens an SSE stream at path and calls fn with the data of each event,
 // in order, until the server ends the stream, ctx is done, or fn returns an
 // error. Only the connection is retried; no per-request timeout applies.
 // The end of ctx is returned as ctx.Err().
 func (c *Client) Stream(ctx context.Context, path string, fn func(data []byte) error) error {
-	resp, err := c.send(ctx, http.MethodGet, path, nil)
+	s, err := c.OpenStream(ctx, path)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 400 {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return &APIError{Status: resp.StatusCode, Message: ErrorMessage(resp.StatusCode, body, false), Body: body}
-	}
-	r := NewEventReader(resp.Body)
+	defer s.Close()
 	for {
-		data, err := r.Next()
+		data, err := s.Next()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
