@@ -341,3 +341,30 @@ func golden(t *testing.T, name string, got []byte) {
 		t.Errorf("%s (-want +got):\n%s", path, d)
 	}
 }
+
+// FuzzSpec: any --spec is refused or resolves to files inside the workspace.
+func FuzzSpec(f *testing.F) {
+	for _, s := range []string{
+		`[{"workspacePath":"a","path":".env","keys":[{"key":"K","required":true}]}]`,
+		`[{"workspacePath":".","path":"./x/../y"}]`,
+		`[{"path":"a//b/./c"}]`, `[{"path":"\\..\\x"}]`, `{}`, `[null]`, `[{"path":"x\u0000"}]`,
+	} {
+		f.Add(s)
+	}
+	ws := f.TempDir()
+	f.Fuzz(func(t *testing.T, spec string) {
+		entries, err := ParseSpec(spec)
+		if err != nil {
+			return
+		}
+		targets, err := resolve(ws, entries)
+		if err != nil {
+			return
+		}
+		for _, tg := range targets {
+			if !within(ws, tg.file) || tg.file == ws || !within(ws, tg.dir) {
+				t.Fatalf("spec %q resolved to %q (dir %q), outside %q", spec, tg.file, tg.dir, ws)
+			}
+		}
+	})
+}
