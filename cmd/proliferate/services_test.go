@@ -329,3 +329,14 @@ func TestLogsEmpty(t *testing.T) {
 		t.Errorf("logs --raw of an empty log = %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+func TestWaitInterrupted(t *testing.T) {
+	_, env := newSidecar(t)
+	cli(t, t.Context(), env, fast, "services", "start", "--name", "web", "--command", "slow", "--ready-tcp", "3000")
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	r := cli(t, ctx, env, func(f *Factory) { fast(f); f.ServicePoll = time.Hour }, "services", "wait", "--name", "web")
+	if r.code != exitInterrupted || r.stdout != "" || r.stderr != "" {
+		t.Errorf("interrupted wait = %d %q %q, want 130 and no output", r.code, r.stdout, r.stderr)
+	}
+}
