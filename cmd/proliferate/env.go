@@ -1,0 +1,118 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/config"
+	"github.com/proliferate-ai/sandbox-mcp/internal/envfiles"
+)
+
+// NewCmdEnv builds `proliferate env`.
+func NewCmdEnv(f *Factory) *cobra.Command {
+	cmd := newGroup("env <command>", "Write or remove the workspace's env files")
+	cmd.AddCommand(NewCmdEnvApply(f, nil), NewCmdEnvScrub(f, nil))
+	return cmd
+}
+
+// EnvOptions are the inputs of `env apply` and `env scrub`.
+type EnvOptions struct {
+	Factory *Factory
+	Entries []envfiles.Entry
+}
+
+const specHelp = `--spec is a JSON array of
+  {"workspacePath": ".", "path": ".env.local", "format": "dotenv", "mode": "secret",
+   "keys": [{"key": "API_KEY", "required": true}]}
+workspacePath ("." or empty = the workspace, $WORKSPACE_DIR or
+/home/user/workspace) and path are relative; absolute paths, ".." and paths
+that leave the workspace are usage errors (exit 2).`
+
+// NewCmdEnvApply builds `env apply`.
+func NewCmdEnvApply(f *Factory, runF func(*EnvOptions) error) *cobra.Command {
+	return envCommand(f, "apply --spec JSON", "Write env files from the overrides file and the environment",
+		`Write each entry's env file as KEY=value lines (mode 0600, written atomically;
+values with newlines, quotes, '#' or outer spaces are double-quoted and
+escaped). Values come from `+config.DefaultEnvOverrides+` (string values) and then
+the environment. If any required key is missing, nothing is written and the
+exit code is 1. Each path is added once to the repo's .git/info/exclude.
+Prints {"applied":[{"path","keyCount"}]}.
+
+`+specHelp, runF, envApplyRun)
+}
+
+// NewCmdEnvScrub builds `env scrub`.
+func NewCmdEnvScrub(f *Factory, runF func(*EnvOptions) error) *cobra.Command {
+	return envCommand(f, "scrub --spec JSON", "Delete secret env files and the overrides file",
+		`Delete the files of entries whose mode is "secret" (missing files are fine),
+then the overrides file. Prints {"scrubbed":[paths]}.
+
+`+specHelp, runF, envScrubRun)
+}
+
+func envCommand(f *Factory, use, short, long string, runF, def func(*EnvOptions) error) *cobra.Command {
+	var spec string
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long:  long,
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireFlags(cmd, "spec"); err != nil {
+				return err
+			}
+			entries, err := envfiles.ParseSpec(spec)
+			if err != nil {
+				return envErr(err)
+			}
+			o := &EnvOptions{Factory: f, Entries: entries}
+			if runF != nil {
+				return runF(o)
+			}
+			return def(o)
+		},
+	}
+	cmd.Flags().StringVar(&spec, "spec", "", "JSON array of env file entries (required)")
+	return cmd
+}
+
+// envErr turns envfiles' usage errors into exit code 2.
+func envErr(err error) error {
+	var ue *envfiles.UsageError
+	if errors.As(err, &ue) {
+		return &usageError{msg: ue.Msg}
+	}
+	return err
+}
+
+func (o *EnvOptions) options() envfiles.Options {
+	overrides := o.Factory.OverridesFile
+	if overrides == "" {
+		overrides = config.DefaultEnvOverrides
+		if c, err := o.Factory.config(); err == nil {
+			overrides = c.EnvOverridesFile
+		}
+	}
+	return envfiles.Options{
+		Workspace:     config.EnvWorkspaceDir(o.Factory.Getenv),
+		OverridesFile: overrides,
+		Getenv:        o.Factory.Getenv,
+	}
+}
+
+func envApplyRun(o *EnvOptions) error {
+	applied, err := envfiles.Apply(o.options(), o.Entries)
+	if err != nil {
+		return envErr(err)
+	}
+	return printValue(o.Factory.IO.Out, map[string]any{"applied": applied})
+}
+
+func envScrubRun(o *EnvOptions) error {
+	scrubbed, err := envfiles.Scrub(o.options(), o.Entries)
+	if err != nil {
+		return envErr(err)
+	}
+	return printValue(o.Factory.IO.Out, map[string]any{"scrubbed": scrubbed})
+}
