@@ -1,0 +1,192 @@
+// Package sidecartest builds and runs a real `sandbox-mcp api` process for
+// end-to-end tests of its callers (the CLI, the MCP mode, host code). Test-only.
+package sidecartest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Token is the bearer token every Sidecar started here uses.
+const Token = "sidecartest-token"
+
+// Build compiles cmd/sandbox-mcp into a temp dir of t and returns its path.
+func Build(t testing.TB) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	bin := filepath.Join(t.TempDir(), "sandbox-mcp")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sandbox-mcp")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/sandbox-mcp: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// Sidecar is a running `sandbox-mcp api`.
+type Sidecar struct {
+	URL       string
+	StateDir  string
+	Workspace string
+	// Env is what a client process needs to reach it (token, URL, dirs).
+	Env []string
+
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{}
+}
+
+// Start runs bin in api mode on a free loopback port with its own state dir and
+// workspace, waits until /api/health answers, and stops it (and every service
+// it started) when t ends.
+func Start(t testing.TB, bin string, env ...string) *Sidecar {
+	t.Helper()
+	dir := t.TempDir()
+	s := &Sidecar{StateDir: filepath.Join(dir, "state"), Workspace: filepath.Join(dir, "workspace")}
+	if err := os.MkdirAll(s.Workspace, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s.URL = "http://" + addr
+	s.Env = []string{
+		"SANDBOX_MCP_AUTH_TOKEN=" + Token,
+		"SANDBOX_MCP_ADDR=" + addr,
+		"PROLIFERATE_SANDBOX_MCP_URL=" + s.URL,
+		"SANDBOX_MCP_STATE_DIR=" + s.StateDir,
+		"WORKSPACE_DIR=" + s.Workspace,
+		"SANDBOX_MCP_PREVIEW_ADDR=127.0.0.1:0",
+		"SANDBOX_MCP_CADDY_SNIPPET=" + filepath.Join(dir, "user.caddy"),
+		"SANDBOX_MCP_CADDYFILE=" + filepath.Join(dir, "Caddyfile"),
+		"SANDBOX_MCP_CADDY_ADMIN=127.0.0.1:1",
+	}
+	s.Env = append(s.Env, env...)
+	s.cmd = exec.Command(bin, "api")
+	s.cmd.Env = append(os.Environ(), s.Env...)
+	s.stderr = &syncBuffer{}
+	s.cmd.Stderr = s.stderr
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("start sandbox-mcp api: %v", err)
+	}
+	s.done = make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() { s.stop(t) })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get(s.URL + "/api/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return s
+			}
+		}
+		select {
+		case <-s.done:
+			t.Fatalf("sandbox-mcp api exited before it was healthy; stderr:\n%s", s.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox-mcp api not healthy within 15 s; stderr:\n%s", s.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stderr is what the sidecar logged so far.
+func (s *Sidecar) Stderr() string { return s.stderr.String() }
+
+// Do sends an authenticated request and decodes a JSON answer into out (when not nil).
+func (s *Sidecar) Do(method, path string, body any, out any) (int, error) {
+	var rd *bytes.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequest(method, s.URL+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+Token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decode %s %s: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// stop stops every service through the API (services outlive the sidecar by
+// design), then the sidecar's process group.
+func (s *Sidecar) stop(t testing.TB) {
+	var list struct {
+		Services []struct {
+			Name   string `json:"name"`
+			Status string `json:"status"`
+		} `json:"services"`
+	}
+	if _, err := s.Do("GET", "/api/services", nil, &list); err == nil {
+		for _, svc := range list.Services {
+			if _, err := s.Do("DELETE", "/api/services/"+svc.Name, nil, nil); err != nil {
+				t.Logf("stop service %s: %v", svc.Name, err)
+			}
+		}
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.done
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
