@@ -22,7 +22,6 @@ type portStore interface {
 	SetExposedPort(port int) error
 }
 
-
 // exposer is the api.Exposer: the preview proxy's listener and Caddy's routing.
 type exposer struct {
 	store       portStore
