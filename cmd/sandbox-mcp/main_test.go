@@ -56,13 +56,13 @@ func freePort(t testing.TB) int {
 }
 
 // sidecar is a running `sandbox-mcp api` process.
-type sidecar struct {
+type sidecarProc struct {
 	cmd    *exec.Cmd
 	url    string
 	stderr *bytes.Buffer
 }
 
-func startSidecar(t testing.TB, bin string, env ...string) *sidecar {
+func startSidecar(t testing.TB, bin string, env ...string) *sidecarProc {
 	t.Helper()
 	port := freePort(t)
 	dir := t.TempDir()
@@ -83,7 +83,7 @@ func startSidecar(t testing.TB, bin string, env ...string) *sidecar {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &sidecar{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), stderr: &stderr}
+	s := &sidecarProc{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), stderr: &stderr}
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()

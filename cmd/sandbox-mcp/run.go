@@ -169,11 +169,6 @@ func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	return nil
 }
 
-func runMCP(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "sandbox-mcp: mcp mode is not built yet")
-	return 1
-}
-
 func randomToken() string {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)

@@ -4,6 +4,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,7 +72,7 @@ func Load(getenv func(string) string, cwd string) (Config, error) {
 		PreviewAddr:      or(getenv("SANDBOX_MCP_PREVIEW_ADDR"), DefaultPreviewAddr),
 		PreviewURLFile:   DefaultPreviewURLFile,
 		EnvOverridesFile: DefaultEnvOverrides,
-		SidecarURL:       strings.TrimRight(or(getenv("PROLIFERATE_SANDBOX_MCP_URL"), DefaultSidecarURL), "/"),
+		SidecarURL:       strings.TrimRight(or(getenv("PROLIFERATE_SANDBOX_MCP_URL"), urlForAddr(getenv("SANDBOX_MCP_ADDR"))), "/"),
 		GatewayURL:       strings.TrimRight(getenv("PROLIFERATE_GATEWAY_URL"), "/"),
 		SessionID:        getenv("PROLIFERATE_SESSION_ID"),
 	}
@@ -104,6 +105,25 @@ func Load(getenv func(string) string, cwd string) (Config, error) {
 // else the default, with no fallback to the working directory.
 func EnvWorkspaceDir(getenv func(string) string) string {
 	return or(getenv("WORKSPACE_DIR"), DefaultWorkspaceDir)
+}
+
+// urlForAddr is the loopback URL of an API listening on addr (wildcard hosts
+// become loopback); the default URL when addr is empty or unusable.
+func urlForAddr(addr string) string {
+	if addr == "" {
+		return DefaultSidecarURL
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" || port == "0" {
+		return DefaultSidecarURL
+	}
+	switch host {
+	case "", "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 func or(v, def string) string {

@@ -1,0 +1,50 @@
+package config
+
+import "testing"
+
+func TestSidecarURL(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"default", nil, "http://127.0.0.1:4000"},
+		{"explicit url wins", map[string]string{"PROLIFERATE_SANDBOX_MCP_URL": "http://h:1/", "SANDBOX_MCP_ADDR": "127.0.0.1:9"}, "http://h:1"},
+		{"from wildcard addr", map[string]string{"SANDBOX_MCP_ADDR": "0.0.0.0:4100"}, "http://127.0.0.1:4100"},
+		{"from empty host", map[string]string{"SANDBOX_MCP_ADDR": ":4100"}, "http://127.0.0.1:4100"},
+		{"from v6 wildcard", map[string]string{"SANDBOX_MCP_ADDR": "[::]:4100"}, "http://[::1]:4100"},
+		{"from loopback addr", map[string]string{"SANDBOX_MCP_ADDR": "127.0.0.2:4100"}, "http://127.0.0.2:4100"},
+		{"port 0 falls back", map[string]string{"SANDBOX_MCP_ADDR": "127.0.0.1:0"}, "http://127.0.0.1:4000"},
+		{"garbage falls back", map[string]string{"SANDBOX_MCP_ADDR": "nonsense"}, "http://127.0.0.1:4000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(func(k string) string { return tt.env[k] }, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.SidecarURL != tt.want {
+				t.Errorf("Load(%v).SidecarURL = %q, want %q", tt.env, c.SidecarURL, tt.want)
+			}
+		})
+	}
+}
+
+func TestWorkspaceFallsBackToCwd(t *testing.T) {
+	cwd := t.TempDir()
+	c, err := Load(func(k string) string {
+		if k == "WORKSPACE_DIR" {
+			return "/nonexistent/workspace"
+		}
+		return ""
+	}, cwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.WorkspaceDir != cwd {
+		t.Errorf("WorkspaceDir = %q, want the working dir %q", c.WorkspaceDir, cwd)
+	}
+	if c.StateFile() != "/tmp/proliferate/state.json" || c.LogDir() != "/tmp/proliferate/logs" {
+		t.Errorf("state file %q, log dir %q; want the contract's defaults", c.StateFile(), c.LogDir())
+	}
+}
