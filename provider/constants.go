@@ -111,7 +111,9 @@ func (p Paths) GlobalPluginDir() string { return path.Join(p.GlobalOpencodeDir()
 func (p Paths) PluginFile() string { return path.Join(p.GlobalPluginDir(), "proliferate.mjs") }
 
 // GlobalOpencodeConfig is the global opencode.json.
-func (p Paths) GlobalOpencodeConfig() string { return path.Join(p.GlobalOpencodeDir(), "opencode.json") }
+func (p Paths) GlobalOpencodeConfig() string {
+	return path.Join(p.GlobalOpencodeDir(), "opencode.json")
+}
 
 // MetadataFile holds SessionMetadata.
 func (p Paths) MetadataFile() string { return path.Join(p.Home, ".proliferate/metadata.json") }

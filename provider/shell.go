@@ -8,8 +8,9 @@ import (
 	"unicode/utf8"
 )
 
-// ShellEscape quotes s for a POSIX shell: it wraps s in single quotes and writes every
-// single quote inside as '\''. Every command string this package builds goes through it.
+// ShellEscape quotes s for a POSIX shell: it wraps s in single quotes and turns every
+// single quote inside into the four characters quote, backslash, quote, quote (close,
+// escaped quote, reopen). Every command string this package builds goes through it.
 func ShellEscape(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
