@@ -154,7 +154,9 @@ func TestPullOnRestore(t *testing.T) {
 			return ExecResult{}, nil
 		}, nil, true, false, 2},
 		// Quirk decided: a non-zero exit is a failed pull on every provider.
-		{"pull exits non-zero", one, true, true, 0, meta(1), func(string) (ExecResult, error) { return ExecResult{ExitCode: 1, Stdout: "fatal: Not possible to fast-forward"}, nil }, nil, true, false, 1},
+		{"pull exits non-zero", one, true, true, 0, meta(1), func(string) (ExecResult, error) {
+			return ExecResult{ExitCode: 1, Stdout: "fatal: Not possible to fast-forward"}, nil
+		}, nil, true, false, 1},
 		{"metadata write rejects", one, true, true, 0, meta(1), ok, errors.New("disk full"), true, false, 1},
 		{"metadata null legacy", one, true, true, 0, "", ok, nil, true, false, 1},
 		{"cadence 300 last 10s ago", one, true, true, 300, meta(now.UnixMilli() - 10_000), ok, nil, false, false, 0},
