@@ -34,6 +34,10 @@ const (
 	StepService StepKind = "service"
 )
 
+// StepNameSandboxMCP is the name of the step that starts the sandbox-mcp API; an
+// executor that returns the API's URL waits for its health after this step.
+const StepNameSandboxMCP = "start sandbox-mcp"
+
 // Mode is a file mode that encodes as an octal string ("0644").
 type Mode fs.FileMode
 
@@ -407,7 +411,7 @@ func (b *planBuilder) additional() {
 	for k, v := range b.cfg.SidecarEnv {
 		mcpEnv[k] = v
 	}
-	b.bg(Step{Name: "start sandbox-mcp", Kind: StepStart, Requires: mcp, Env: mcpEnv,
+	b.bg(Step{Name: StepNameSandboxMCP, Kind: StepStart, Requires: mcp, Env: mcpEnv,
 		TimeoutMs: BackgroundProcessTimeout.Milliseconds(),
 		Command:   ShellEscape(mcp) + " api > " + ShellEscape(b.p.SandboxMCPLog()) + " 2>&1"})
 	if b.cfg.Kind == KindE2B {
