@@ -373,3 +373,31 @@ func TestContract(t *testing.T) {
 		},
 	})
 }
+
+// CheckSandboxes must never bring a sandbox back: after the provider that booted it
+// is closed, the sandbox is reported dead and stays untouched.
+func TestCheckSandboxesSideEffectFree(t *testing.T) {
+	root := t.TempDir()
+	p, err := New(Options{Root: root, SandboxMCP: sandboxMCP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	q := newProvider(t, nil)
+	q.o.Root = root
+	before, _ := os.ReadFile(q.statePath(b.SandboxID))
+	if got, err := q.CheckSandboxes(t.Context(), []string{b.SandboxID}); err != nil || len(got) != 0 {
+		t.Errorf("CheckSandboxes after Close = %q, %v, want []", got, err)
+	}
+	after, _ := os.ReadFile(q.statePath(b.SandboxID))
+	if string(before) != string(after) || len(markedPIDs(b.SandboxID)) != 0 {
+		t.Errorf("CheckSandboxes changed the sandbox")
+	}
+	if err := q.Terminate(t.Context(), "s", b.SandboxID); err != nil {
+		t.Errorf("Terminate of a stopped sandbox = %v", err)
+	}
+}
