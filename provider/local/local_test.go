@@ -401,3 +401,21 @@ func TestCheckSandboxesSideEffectFree(t *testing.T) {
 		t.Errorf("Terminate of a stopped sandbox = %v", err)
 	}
 }
+
+// BenchmarkBoot is a scratch boot up to a healthy sandbox-mcp, then terminate.
+func BenchmarkBoot(b *testing.B) {
+	p, err := New(Options{Root: b.TempDir(), SandboxMCP: sandboxMCP})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	for b.Loop() {
+		bt, err := p.Boot(b.Context(), provider.CreateOptions{SessionID: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		p.Terminate(b.Context(), "bench", bt.SandboxID)
+		b.StartTimer()
+	}
+}
