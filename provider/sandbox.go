@@ -180,3 +180,41 @@ func (f Factory) New(k Kind) (SandboxProvider, error) {
 	}
 	return c()
 }
+
+// FileContent is one file read from a sandbox.
+type FileContent struct {
+	// Path is relative to the folder that was read.
+	Path string `json:"path"`
+	Data []byte `json:"data"`
+}
+
+// FileReader is implemented by providers that read a folder of a sandbox.
+type FileReader interface {
+	// ReadFiles returns every regular file under folder, recursively; a missing
+	// folder is an empty result.
+	ReadFiles(ctx context.Context, sandboxID, folder string) ([]FileContent, error)
+}
+
+// ServiceTestOptions are the options of TestServiceCommands.
+type ServiceTestOptions struct {
+	TimeoutMs int
+	RunID     string
+}
+
+// ServiceTestResult is the outcome of one tested service command.
+type ServiceTestResult struct {
+	Name          string `json:"name"`
+	WorkspacePath string `json:"workspacePath,omitempty"`
+	Cwd           string `json:"cwd,omitempty"`
+	Output        string `json:"output"`
+	// ExitCode is nil when the command could not be run at all.
+	ExitCode *int   `json:"exitCode"`
+	LogFile  string `json:"logFile,omitempty"`
+}
+
+// ServiceTester is implemented by providers that can try service commands.
+type ServiceTester interface {
+	// TestServiceCommands runs each command to completion (or timeout) and reports
+	// its capped output and exit code.
+	TestServiceCommands(ctx context.Context, sandboxID string, cmds []ConfigurationServiceCommand, o ServiceTestOptions) ([]ServiceTestResult, error)
+}

@@ -325,15 +325,21 @@ func (p *Provider) runCommand(ctx context.Context, id string, paths provider.Pat
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd := p.o.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = sandboxEnviron(id, paths, env, nil)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
+	cmd.WaitDelay = time.Second // a grandchild holding the pipes open cannot block Wait
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	err := cmd.Start()
+	if err != nil {
+		return provider.ExecResult{}, err
+	}
+	// The whole process group goes when the deadline passes, not just its leader.
+	stop := context.AfterFunc(ctx, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	err = cmd.Wait()
+	stop()
 	res := provider.ExecResult{Stdout: stdout.String(), Stderr: stderr.String()}
 	var ee *exec.ExitError
 	switch {
@@ -354,7 +360,7 @@ func (p *Provider) runCommand(ctx context.Context, id string, paths provider.Pat
 // start launches a start step's command with bash, detached in its own process group,
 // stdin from /dev/null; the command itself redirects its output to its log.
 func (r *run) start(s provider.Step) error {
-	cmd := exec.Command("bash", "-c", s.Command)
+	cmd := r.p.o.Command("bash", "-c", s.Command)
 	cmd.Dir = r.paths.Home
 	cmd.Env = r.environ(mergeEnv(r.plan.Env, s.Env))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -44,6 +44,9 @@ type Options struct {
 	Now func() time.Time
 	// LookPath finds a step's program; nil means exec.LookPath.
 	LookPath func(string) (string, error)
+	// Command is where every process of a sandbox starts; nil means exec.Command.
+	// The caller sets Dir, Env, SysProcAttr and the streams.
+	Command func(name string, args ...string) *exec.Cmd
 	// RunOpenCode and RunCaddy start OpenCode and Caddy when they are installed. Off by
 	// default: their configs bind the fixed ports 4096 and 20000, which several local
 	// sandboxes (or other programs) on one machine cannot share.
@@ -73,6 +76,8 @@ var (
 	_ provider.SandboxProvider = (*Provider)(nil)
 	_ provider.SandboxChecker  = (*Provider)(nil)
 	_ provider.CommandExecer   = (*Provider)(nil)
+	_ provider.FileReader      = (*Provider)(nil)
+	_ provider.ServiceTester   = (*Provider)(nil)
 )
 
 // New checks o and returns a Provider. Call Close when done with it.
@@ -101,6 +106,9 @@ func New(o Options) (*Provider, error) {
 	}
 	if o.LookPath == nil {
 		o.LookPath = exec.LookPath
+	}
+	if o.Command == nil {
+		o.Command = exec.Command
 	}
 	if o.SidecarTimeout <= 0 {
 		o.SidecarTimeout = 20 * time.Second
