@@ -68,6 +68,12 @@ func Run(t *testing.T, newProvider func(t *testing.T) provider.SandboxProvider, 
 			t.Errorf("CheckSandboxes(unknown) = %q, %v, want [], nil", got, err)
 		}
 	})
+	t.Run("SnapshotUnknownIsProviderError", func(t *testing.T) {
+		_, err := newProvider(t).Snapshot(t.Context(), "session-123", "no-such-sandbox")
+		if !provider.IsProviderError(err) {
+			t.Errorf("Snapshot(unknown) = %v, want a *provider.ProviderError", err)
+		}
+	})
 	t.Run("TerminateUnknownSucceeds", func(t *testing.T) {
 		if err := newProvider(t).Terminate(t.Context(), "session-123", "no-such-sandbox"); err != nil {
 			t.Errorf("Terminate(unknown) = %v, want nil", err)
