@@ -20,8 +20,9 @@ import (
 
 // Boot creates a sandbox directory, builds the boot plan for it and runs every step,
 // blocking then background, and waits for sandbox-mcp's health. A failed fatal step
-// or an unhealthy sidecar ends the boot: its processes are stopped and the error is a
-// *provider.ProviderError; the directory is kept for inspection until Terminate.
+// or an unhealthy sidecar ends the boot: its processes are stopped, its directory is
+// removed, and the error is a *provider.ProviderError; the returned Boot still holds
+// the plan and the report.
 func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot, error) {
 	fail := func(err error) (Boot, error) {
 		return Boot{}, provider.FromError(err, provider.KindLocal, provider.OpCreateSandbox)
@@ -86,18 +87,30 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 	if bootErr == nil && !r.sidecarUp {
 		bootErr = errors.New("sandbox-mcp was not started")
 	}
-	if bootErr != nil {
-		killSandboxProcesses(id, st.PGIDs, p.o.KillGrace)
-		st.PGIDs = nil
+	if bootErr == nil && r.ok["start opencode"] {
+		st.Result.TunnelURL = "http://127.0.0.1:" + strconv.Itoa(provider.PortOpenCode)
+		// As on the cloud providers, an OpenCode that is slow to come up is a warning.
+		if _, err := provider.WaitForOpenCodeReady(ctx, st.Result.TunnelURL, provider.ReadyOptions{}); err != nil {
+			p.log.Warn("opencode not ready", "sandbox_id", id, "err", err)
+		}
 	}
-	if err := p.writeState(st); err != nil && bootErr == nil {
-		bootErr = err
+	if bootErr == nil && r.ok["start caddy"] {
+		st.Result.PreviewURL = "http://127.0.0.1:" + strconv.Itoa(provider.PortPreview)
+	}
+	if bootErr == nil {
+		bootErr = p.writeState(st)
 	}
 	for _, w := range plan.Warnings {
 		p.log.Warn("boot plan", "sandbox_id", id, "warning", w)
 	}
 	b := Boot{CreateResult: st.Result, Home: home, SidecarToken: token, Plan: plan, Report: st.Report}
 	if bootErr != nil {
+		// A failed boot leaves nothing behind: the caller gets no sandbox to terminate.
+		// The report in the returned Boot says what happened.
+		killSandboxProcesses(id, st.PGIDs, p.o.KillGrace)
+		os.RemoveAll(home)
+		os.Remove(p.statePath(id))
+		b.SandboxID, b.SandboxMCPURL = "", ""
 		return b, provider.FromError(bootErr, provider.KindLocal, provider.OpCreateSandbox)
 	}
 	return b, nil

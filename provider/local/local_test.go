@@ -213,8 +213,13 @@ func TestBootCloneFallbackAndFailure(t *testing.T) {
 				if err == nil || !provider.IsProviderError(err) || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Boot err = %v, want a provider error containing %q", err, tt.wantErr)
 				}
-				if pids := markedPIDs(b.SandboxID); len(pids) != 0 {
-					t.Errorf("processes left after a failed boot: %v", pids)
+				if b.SandboxID != "" || len(b.Report) == 0 || b.Report[len(b.Report)-1].Status != StatusFailed {
+					t.Errorf("failed Boot = id %q, report %+v, want no sandbox and the failed step last", b.SandboxID, b.Report)
+				}
+				entries, _ := os.ReadDir(filepath.Join(p.o.Root, "sandboxes"))
+				states, _ := os.ReadDir(filepath.Join(p.o.Root, "state"))
+				if len(entries) != 0 || len(states) != 0 {
+					t.Errorf("failed boot left %d sandboxes and %d state files, want none", len(entries), len(states))
 				}
 				return
 			}
