@@ -2,6 +2,7 @@ package provider
 
 import (
 	"encoding/json"
+	"path"
 	"strings"
 	"testing"
 
@@ -196,4 +197,22 @@ func TestLoadHostSettings(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("LoadHostSettings mismatch (-want +got):\n%s", diff)
 	}
+}
+
+// A path IsValidTargetPath accepts never leaves the workspace once joined to it.
+func FuzzIsValidTargetPath(f *testing.F) {
+	for _, s := range []string{".env", "../x", "a/../../b", "./.env", "..foo", `\..\x`, "a:b", "/abs", " ./a "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		rel, ok := NormalizeSecretPath(p)
+		if !ok {
+			return
+		}
+		const ws = "/home/user/workspace"
+		joined := path.Join(ws, rel)
+		if joined != ws && !strings.HasPrefix(joined, ws+"/") {
+			t.Errorf("NormalizeSecretPath(%q) = %q accepted, but joins to %q", p, rel, joined)
+		}
+	})
 }

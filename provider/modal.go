@@ -69,3 +69,27 @@ func ModalAppName(getenv func(string) string) (string, error) {
 	}
 	return name, nil
 }
+
+// ImageSource says which image a Modal sandbox starts from.
+type ImageSource struct {
+	// Kind is "snapshot" (restore), "base-snapshot" (base layer, still cloning) or
+	// "base-image" (resolved by the deployed get_image_id endpoint).
+	Kind string
+	// ID is the snapshot id; empty for "base-image".
+	ID string
+}
+
+// ModalImageSource picks the image of a Modal sandbox: the restore snapshot, else
+// the base snapshot (the options' or MODAL_BASE_SNAPSHOT_ID), else the base image.
+func ModalImageSource(opts CreateOptions, getenv func(string) string) ImageSource {
+	if opts.SnapshotID != "" {
+		return ImageSource{Kind: "snapshot", ID: opts.SnapshotID}
+	}
+	if opts.BaseSnapshotID != "" {
+		return ImageSource{Kind: "base-snapshot", ID: opts.BaseSnapshotID}
+	}
+	if id, ok := NormalizeModalEnvValue(getenv("MODAL_BASE_SNAPSHOT_ID")); ok {
+		return ImageSource{Kind: "base-snapshot", ID: id}
+	}
+	return ImageSource{Kind: "base-image"}
+}

@@ -80,3 +80,26 @@ func TestModalAppName(t *testing.T) {
 		})
 	}
 }
+
+func TestModalImageSource(t *testing.T) {
+	tests := []struct {
+		name     string
+		opts     CreateOptions
+		envBase  string
+		wantKind string
+		wantID   string
+	}{
+		{"restore", CreateOptions{SnapshotID: "im-1", BaseSnapshotID: "im-b"}, "im-e", "snapshot", "im-1"},
+		{"base from options", CreateOptions{BaseSnapshotID: "im-b"}, "im-e", "base-snapshot", "im-b"},
+		{"base from env", CreateOptions{}, " im-e ", "base-snapshot", "im-e"},
+		{"base image", CreateOptions{}, "", "base-image", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ModalImageSource(tt.opts, func(string) string { return tt.envBase })
+			if got.Kind != tt.wantKind || got.ID != tt.wantID {
+				t.Errorf("ModalImageSource = %+v, want %s %q", got, tt.wantKind, tt.wantID)
+			}
+		})
+	}
+}

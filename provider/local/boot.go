@@ -71,6 +71,8 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 			"SANDBOX_MCP_PREVIEW_ADDR":  "127.0.0.1:0",
 			"SANDBOX_MCP_CADDY_SNIPPET": paths.UserCaddyFile(),
 			"SANDBOX_MCP_CADDYFILE":     paths.Caddyfile(),
+			// Never the host's own Caddy: an admin socket inside the sandbox.
+			"SANDBOX_MCP_CADDY_ADMIN": "unix/" + filepath.Join(paths.Tmp, "caddy-admin.sock"),
 		},
 	})
 	if err != nil {
