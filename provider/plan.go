@@ -27,7 +27,9 @@ const (
 	StepRemove StepKind = "remove"
 	// StepRun runs Command and waits for it, at most Timeout.
 	StepRun StepKind = "run"
-	// StepStart starts Command as a long-running background process.
+	// StepStart starts Command as a long-running background process. Its command ends
+	// in exec, so the process started is the program itself: signals reach it and its
+	// parent reaps it, with no shell in between.
 	StepStart StepKind = "start"
 	// StepService starts Service through the sandbox's service manager; Command is the
 	// equivalent `proliferate services start` invocation.
@@ -348,7 +350,7 @@ func (b *planBuilder) essentials() {
 	}
 	b.block(Step{Name: "start opencode", Kind: StepStart, Requires: "opencode", Env: ocEnv,
 		TimeoutMs: BackgroundProcessTimeout.Milliseconds(),
-		Command: "cd " + ShellEscape(repoDir) + " && opencode serve --print-logs --log-level ERROR --port " +
+		Command: "cd " + ShellEscape(repoDir) + " && exec opencode serve --print-logs --log-level ERROR --port " +
 			strconv.Itoa(PortOpenCode) + " --hostname 0.0.0.0 > " + ShellEscape(b.p.OpenCodeLog()) + " 2>&1"})
 }
 
@@ -396,7 +398,7 @@ func (b *planBuilder) additional() {
 	b.bg(Step{Name: "caddy snippet", Kind: StepTouch, Path: b.p.UserCaddyFile(), Mode: 0o644})
 	b.bg(writeStep("caddyfile", b.p.Caddyfile(), 0o644, defaultCaddyfile(b.p)))
 	b.bg(Step{Name: "start caddy", Kind: StepStart, Requires: "caddy", TimeoutMs: BackgroundProcessTimeout.Milliseconds(),
-		Command: "caddy run --config " + ShellEscape(b.p.Caddyfile()) + " > " + ShellEscape(b.p.CaddyLog()) + " 2>&1"})
+		Command: "exec caddy run --config " + ShellEscape(b.p.Caddyfile()) + " > " + ShellEscape(b.p.CaddyLog()) + " 2>&1"})
 
 	mcp := b.cfg.SandboxMCPCommand
 	if mcp == "" {
@@ -413,7 +415,7 @@ func (b *planBuilder) additional() {
 	}
 	b.bg(Step{Name: StepNameSandboxMCP, Kind: StepStart, Requires: mcp, Env: mcpEnv,
 		TimeoutMs: BackgroundProcessTimeout.Milliseconds(),
-		Command:   ShellEscape(mcp) + " api > " + ShellEscape(b.p.SandboxMCPLog()) + " 2>&1"})
+		Command:   "exec " + ShellEscape(mcp) + " api > " + ShellEscape(b.p.SandboxMCPLog()) + " 2>&1"})
 	if b.cfg.Kind == KindE2B {
 		env := map[string]string{"NODE_ENV": "production", "PROLIFERATE_WORKSPACE_ROOT": b.p.Workspace()}
 		if tok := b.opts.EnvVars[EnvSandboxMCPAuthToken]; tok != "" {
@@ -421,7 +423,7 @@ func (b *planBuilder) additional() {
 		}
 		b.bg(Step{Name: "start sandbox-daemon", Kind: StepStart, Requires: "sandbox-daemon", Env: env,
 			TimeoutMs: BackgroundProcessTimeout.Milliseconds(),
-			Command:   "sandbox-daemon --mode=worker > " + ShellEscape(b.p.SandboxDaemonLog()) + " 2>&1"})
+			Command:   "exec sandbox-daemon --mode=worker > " + ShellEscape(b.p.SandboxDaemonLog()) + " 2>&1"})
 	}
 	b.bootServices()
 }

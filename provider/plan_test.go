@@ -303,7 +303,7 @@ func TestPlanPathsRooted(t *testing.T) {
 		}
 	}
 	mcp, _ := findStep(p, "start sandbox-mcp")
-	if mcp.Command != `'/bin/sandbox mcp' api > '/tmp/sbx/tmp/sandbox-mcp.log' 2>&1` || mcp.Env["SANDBOX_MCP_ADDR"] != "127.0.0.1:9" || mcp.Requires != "/bin/sandbox mcp" {
+	if mcp.Command != `exec '/bin/sandbox mcp' api > '/tmp/sbx/tmp/sandbox-mcp.log' 2>&1` || mcp.Env["SANDBOX_MCP_ADDR"] != "127.0.0.1:9" || mcp.Requires != "/bin/sandbox mcp" {
 		t.Errorf("start sandbox-mcp = %+v", mcp)
 	}
 }

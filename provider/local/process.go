@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -15,13 +16,52 @@ import (
 // even those in process groups of their own.
 const markerEnv = "PROLIFERATE_LOCAL_SANDBOX_ID"
 
-// groupAlive reports whether process group pgid still has a member.
+// groupAlive reports whether process group pgid still has a running member. Zombies
+// do not count: an orphan waits for init to reap it, which in a container can take
+// a while, and it runs nothing.
 func groupAlive(pgid int) bool {
 	if pgid <= 0 {
 		return false
 	}
-	err := syscall.Kill(-pgid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err := syscall.Kill(-pgid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return true // no /proc: signal 0 is all we know
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		state, pgrp, ok := procStat(e.Name())
+		if ok && pgrp == pgid && state != 'Z' && state != 'X' {
+			return true
+		}
+	}
+	return false
+}
+
+// procStat reads the state and process group of /proc/<pid>/stat. The command name
+// is in parentheses and may hold spaces, so fields are counted after the last ')'.
+func procStat(pid string) (state byte, pgrp int, ok bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0, 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	g, err := strconv.Atoi(f[2])
+	if err != nil {
+		return 0, 0, false
+	}
+	return f[0][0], g, true
 }
 
 // markedPIDs lists the processes whose environment carries the sandbox's marker.
