@@ -146,10 +146,6 @@ type PlanConfig struct {
 	SidecarEnv map[string]string
 }
 
-// Setup-only OpenCode tools, removed from non-setup sessions so they do not leak from
-// a setup session's snapshot.
-var setupOnlyTools = []string{"save_service_commands.ts", "save_service_commands.txt", "save_env_files.ts", "save_env_files.txt"}
-
 // BuildPlan turns the create options into the ordered boot plan of one sandbox. It is
 // pure: the same inputs give the same plan.
 func BuildPlan(opts CreateOptions, cfg PlanConfig) (Plan, error) {
@@ -319,11 +315,18 @@ func (b *planBuilder) essentials() {
 		Command: "mkdir -p " + ShellEscape(localTool) +
 			" && cp " + ShellEscape(tools+"/package.json") + " " + ShellEscape(localTool+"/") +
 			" && cp -r " + ShellEscape(tools+"/node_modules") + " " + ShellEscape(localTool+"/")})
-	if b.opts.SessionType != SessionSetup {
-		var rm []string
-		for _, f := range setupOnlyTools {
-			rm = append(rm, path.Join(localTool, f))
+	setup := b.opts.SessionType == SessionSetup
+	var rm []string
+	for _, t := range Tools() {
+		if t.SetupOnly && !setup {
+			// Removed, not just left out, so they do not leak from a setup session's snapshot.
+			rm = append(rm, path.Join(localTool, t.Name+".ts"), path.Join(localTool, t.Name+".txt"))
+			continue
 		}
+		b.block(writeStep("tool "+t.Name, path.Join(localTool, t.Name+".ts"), 0o644, ToolSource(t)))
+		b.block(writeStep("tool "+t.Name+" description", path.Join(localTool, t.Name+".txt"), 0o644, t.Description+"\n"))
+	}
+	if len(rm) > 0 {
 		b.block(Step{Name: "remove setup-only tools", Kind: StepRemove, Paths: rm})
 	}
 	if b.cfg.Kind == KindModal && b.opts.SSHPublicKey != "" {

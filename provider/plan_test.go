@@ -125,7 +125,10 @@ func TestBuildPlanFresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantBlocking := []string{"workspace", "git credentials", "clone web", "clone api", "metadata", "plugin", "global opencode config",
-		"repo opencode config", "instructions", "actions guide", "copy tool dependencies", "remove setup-only tools", "start opencode"}
+		"repo opencode config", "instructions", "actions guide", "copy tool dependencies",
+		"tool verify", "tool verify description", "tool save_snapshot", "tool save_snapshot description",
+		"tool automation_complete", "tool automation_complete description", "tool request_env_variables",
+		"tool request_env_variables description", "remove setup-only tools", "start opencode"}
 	if diff := cmp.Diff(wantBlocking, stepNames(p.Blocking)); diff != "" {
 		t.Errorf("blocking steps mismatch (-want +got):\n%s", diff)
 	}
@@ -284,6 +287,9 @@ func TestBuildPlanSetupSession(t *testing.T) {
 	p, _ := BuildPlan(CreateOptions{SessionID: "s", SessionType: SessionSetup}, PlanConfig{Kind: KindE2B, Now: planNow})
 	if _, ok := findStep(p, "remove setup-only tools"); ok {
 		t.Errorf("setup session removes its own tools")
+	}
+	if _, ok := findStep(p, "tool save_service_commands"); !ok {
+		t.Errorf("setup session lacks the setup-only tools")
 	}
 	p, _ = BuildPlan(CreateOptions{SessionID: "s", ServiceCommands: []ConfigurationServiceCommand{{Name: "a", Command: "b"}}}, PlanConfig{Kind: KindE2B, Now: planNow})
 	if _, ok := findStep(p, "service a"); ok {
