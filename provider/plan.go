@@ -462,3 +462,40 @@ func (b *planBuilder) bootServices() {
 			Service:   &ServiceStart{Name: c.Name, Command: c.Command, Cwd: cwd}})
 	}
 }
+
+// Redacted returns a copy of the plan that is safe to log: every env value and the
+// content of secret files become [REDACTED], and commands go through RedactSecrets
+// (a token in a clone URL). The plan itself carries the secrets it must write.
+func (p Plan) Redacted() Plan {
+	redactEnv := func(env map[string]string) map[string]string {
+		if env == nil {
+			return nil
+		}
+		out := make(map[string]string, len(env))
+		for k := range env {
+			out[k] = Redacted
+		}
+		return out
+	}
+	var redactSteps func([]Step) []Step
+	redactSteps = func(steps []Step) []Step {
+		out := make([]Step, len(steps))
+		for i, s := range steps {
+			s.Env = redactEnv(s.Env)
+			s.Command = RedactSecrets(s.Command)
+			if s.Secret {
+				s.Content = Redacted
+			}
+			if s.Fallback != nil {
+				fb := redactSteps([]Step{*s.Fallback})[0]
+				s.Fallback = &fb
+			}
+			out[i] = s
+		}
+		return out
+	}
+	p.Env = redactEnv(p.Env)
+	p.Blocking = redactSteps(p.Blocking)
+	p.Background = redactSteps(p.Background)
+	return p
+}

@@ -353,3 +353,22 @@ func TestFactory(t *testing.T) {
 		})
 	}
 }
+
+func TestPlanRedacted(t *testing.T) {
+	p, err := BuildPlan(freshTwoRepos(), PlanConfig{Kind: KindE2B, Now: planNow, Settings: HostSettings{LLMProxyBaseURL: "https://proxy/v1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(planJSON(t, p.Redacted()))
+	for _, secret := range []string{"ghs_webtoken", "ghs_apitoken", "proxy-key", "mcp-token", "postgres://x"} {
+		if !strings.Contains(string(planJSON(t, p)), secret) {
+			t.Fatalf("test plan lacks %q", secret)
+		}
+		if strings.Contains(got, secret) {
+			t.Errorf("Redacted plan still holds %q", secret)
+		}
+	}
+	if clone, _ := findStep(p, "clone web"); !strings.Contains(clone.Command, "ghs_webtoken") {
+		t.Errorf("Redacted changed the original plan")
+	}
+}
