@@ -141,6 +141,10 @@ type PlanConfig struct {
 	Metadata *SessionMetadata
 	// SandboxMCPCommand is how sandbox-mcp is invoked; empty means "sandbox-mcp".
 	SandboxMCPCommand string
+	// SandboxAgent selects the newer boot split: OpenCode is not started by the boot;
+	// a sandbox-agent server (port 2468) launches agents on demand, and the sandbox
+	// daemon runs without --mode=worker.
+	SandboxAgent bool
 	// SidecarEnv is added to sandbox-mcp's environment (a local provider sets its
 	// listen address and state directory here).
 	SidecarEnv map[string]string
@@ -341,20 +345,29 @@ func (b *planBuilder) essentials() {
 			b.block(writeStep("trigger context", path.Join(repoDir, ".proliferate/trigger-context.json"), 0o644, prettyJSON(v)))
 		}
 	}
-	ocEnv := map[string]string{EnvSessionID: b.opts.SessionID, EnvDisableDefaultPlugins: "true"}
-	switch {
-	case b.env.ProxyMode():
-		ocEnv[EnvAnthropicAPIKey] = b.env.ProxyAPIKey
-		ocEnv[EnvAnthropicBaseURL] = b.env.ProxyBaseURL
-	case b.opts.EnvVars[EnvAnthropicAPIKey] != "":
-		ocEnv[EnvAnthropicAPIKey] = b.opts.EnvVars[EnvAnthropicAPIKey]
-	default:
-		b.warn("no LLM credentials: OpenCode starts without ANTHROPIC_API_KEY")
+	if b.cfg.SandboxAgent {
+		return // sandbox-agent starts in the background phase and launches OpenCode itself
 	}
-	b.block(Step{Name: "start opencode", Kind: StepStart, Requires: "opencode", Env: ocEnv,
+	b.block(Step{Name: "start opencode", Kind: StepStart, Requires: "opencode", Env: b.agentEnv(),
 		TimeoutMs: BackgroundProcessTimeout.Milliseconds(),
 		Command: "cd " + ShellEscape(repoDir) + " && exec opencode serve --print-logs --log-level ERROR --port " +
 			strconv.Itoa(PortOpenCode) + " --hostname 0.0.0.0 > " + ShellEscape(b.p.OpenCodeLog()) + " 2>&1"})
+}
+
+// agentEnv is the environment of the process that runs the agent: the proxy key and
+// URL in proxy mode, else the direct key.
+func (b *planBuilder) agentEnv() map[string]string {
+	env := map[string]string{EnvSessionID: b.opts.SessionID, EnvDisableDefaultPlugins: "true"}
+	switch {
+	case b.env.ProxyMode():
+		env[EnvAnthropicAPIKey] = b.env.ProxyAPIKey
+		env[EnvAnthropicBaseURL] = b.env.ProxyBaseURL
+	case b.opts.EnvVars[EnvAnthropicAPIKey] != "":
+		env[EnvAnthropicAPIKey] = b.opts.EnvVars[EnvAnthropicAPIKey]
+	default:
+		b.warn("no LLM credentials: the agent starts without ANTHROPIC_API_KEY")
+	}
+	return env
 }
 
 // additional is the background phase: pull on restore, services, Caddy, sandbox-mcp
@@ -424,9 +437,26 @@ func (b *planBuilder) additional() {
 		if tok := b.opts.EnvVars[EnvSandboxMCPAuthToken]; tok != "" {
 			env["PROLIFERATE_SESSION_TOKEN"] = tok
 		}
+		mode := " --mode=worker"
+		if b.cfg.SandboxAgent {
+			mode = ""
+		}
 		b.bg(Step{Name: "start sandbox-daemon", Kind: StepStart, Requires: "sandbox-daemon", Env: env,
 			TimeoutMs: BackgroundProcessTimeout.Milliseconds(),
-			Command:   "exec sandbox-daemon --mode=worker > " + ShellEscape(b.p.SandboxDaemonLog()) + " 2>&1"})
+			Command:   "exec sandbox-daemon" + mode + " > " + ShellEscape(b.p.SandboxDaemonLog()) + " 2>&1"})
+	}
+	if b.cfg.SandboxAgent {
+		env := b.agentEnv()
+		env["HOME"] = b.p.Home
+		if b.opts.SessionKind == SessionKindManager {
+			env["PROLIFERATE_GATEWAY_URL"] = b.opts.EnvVars["PROLIFERATE_GATEWAY_URL"]
+			env["PROLIFERATE_GATEWAY_AUTH_TOKEN"] = b.opts.EnvVars[EnvSandboxMCPAuthToken]
+			env["PROLIFERATE_MANAGER_SESSION_ID"] = b.opts.SessionID
+		}
+		b.bg(Step{Name: "start sandbox-agent", Kind: StepStart, Requires: "sandbox-agent", Env: env,
+			TimeoutMs: BackgroundProcessTimeout.Milliseconds(),
+			Command: "exec sandbox-agent server --host 0.0.0.0 --port " + strconv.Itoa(PortSandboxAgent) +
+				" --no-token > " + ShellEscape(path.Join(b.p.Tmp, "sandbox-agent.log")) + " 2>&1"})
 	}
 	b.bootServices()
 }

@@ -372,3 +372,38 @@ func TestPlanRedacted(t *testing.T) {
 		t.Errorf("Redacted changed the original plan")
 	}
 }
+
+func TestBuildPlanSandboxAgent(t *testing.T) {
+	tests := []struct {
+		name    string
+		kind    SessionKind
+		wantEnv map[string]string
+	}{
+		{"task", SessionKindTask, map[string]string{"HOME": "/home/user", "SESSION_ID": "s", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "true", "ANTHROPIC_API_KEY": "direct"}},
+		{"manager", SessionKindManager, map[string]string{"HOME": "/home/user", "SESSION_ID": "s", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "true", "ANTHROPIC_API_KEY": "direct",
+			"PROLIFERATE_GATEWAY_URL": "https://gw", "PROLIFERATE_GATEWAY_AUTH_TOKEN": "tok", "PROLIFERATE_MANAGER_SESSION_ID": "s"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := BuildPlan(CreateOptions{SessionID: "s", SessionKind: tt.kind,
+				EnvVars: map[string]string{"ANTHROPIC_API_KEY": "direct", "SANDBOX_MCP_AUTH_TOKEN": "tok", "PROLIFERATE_GATEWAY_URL": "https://gw"}},
+				PlanConfig{Kind: KindE2B, Now: planNow, SandboxAgent: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := findStep(p, "start opencode"); ok {
+				t.Errorf("sandbox-agent plan starts OpenCode")
+			}
+			agent, ok := findStep(p, "start sandbox-agent")
+			if !ok || agent.Command != "exec sandbox-agent server --host 0.0.0.0 --port 2468 --no-token > '/tmp/sandbox-agent.log' 2>&1" {
+				t.Fatalf("start sandbox-agent = %+v", agent)
+			}
+			if diff := cmp.Diff(tt.wantEnv, agent.Env); diff != "" {
+				t.Errorf("sandbox-agent env mismatch (-want +got):\n%s", diff)
+			}
+			if d, _ := findStep(p, "start sandbox-daemon"); strings.Contains(d.Command, "--mode=worker") {
+				t.Errorf("daemon = %q, want no --mode=worker", d.Command)
+			}
+		})
+	}
+}

@@ -29,6 +29,16 @@ const (
 	SessionCLI    SessionType = "cli"
 )
 
+// SessionKind is the newer classification of sessions (with the sandbox-agent boot).
+type SessionKind string
+
+// Session kinds.
+const (
+	SessionKindTask    SessionKind = "task"
+	SessionKindSetup   SessionKind = "setup"
+	SessionKindManager SessionKind = "manager"
+)
+
 // SecretFileWrite is a secret file written into the workspace.
 type SecretFileWrite struct {
 	FilePath string `json:"filePath"`
@@ -39,6 +49,7 @@ type SecretFileWrite struct {
 type CreateOptions struct {
 	SessionID   string      `json:"sessionId"`
 	SessionType SessionType `json:"sessionType,omitempty"`
+	SessionKind SessionKind `json:"sessionKind,omitempty"`
 	// Repos may be empty: a scratch session.
 	Repos []RepoSpec `json:"repos"`
 	// Branch is the default branch of every clone.
