@@ -164,6 +164,11 @@ func BuildPlan(opts CreateOptions, cfg PlanConfig) (Plan, error) {
 	if cfg.Now.IsZero() {
 		return Plan{}, errors.New("build plan: now is required")
 	}
+	for _, r := range opts.Repos {
+		if !validWorkspacePath(r.WorkspacePath) {
+			return Plan{}, fmt.Errorf("build plan: repo %s: workspacePath %q is not a relative path inside the workspace", r.RepoURL, r.WorkspacePath)
+		}
+	}
 	p := cfg.Paths
 	if p == (Paths{}) {
 		p = DefaultPaths()
@@ -223,8 +228,14 @@ func (b *planBuilder) workspace() {
 	ws := b.p.Workspace()
 	if b.plan.Restore {
 		b.plan.RepoDir = ws
-		if b.cfg.Metadata != nil && b.cfg.Metadata.RepoDir != "" {
-			b.plan.RepoDir = b.cfg.Metadata.RepoDir
+		if m := b.cfg.Metadata; m != nil && m.RepoDir != "" {
+			// The metadata comes from inside the sandbox: a repo dir outside the
+			// workspace would make the boot write files elsewhere.
+			if d := path.Clean(m.RepoDir); d == ws || strings.HasPrefix(d, ws+"/") {
+				b.plan.RepoDir = d
+			} else {
+				b.warn("metadata repoDir %q is outside the workspace; using the workspace", m.RepoDir)
+			}
 		}
 		if b.cfg.Kind == KindE2B {
 			// A resumed E2B sandbox may still run the previous boot's processes.
@@ -279,6 +290,12 @@ func (b *planBuilder) workspace() {
 	now := b.now()
 	b.block(writeStep("metadata", b.p.MetadataFile(), 0o644,
 		prettyJSON(SessionMetadata{SessionID: b.opts.SessionID, RepoDir: b.plan.RepoDir, CreatedAt: now, LastGitFetchAt: &now})))
+}
+
+// validWorkspacePath reports whether a repo's workspacePath stays inside the
+// workspace: "" or ".", or a relative path without ".." segments.
+func validWorkspacePath(wp string) bool {
+	return wp == "" || wp == "." || IsValidTargetPath(wp)
 }
 
 func repoLabel(r RepoSpec) string {

@@ -407,3 +407,66 @@ func TestBuildPlanSandboxAgent(t *testing.T) {
 		})
 	}
 }
+
+func TestBuildPlanRejectsEscapes(t *testing.T) {
+	for _, wp := range []string{"../x", "/etc", "a/../../b", ".."} {
+		t.Run(wp, func(t *testing.T) {
+			_, err := BuildPlan(CreateOptions{SessionID: "s", Repos: []RepoSpec{{RepoURL: "u", WorkspacePath: wp}}}, PlanConfig{Kind: KindLocal, Now: planNow})
+			if err == nil || !strings.Contains(err.Error(), "not a relative path inside the workspace") {
+				t.Errorf("BuildPlan(workspacePath %q) err = %v, want rejected", wp, err)
+			}
+		})
+	}
+	tests := []struct{ name, repoDir, want string }{
+		{"inside", "/home/user/workspace/app", "/home/user/workspace/app"},
+		{"workspace", "/home/user/workspace", "/home/user/workspace"},
+		{"outside", "/etc", "/home/user/workspace"},
+		{"dotdot", "/home/user/workspace/../../../etc", "/home/user/workspace"},
+		{"prefix trick", "/home/user/workspace-evil", "/home/user/workspace"},
+	}
+	for _, tt := range tests {
+		t.Run("metadata "+tt.name, func(t *testing.T) {
+			p, err := BuildPlan(CreateOptions{SessionID: "s", SnapshotID: "snap"}, PlanConfig{Kind: KindLocal, Now: planNow,
+				Metadata: &SessionMetadata{RepoDir: tt.repoDir}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.RepoDir != tt.want {
+				t.Errorf("RepoDir for metadata %q = %q, want %q", tt.repoDir, p.RepoDir, tt.want)
+			}
+		})
+	}
+}
+
+// Whatever the options, every file a plan touches stays in the sandbox's home or tmp.
+func FuzzBuildPlan(f *testing.F) {
+	f.Add("https://github.com/o/r", "tok", "main", "app", "dev", "pnpm dev", "src", "./.env", "/home/user/workspace/app")
+	f.Add("u", "", "", ".", "a b", "x", "../..", "../x", "/etc")
+	f.Fuzz(func(t *testing.T, url, token, branch, wp, svcName, svcCmd, cwd, secretPath, metaDir string) {
+		opts := CreateOptions{SessionID: "s", Branch: branch, SnapshotHasDeps: true,
+			Repos:            []RepoSpec{{RepoURL: url, Token: token, WorkspacePath: wp}},
+			ServiceCommands:  []ConfigurationServiceCommand{{Name: svcName, Command: svcCmd, Cwd: cwd, WorkspacePath: wp}},
+			SecretFileWrites: []SecretFileWrite{{FilePath: secretPath, Content: "x"}}}
+		for _, restore := range []bool{false, true} {
+			cfg := PlanConfig{Kind: KindE2B, Now: planNow}
+			if restore {
+				opts.SnapshotID = "snap"
+				cfg.Metadata = &SessionMetadata{RepoDir: metaDir}
+			}
+			p, err := BuildPlan(opts, cfg)
+			if err != nil {
+				continue
+			}
+			for _, s := range p.Steps() {
+				for _, fp := range append([]string{s.Path}, s.Paths...) {
+					if fp != "" && !strings.HasPrefix(fp, "/home/user/") && !strings.HasPrefix(fp, "/tmp/") && fp != "/home/user/workspace" {
+						t.Fatalf("step %q touches %q (workspacePath %q, secret %q, metadata %q)", s.Name, fp, wp, secretPath, metaDir)
+					}
+					if strings.Contains(fp, "/../") || strings.HasSuffix(fp, "/..") {
+						t.Fatalf("step %q path %q is not clean", s.Name, fp)
+					}
+				}
+			}
+		}
+	})
+}
