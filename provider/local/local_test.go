@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -422,5 +423,53 @@ func BenchmarkBoot(b *testing.B) {
 		b.StopTimer()
 		p.Terminate(b.Context(), "bench", bt.SandboxID)
 		b.StartTimer()
+	}
+}
+
+// One Provider boots and terminates several sandboxes at once.
+func TestParallelBoots(t *testing.T) {
+	p := newProvider(t, nil)
+	const n = 3
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	ids := make(chan string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: fmt.Sprintf("s%d", i)})
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids <- b.SandboxID
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	close(ids)
+	for err := range errs {
+		t.Errorf("Boot: %v", err)
+	}
+	var all []string
+	for id := range ids {
+		all = append(all, id)
+	}
+	alive, _ := p.CheckSandboxes(t.Context(), all)
+	if len(alive) != n {
+		t.Errorf("CheckSandboxes = %d alive, want %d", len(alive), n)
+	}
+	for _, id := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.Terminate(t.Context(), "s", id); err != nil {
+				t.Errorf("Terminate(%s): %v", id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if alive, _ := p.CheckSandboxes(t.Context(), all); len(alive) != 0 {
+		t.Errorf("CheckSandboxes after Terminate = %q", alive)
 	}
 }
