@@ -1,0 +1,42 @@
+package provider_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider"
+)
+
+// The boot plan of a fresh sandbox with one repo: blocking steps first, background
+// steps after, every command built with ShellEscape.
+func ExampleBuildPlan() {
+	plan, err := provider.BuildPlan(provider.CreateOptions{
+		SessionID: "s1",
+		Repos:     []provider.RepoSpec{{RepoURL: "https://github.com/acme/app", Token: "tok", WorkspacePath: "."}},
+		Branch:    "main",
+		EnvVars:   map[string]string{"ANTHROPIC_API_KEY": "key", "SANDBOX_MCP_AUTH_TOKEN": "t"},
+	}, provider.PlanConfig{Kind: provider.KindE2B, Now: time.Unix(1700000000, 0)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, s := range plan.Blocking[:4] {
+		fmt.Printf("%s %s: %s%s\n", s.Kind, s.Name, s.Path, s.Command)
+	}
+	fmt.Println("background:", len(plan.Background), "steps, repo dir", plan.RepoDir)
+	// Output:
+	// mkdir workspace: /home/user/workspace
+	// write git credentials: /tmp/.git-credentials.json
+	// run clone .: git clone --depth 1 --branch 'main' 'https://x-access-token:tok@github.com/acme/app' '/home/user/workspace'
+	// write metadata: /home/user/.proliferate/metadata.json
+	// background: 7 steps, repo dir /home/user/workspace
+}
+
+// Secrets never reach a log: RedactSecrets runs on every provider error message.
+func ExampleRedactSecrets() {
+	fmt.Println(provider.RedactSecrets("clone https://x-access-token:ghs_abc@github.com/acme/app failed"))
+	fmt.Println(provider.FromError(fmt.Errorf("connect ECONNREFUSED"), provider.KindE2B, provider.OpHealth).Retryable)
+	// Output:
+	// clone https://[REDACTED]github.com/acme/app failed
+	// true
+}

@@ -1,0 +1,475 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/providertest"
+)
+
+// sandboxMCP is the sandbox-mcp binary built once for all tests.
+var sandboxMCP string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "local-provider-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sandboxMCP = filepath.Join(dir, "sandbox-mcp")
+	build := exec.Command("go", "build", "-o", sandboxMCP, "github.com/proliferate-ai/sandbox-mcp/cmd/sandbox-mcp")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build sandbox-mcp: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func newProvider(t *testing.T, env map[string]string) *Provider {
+	t.Helper()
+	p, err := New(Options{Root: t.TempDir(), SandboxMCP: sandboxMCP, Getenv: func(k string) string { return env[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// gitRepo makes a repo with README.md on main and a branch "feature".
+func gitRepo(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	git(t, dir, "init", "-q", "-b", "main")
+	writeFile(t, filepath.Join(dir, "README.md"), "hello from main\n")
+	git(t, dir, "add", ".")
+	git(t, dir, "commit", "-q", "-m", "first")
+	git(t, dir, "checkout", "-q", "-b", "feature")
+	writeFile(t, filepath.Join(dir, "FEATURE.md"), "feature\n")
+	git(t, dir, "add", ".")
+	git(t, dir, "commit", "-q", "-m", "feature")
+	git(t, dir, "checkout", "-q", "main")
+	return dir
+}
+
+func git(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@e", "-c", "commit.gpgsign=false"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func report(b Boot) map[string]StepReport {
+	m := map[string]StepReport{}
+	for _, r := range b.Report {
+		m[r.Name] = r
+	}
+	return m
+}
+
+func TestBootClonesAndStartsSidecar(t *testing.T) {
+	origin := gitRepo(t)
+	p := newProvider(t, nil)
+	b, err := p.Boot(t.Context(), provider.CreateOptions{
+		SessionID:        "sess-1",
+		Repos:            []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "app", Branch: "feature"}},
+		Branch:           "main",
+		EnvVars:          map[string]string{"SANDBOX_MCP_AUTH_TOKEN": "secret-token", "FOO": "bar"},
+		SecretFileWrites: []provider.SecretFileWrite{{FilePath: "./app/.env", Content: "K=v\n"}},
+		SnapshotHasDeps:  true,
+		ServiceCommands:  []provider.ConfigurationServiceCommand{{Name: "hello", Command: "echo hi from $FOO; sleep 60", WorkspacePath: "app"}},
+	})
+	if err != nil {
+		t.Fatalf("Boot: %v\nreport: %+v", err, b.Report)
+	}
+	t.Cleanup(func() { p.Terminate(context.Background(), "sess-1", b.SandboxID) })
+
+	repo := filepath.Join(b.Home, "workspace", "app")
+	if got, err := os.ReadFile(filepath.Join(repo, "FEATURE.md")); err != nil || string(got) != "feature\n" {
+		t.Errorf("FEATURE.md = %q, %v, want the feature branch checked out", got, err)
+	}
+	if fi, err := os.Stat(filepath.Join(repo, ".env")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("secret file = %v, %v, want mode 0600", fi, err)
+	}
+	if _, err := os.Stat(filepath.Join(b.Home, ".config/opencode/opencode.json")); err != nil {
+		t.Errorf("global OpenCode config: %v", err)
+	}
+
+	resp, err := http.Get(b.SandboxMCPURL + "/api/health")
+	if err != nil {
+		t.Fatalf("GET /api/health: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /api/health = %d, want 200", resp.StatusCode)
+	}
+
+	rep := report(b)
+	for name, want := range map[string]string{
+		"clone app": StatusOK, "start sandbox-mcp": StatusOK, "start opencode": StatusSkipped,
+		"start caddy": StatusSkipped, "copy tool dependencies": StatusSkipped, "secret file app/.env": StatusOK,
+	} {
+		if got := rep[name].Status; got != want {
+			t.Errorf("step %q status = %q (%s), want %q", name, got, rep[name].Reason, want)
+		}
+	}
+	alive, _ := p.CheckSandboxes(t.Context(), []string{b.SandboxID})
+	if len(alive) != 1 {
+		t.Errorf("CheckSandboxes = %q, want the sandbox", alive)
+	}
+
+	t.Run("service visible in /api/services", func(t *testing.T) {
+		list, status, err := listServices(t.Context(), p.client, b.SandboxMCPURL, b.SidecarToken)
+		if status == http.StatusNotImplemented {
+			t.Skip("sidecar in this build has no service manager (501)")
+		}
+		if err != nil {
+			t.Fatalf("GET /api/services: %v", err)
+		}
+		if rep["service hello"].Status != StatusOK {
+			t.Errorf("service step = %+v", rep["service hello"])
+		}
+		found := false
+		for _, s := range list.Services {
+			if s.Name == "hello" && s.Cwd == repo {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("services = %+v, want hello in %s", list.Services, repo)
+		}
+	})
+
+	if err := p.Terminate(t.Context(), "sess-1", b.SandboxID); err != nil {
+		t.Fatalf("Terminate: %v", err)
+	}
+	if pids := markedPIDs(b.SandboxID); len(pids) != 0 {
+		t.Errorf("processes left after Terminate: %v", pids)
+	}
+	if _, err := os.Stat(b.Home); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("sandbox directory still there: %v", err)
+	}
+	if err := p.Terminate(t.Context(), "sess-1", b.SandboxID); err != nil {
+		t.Errorf("second Terminate = %v, want nil", err)
+	}
+	if resp, err := http.Get(b.SandboxMCPURL + "/api/health"); err == nil {
+		resp.Body.Close()
+		t.Errorf("sidecar still answers after Terminate")
+	}
+}
+
+func TestBootCloneFallbackAndFailure(t *testing.T) {
+	origin := gitRepo(t)
+	p := newProvider(t, nil)
+	tests := []struct {
+		name    string
+		repo    provider.RepoSpec
+		wantErr string
+		want    string // file that must exist in the clone
+	}{
+		{"missing branch falls back to default", provider.RepoSpec{RepoURL: origin, WorkspacePath: ".", Branch: "no-such-branch"}, "", "README.md"},
+		{"missing repo fails the boot", provider.RepoSpec{RepoURL: filepath.Join(origin, "nope"), WorkspacePath: "."}, "clone .", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s", Repos: []provider.RepoSpec{tt.repo}})
+			t.Cleanup(func() {
+				if b.SandboxID != "" {
+					p.Terminate(context.Background(), "s", b.SandboxID)
+				}
+			})
+			if tt.wantErr != "" {
+				if err == nil || !provider.IsProviderError(err) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Boot err = %v, want a provider error containing %q", err, tt.wantErr)
+				}
+				if b.SandboxID != "" || len(b.Report) == 0 || b.Report[len(b.Report)-1].Status != StatusFailed {
+					t.Errorf("failed Boot = id %q, report %+v, want no sandbox and the failed step last", b.SandboxID, b.Report)
+				}
+				entries, _ := os.ReadDir(filepath.Join(p.o.Root, "sandboxes"))
+				states, _ := os.ReadDir(filepath.Join(p.o.Root, "state"))
+				if len(entries) != 0 || len(states) != 0 {
+					t.Errorf("failed boot left %d sandboxes and %d state files, want none", len(entries), len(states))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Boot: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(b.Home, "workspace", tt.want)); err != nil {
+				t.Errorf("clone lacks %s: %v", tt.want, err)
+			}
+		})
+	}
+}
+
+func TestRestorePullsNewCommits(t *testing.T) {
+	origin := gitRepo(t)
+	p := newProvider(t, map[string]string{"SANDBOX_GIT_PULL_ON_RESTORE": "true"})
+	opts := provider.CreateOptions{SessionID: "s", Repos: []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "."}}, Branch: "main"}
+	first, err := p.Boot(t.Context(), opts)
+	if err != nil {
+		t.Fatalf("Boot: %v", err)
+	}
+	t.Cleanup(func() { p.Terminate(context.Background(), "s", first.SandboxID) })
+	snap, err := p.Snapshot(t.Context(), "s", first.SandboxID)
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	if err := p.Terminate(t.Context(), "s", first.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+
+	writeFile(t, filepath.Join(origin, "NEW.md"), "new\n")
+	git(t, origin, "add", ".")
+	git(t, origin, "commit", "-q", "-m", "new")
+
+	opts.SnapshotID = snap.SnapshotID
+	b, err := p.Boot(t.Context(), opts)
+	if err != nil {
+		t.Fatalf("Boot from snapshot: %v", err)
+	}
+	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
+	rep := report(b)
+	if !b.Plan.Pull || rep["pull ."].Status != StatusOK || rep["record git fetch"].Status != StatusOK {
+		t.Fatalf("pull = %v, steps %+v %+v", b.Plan.Pull, rep["pull ."], rep["record git fetch"])
+	}
+	if _, ok := rep["clone ."]; ok {
+		t.Errorf("restore cloned again")
+	}
+	if _, err := os.Stat(filepath.Join(b.Home, "workspace", "NEW.md")); err != nil {
+		t.Errorf("pulled repo lacks NEW.md: %v", err)
+	}
+	var m provider.SessionMetadata
+	raw, _ := os.ReadFile(provider.RootedPaths(b.Home).MetadataFile())
+	if err := json.Unmarshal(raw, &m); err != nil || m.RepoDir != filepath.Join(b.Home, "workspace") || m.LastGitFetchAt == nil {
+		t.Errorf("metadata = %s, want repoDir in the new home and lastGitFetchAt", raw)
+	}
+}
+
+func TestExecCommand(t *testing.T) {
+	p := newProvider(t, nil)
+	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
+	tests := []struct {
+		name     string
+		argv     []string
+		o        provider.ExecOptions
+		wantOut  string
+		wantCode int
+	}{
+		{"no shell interpolation", []string{"printf", "%s|%s", "it's", "$HOME"}, provider.ExecOptions{}, "it's|$HOME", 0},
+		{"home and env", []string{"bash", "-c", `printf '%s %s' "$HOME" "$A"`}, provider.ExecOptions{Env: []provider.EnvPair{{Key: "A", Value: "1"}}}, b.Home + " 1", 0},
+		{"cwd defaults to workspace", []string{"pwd"}, provider.ExecOptions{}, filepath.Join(b.Home, "workspace") + "\n", 0},
+		{"exit code", []string{"bash", "-c", "exit 7"}, provider.ExecOptions{}, "", 7},
+		{"timeout is 124", []string{"sleep", "10"}, provider.ExecOptions{TimeoutMs: 200}, "", 124},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := p.ExecCommand(t.Context(), b.SandboxID, tt.argv, tt.o)
+			if err != nil {
+				t.Fatalf("ExecCommand(%q): %v", tt.argv, err)
+			}
+			if res.Stdout != tt.wantOut || res.ExitCode != tt.wantCode {
+				t.Errorf("ExecCommand(%q) = %q exit %d, want %q exit %d", tt.argv, res.Stdout, res.ExitCode, tt.wantOut, tt.wantCode)
+			}
+		})
+	}
+	if _, err := p.ExecCommand(t.Context(), "no-such", []string{"true"}, provider.ExecOptions{}); !provider.IsProviderError(err) {
+		t.Errorf("ExecCommand(unknown) = %v, want a provider error", err)
+	}
+}
+
+func TestWriteEnvFile(t *testing.T) {
+	p := newProvider(t, nil)
+	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
+	for _, kv := range []map[string]string{{"A": "1", "B": "2"}, {"A": "3"}} {
+		if err := p.WriteEnvFile(t.Context(), b.SandboxID, kv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, _ := os.ReadFile(provider.RootedPaths(b.Home).EnvOverrideFile())
+	if string(raw) != `{"A":"3","B":"2"}` {
+		t.Errorf("env file = %s, want merged", raw)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	tests := []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"no root", Options{SandboxMCP: "x"}, "Root is required"},
+		{"no binary", Options{Root: t.TempDir()}, "SandboxMCP is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := New(tt.o); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New(%+v) = %v, want %q", tt.o, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestHealth(t *testing.T) {
+	if !newProvider(t, nil).Health(t.Context()) {
+		t.Errorf("Health() = false with bash, git and the binary present")
+	}
+	p, err := New(Options{Root: t.TempDir(), SandboxMCP: filepath.Join(t.TempDir(), "missing")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Health(t.Context()) {
+		t.Errorf("Health() = true without the sandbox-mcp binary")
+	}
+}
+
+func TestContract(t *testing.T) {
+	root := t.TempDir()
+	providertest.Run(t, func(t *testing.T) provider.SandboxProvider {
+		p, err := New(Options{Root: root, SandboxMCP: sandboxMCP, KillGrace: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		return p
+	}, providertest.Options{
+		Kind: provider.KindLocal,
+		CreateOptions: func(t *testing.T) provider.CreateOptions {
+			return provider.CreateOptions{SessionID: "contract", Repos: []provider.RepoSpec{{RepoURL: gitRepo(t), WorkspacePath: "."}}}
+		},
+	})
+}
+
+// CheckSandboxes must never bring a sandbox back: after the provider that booted it
+// is closed, the sandbox is reported dead and stays untouched.
+func TestCheckSandboxesSideEffectFree(t *testing.T) {
+	root := t.TempDir()
+	p, err := New(Options{Root: root, SandboxMCP: sandboxMCP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	q := newProvider(t, nil)
+	q.o.Root = root
+	before, _ := os.ReadFile(q.statePath(b.SandboxID))
+	if got, err := q.CheckSandboxes(t.Context(), []string{b.SandboxID}); err != nil || len(got) != 0 {
+		t.Errorf("CheckSandboxes after Close = %q, %v, want []", got, err)
+	}
+	after, _ := os.ReadFile(q.statePath(b.SandboxID))
+	if string(before) != string(after) || len(markedPIDs(b.SandboxID)) != 0 {
+		t.Errorf("CheckSandboxes changed the sandbox")
+	}
+	if err := q.Terminate(t.Context(), "s", b.SandboxID); err != nil {
+		t.Errorf("Terminate of a stopped sandbox = %v", err)
+	}
+}
+
+// BenchmarkBoot is a scratch boot up to a healthy sandbox-mcp, then terminate.
+func BenchmarkBoot(b *testing.B) {
+	p, err := New(Options{Root: b.TempDir(), SandboxMCP: sandboxMCP})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	for b.Loop() {
+		bt, err := p.Boot(b.Context(), provider.CreateOptions{SessionID: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		p.Terminate(b.Context(), "bench", bt.SandboxID)
+		b.StartTimer()
+	}
+}
+
+// One Provider boots and terminates several sandboxes at once.
+func TestParallelBoots(t *testing.T) {
+	p := newProvider(t, nil)
+	const n = 3
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	ids := make(chan string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: fmt.Sprintf("s%d", i)})
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids <- b.SandboxID
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	close(ids)
+	for err := range errs {
+		t.Errorf("Boot: %v", err)
+	}
+	var all []string
+	for id := range ids {
+		all = append(all, id)
+	}
+	alive, _ := p.CheckSandboxes(t.Context(), all)
+	if len(alive) != n {
+		t.Errorf("CheckSandboxes = %d alive, want %d", len(alive), n)
+	}
+	for _, id := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.Terminate(t.Context(), "s", id); err != nil {
+				t.Errorf("Terminate(%s): %v", id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if alive, _ := p.CheckSandboxes(t.Context(), all); len(alive) != 0 {
+		t.Errorf("CheckSandboxes after Terminate = %q", alive)
+	}
+}

@@ -1,0 +1,167 @@
+package local
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider"
+)
+
+func bootScratch(t *testing.T, p *Provider) Boot {
+	t.Helper()
+	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
+	return b
+}
+
+func TestReadFiles(t *testing.T) {
+	p := newProvider(t, nil)
+	b := bootScratch(t, p)
+	dir := filepath.Join(b.Home, "workspace", ".proliferate", ".verification")
+	os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
+	writeFile(t, filepath.Join(dir, "a.txt"), "A")
+	writeFile(t, filepath.Join(dir, "sub", "b.png"), "B")
+	os.Symlink("/etc/passwd", filepath.Join(dir, "link"))
+	tests := []struct {
+		name   string
+		folder string
+		want   []provider.FileContent
+	}{
+		{"relative with slash", "workspace/.proliferate/.verification/", []provider.FileContent{{Path: "a.txt", Data: []byte("A")}, {Path: "sub/b.png", Data: []byte("B")}}},
+		{"absolute", dir + "/sub", []provider.FileContent{{Path: "b.png", Data: []byte("B")}}},
+		{"missing", "nope", []provider.FileContent{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := p.ReadFiles(t.Context(), b.SandboxID, tt.folder)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("ReadFiles(%q) mismatch (-want +got):\n%s", tt.folder, diff)
+			}
+		})
+	}
+}
+
+func TestTestServiceCommands(t *testing.T) {
+	p := newProvider(t, nil)
+	b := bootScratch(t, p)
+	os.MkdirAll(filepath.Join(b.Home, "workspace", "web", "src"), 0o755)
+	cmds := []provider.ConfigurationServiceCommand{
+		{Name: "dev server (web)", Command: "pwd; echo ok", WorkspacePath: "web", Cwd: "src"},
+		{Name: "fails", Command: "echo bad >&2; exit 3"},
+		{Name: "hangs", Command: "sleep 30"},
+	}
+	got, err := p.TestServiceCommands(t.Context(), b.SandboxID, cmds, provider.ServiceTestOptions{TimeoutMs: 500, RunID: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(b.Home, "workspace")
+	tests := []struct {
+		out  string
+		code int
+		log  string
+	}{
+		{ws + "/web/src\nok\n", 0, "auto-start-test-r1-0-dev_server__web_.log"},
+		{"bad\n", 3, "auto-start-test-r1-1-fails.log"},
+		{"", 124, "auto-start-test-r1-2-hangs.log"},
+	}
+	for i, tt := range tests {
+		r := got[i]
+		if r.Output != tt.out || r.ExitCode == nil || *r.ExitCode != tt.code || filepath.Base(r.LogFile) != tt.log {
+			t.Errorf("result %d = %+v (exit %v), want output %q exit %d log %s", i, r, *r.ExitCode, tt.out, tt.code, tt.log)
+		}
+	}
+}
+
+// PullOnRestore from package provider, driven through the local sandbox's Executor
+// against a real repo: the exit code of git decides.
+func TestPullOnRestoreThroughExecutor(t *testing.T) {
+	origin := gitRepo(t)
+	p := newProvider(t, nil)
+	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s",
+		Repos: []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "app"}, {RepoURL: "file://" + origin, WorkspacePath: "broken"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
+	writeFile(t, filepath.Join(origin, "NEW.md"), "new\n")
+	git(t, origin, "add", ".")
+	git(t, origin, "commit", "-q", "-m", "new")
+
+	ex, err := p.Executor(b.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := provider.RootedPaths(b.Home)
+	repos := []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "app"}}
+	now := time.UnixMilli(5_000_000_000_000)
+	res, err := provider.PullOnRestore(t.Context(), ex, provider.PullOptions{Paths: paths, Repos: repos, Enabled: true,
+		HasSnapshot: true, Now: func() time.Time { return now }})
+	if err != nil || !res.Pulled || !res.AllSucceeded || !res.MetadataWritten {
+		t.Fatalf("PullOnRestore = %+v, %v, want pulled and recorded", res, err)
+	}
+	if _, err := os.Stat(filepath.Join(paths.RepoDir("app"), "NEW.md")); err != nil {
+		t.Errorf("pull did not bring NEW.md: %v", err)
+	}
+	meta, _ := os.ReadFile(paths.MetadataFile())
+	if !strings.Contains(string(meta), `"lastGitFetchAt": 5000000000000`) {
+		t.Errorf("metadata = %s", meta)
+	}
+
+	// A repo whose pull fails (diverged history) makes the whole pull not recorded.
+	broken := paths.RepoDir("broken")
+	git(t, broken, "reset", "-q", "--hard", "HEAD")
+	writeFile(t, filepath.Join(broken, "LOCAL.md"), "x\n")
+	git(t, broken, "add", ".")
+	git(t, broken, "commit", "-q", "-m", "local")
+	repos = append(repos, provider.RepoSpec{RepoURL: "file://" + origin, WorkspacePath: "broken"})
+	later := now.Add(time.Hour)
+	var lines []string
+	res, err = provider.PullOnRestore(t.Context(), ex, provider.PullOptions{Paths: paths, Repos: repos, Enabled: true,
+		HasSnapshot: true, Now: func() time.Time { return later }, Log: func(s string) { lines = append(lines, s) }})
+	if err != nil || !res.Pulled || res.AllSucceeded || res.MetadataWritten {
+		t.Errorf("PullOnRestore with a diverged repo = %+v, %v, want pulled, not all succeeded, not recorded (log %q)", res, err, lines)
+	}
+}
+
+// Every process of a sandbox starts through Options.Command.
+func TestCommandSeam(t *testing.T) {
+	var mu sync.Mutex
+	var started []string
+	p, err := New(Options{Root: t.TempDir(), SandboxMCP: sandboxMCP, Command: func(name string, args ...string) *exec.Cmd {
+		mu.Lock()
+		started = append(started, name+" "+strings.Join(args, " "))
+		mu.Unlock()
+		return exec.Command(name, args...)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	origin := gitRepo(t)
+	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s", Repos: []provider.RepoSpec{{RepoURL: origin, WorkspacePath: "."}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(started, func(s string) bool { return strings.Contains(s, "git clone") }) ||
+		!slices.ContainsFunc(started, func(s string) bool { return strings.Contains(s, sandboxMCP) }) {
+		t.Errorf("started = %q, want the clone and sandbox-mcp", started)
+	}
+}

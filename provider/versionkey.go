@@ -1,0 +1,28 @@
+package provider
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// DefaultImageVersion is used when SANDBOX_IMAGE_VERSION is unset or empty.
+const DefaultImageVersion = "v1.0.0"
+
+// ComputeBaseSnapshotVersionKey is the SHA-256 (lowercase hex) of the files baked into
+// a base snapshot: the plugin, the default Caddyfile, the default model's OpenCode
+// config, then SANDBOX_IMAGE_VERSION. A different key means the base snapshot must be
+// rebuilt. The texts are this package's own, so the keys form a new key space, not
+// the old code's.
+func ComputeBaseSnapshotVersionKey(getenv func(string) string) string {
+	p := DefaultPaths()
+	h := sha256.New()
+	h.Write([]byte(PluginMJS))
+	h.Write([]byte(defaultCaddyfile(p)))
+	h.Write([]byte(NewOpencodeConfig(ToOpencodeModelID(DefaultModelID), OpencodeOptions{LiteLLM: true}).JSON()))
+	v := getenv("SANDBOX_IMAGE_VERSION")
+	if v == "" {
+		v = DefaultImageVersion
+	}
+	h.Write([]byte(v))
+	return hex.EncodeToString(h.Sum(nil))
+}
