@@ -151,10 +151,7 @@ func TestBootClonesAndStartsSidecar(t *testing.T) {
 	}
 
 	t.Run("service visible in /api/services", func(t *testing.T) {
-		list, status, err := listServices(t.Context(), p.client, b.SandboxMCPURL, b.SidecarToken)
-		if status == http.StatusNotImplemented {
-			t.Skip("sidecar in this build has no service manager (501)")
-		}
+		list, _, err := listServices(t.Context(), p.client, b.SandboxMCPURL, b.SidecarToken)
 		if err != nil {
 			t.Fatalf("GET /api/services: %v", err)
 		}
