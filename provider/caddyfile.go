@@ -2,63 +2,48 @@ package provider
 
 import (
 	"fmt"
-	"strings"
+	"strconv"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/caddy"
 )
 
-// defaultCaddyfile is the main Caddyfile of a sandbox: the preview proxy on
-// PortPreview routes /_proliferate/mcp/* to sandbox-mcp, /_proliferate/vscode/* to
-// openvscode-server behind forward_auth, other /_proliferate/* paths to the sandbox
-// daemon, then the user snippet written by port exposure, then the dev-server
-// fallbacks. It is the one place the boot plan gets its Caddyfile from.
-func defaultCaddyfile(p Paths) string {
-	var upstreams []string
-	for _, port := range DevServerPorts() {
-		upstreams = append(upstreams, fmt.Sprintf("localhost:%d", port))
+// caddyPreviewAddr is where sandbox-mcp's preview proxy listens (its default).
+const caddyPreviewAddr = "127.0.0.1:4001"
+
+// caddyMainOptions are the main Caddyfile's settings for a sandbox laid out as p.
+func caddyMainOptions(p Paths) caddy.MainOptions {
+	local := func(port int) string { return "localhost:" + strconv.Itoa(port) }
+	return caddy.MainOptions{
+		Site:        ":" + strconv.Itoa(PortPreview),
+		AdminSocket: p.CaddyAdminSocket(),
+		API:         local(PortSandboxMCP),
+		VSCode:      local(PortVSCode),
+		Daemon:      local(PortSandboxDaemon),
+		SnippetPath: p.UserCaddyFile(),
+		Preview:     caddyPreviewAddr,
 	}
-	return fmt.Sprintf(`{
-    admin off
 }
 
-:%[1]d {
-    # sandbox-mcp API
-    handle_path /_proliferate/mcp/* {
-        reverse_proxy localhost:%[2]d
-    }
-
-    # openvscode-server, authenticated by sandbox-mcp
-    handle_path /_proliferate/vscode/* {
-        forward_auth localhost:%[2]d {
-            uri /api/auth/check
-            copy_headers Authorization
-        }
-        reverse_proxy localhost:%[3]d
-        header {
-            -X-Frame-Options
-            -Content-Security-Policy
-        }
-    }
-
-    # sandbox daemon endpoints (fs, pty, ports, health, events, token refresh)
-    handle /_proliferate/* {
-        reverse_proxy localhost:%[4]d
-    }
-
-    # Populated by port exposure; its bare handle takes priority over the fallback.
-    # Starts empty.
-    import %[5]s
-
-    handle {
-        reverse_proxy %[6]s {
-            lb_policy first
-            lb_try_duration 1s
-            lb_try_interval 100ms
-            fail_duration 2s
-        }
-        header {
-            -X-Frame-Options
-            -Content-Security-Policy
-        }
-    }
+// defaultCaddyfile is the main Caddyfile of a sandbox, from internal/caddy's
+// generator: /_proliferate/mcp/* to sandbox-mcp, /_proliferate/vscode/* to
+// openvscode-server behind forward_auth, other /_proliferate/* paths to the
+// sandbox daemon, the user snippet, then the preview proxy with the dev-server
+// ports behind it; the admin endpoint is a unix socket, so exposing a port
+// never needs a reload.
+func defaultCaddyfile(p Paths) (string, error) {
+	b, err := caddy.RenderMain(caddyMainOptions(p))
+	if err != nil {
+		return "", fmt.Errorf("render caddyfile: %w", err)
+	}
+	return string(b), nil
 }
-`, PortPreview, PortSandboxMCP, PortVSCode, PortSandboxDaemon, p.UserCaddyFile(), strings.Join(upstreams, " "))
+
+// defaultSnippet is the user snippet the sandbox boots with: the route that
+// sandbox-mcp itself writes. Never empty: Caddy 2.6 refuses a 0-byte import.
+func defaultSnippet() (string, error) {
+	b, err := caddy.Snippet{Preview: caddyPreviewAddr}.Render()
+	if err != nil {
+		return "", fmt.Errorf("render caddy snippet: %w", err)
+	}
+	return string(b), nil
 }

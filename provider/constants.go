@@ -130,6 +130,12 @@ func (p Paths) Caddyfile() string { return path.Join(p.Home, "Caddyfile") }
 // UserCaddyDir holds the user snippet written by port exposure.
 func (p Paths) UserCaddyDir() string { return path.Join(p.Home, ".proliferate/caddy") }
 
+// CaddyAdminDir holds Caddy's admin socket; 0700, so only the sandbox user reaches it.
+func (p Paths) CaddyAdminDir() string { return path.Join(p.UserCaddyDir(), "admin") }
+
+// CaddyAdminSocket is Caddy's admin endpoint, which sandbox-mcp loads snippets through.
+func (p Paths) CaddyAdminSocket() string { return path.Join(p.CaddyAdminDir(), "admin.sock") }
+
 // UserCaddyFile is the snippet the Caddyfile imports.
 func (p Paths) UserCaddyFile() string { return path.Join(p.UserCaddyDir(), "user.caddy") }
 

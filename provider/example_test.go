@@ -29,7 +29,7 @@ func ExampleBuildPlan() {
 	// write git credentials: /tmp/.git-credentials.json
 	// run clone .: git clone --depth 1 --branch 'main' 'https://x-access-token:tok@github.com/acme/app' '/home/user/workspace'
 	// write metadata: /home/user/.proliferate/metadata.json
-	// background: 7 steps, repo dir /home/user/workspace
+	// background: 8 steps, repo dir /home/user/workspace
 }
 
 // Secrets never reach a log: RedactSecrets runs on every provider error message.

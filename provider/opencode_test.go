@@ -130,8 +130,14 @@ func TestOpencodeConfigGolden(t *testing.T) {
 }
 
 func TestCaddyfileGolden(t *testing.T) {
-	got := defaultCaddyfile(DefaultPaths())
-	for _, want := range []string{"admin off", ":20000 {", "handle_path /_proliferate/mcp/*", "reverse_proxy localhost:4000",
+	got, err := defaultCaddyfile(DefaultPaths())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(got, "admin off") {
+		t.Error("Caddyfile turns the admin endpoint off; sandbox-mcp must be able to load the snippet")
+	}
+	for _, want := range []string{"admin unix//home/user/.proliferate/caddy/admin/admin.sock", ":20000 {", "127.0.0.1:4001", "handle_path /_proliferate/mcp/*", "reverse_proxy localhost:4000",
 		"import /home/user/.proliferate/caddy/user.caddy", "handle {", "localhost:3000", "localhost:5173", "localhost:8000",
 		"localhost:4321", "lb_policy first", "-X-Frame-Options", "-Content-Security-Policy", "handle /_proliferate/*", "localhost:8470"} {
 		if !strings.Contains(got, want) {

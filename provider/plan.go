@@ -173,7 +173,15 @@ func BuildPlan(opts CreateOptions, cfg PlanConfig) (Plan, error) {
 	if p == (Paths{}) {
 		p = DefaultPaths()
 	}
-	b := &planBuilder{opts: opts, cfg: cfg, p: p}
+	caddyfile, err := defaultCaddyfile(p)
+	if err != nil {
+		return Plan{}, fmt.Errorf("build plan: %w", err)
+	}
+	snippet, err := defaultSnippet()
+	if err != nil {
+		return Plan{}, fmt.Errorf("build plan: %w", err)
+	}
+	b := &planBuilder{opts: opts, cfg: cfg, p: p, caddyfile: caddyfile, snippet: snippet}
 	b.plan = Plan{
 		Provider:   cfg.Kind,
 		SessionID:  opts.SessionID,
@@ -198,6 +206,8 @@ type planBuilder struct {
 	p    Paths
 	env  SandboxEnv
 	plan Plan
+
+	caddyfile, snippet string
 }
 
 func (b *planBuilder) block(s Step) { b.plan.Blocking = append(b.plan.Blocking, s) }
@@ -428,8 +438,9 @@ func (b *planBuilder) additional() {
 			TimeoutMs: StartServicesTimeout.Milliseconds(), Command: "/usr/local/bin/start-services.sh"})
 	}
 	b.bg(Step{Name: "caddy snippet dir", Kind: StepMkdir, Path: b.p.UserCaddyDir(), Mode: 0o755})
-	b.bg(Step{Name: "caddy snippet", Kind: StepTouch, Path: b.p.UserCaddyFile(), Mode: 0o644})
-	b.bg(writeStep("caddyfile", b.p.Caddyfile(), 0o644, defaultCaddyfile(b.p)))
+	b.bg(Step{Name: "caddy admin dir", Kind: StepMkdir, Path: b.p.CaddyAdminDir(), Mode: 0o700})
+	b.bg(writeStep("caddy snippet", b.p.UserCaddyFile(), 0o644, b.snippet))
+	b.bg(writeStep("caddyfile", b.p.Caddyfile(), 0o644, b.caddyfile))
 	b.bg(Step{Name: "start caddy", Kind: StepStart, Requires: "caddy", TimeoutMs: BackgroundProcessTimeout.Milliseconds(),
 		Command: "exec caddy run --config " + ShellEscape(b.p.Caddyfile()) + " > " + ShellEscape(b.p.CaddyLog()) + " 2>&1"})
 
@@ -437,7 +448,13 @@ func (b *planBuilder) additional() {
 	if mcp == "" {
 		mcp = "sandbox-mcp"
 	}
-	mcpEnv := map[string]string{"WORKSPACE_DIR": b.p.Workspace(), "NODE_ENV": "production"}
+	mcpEnv := map[string]string{
+		"WORKSPACE_DIR":             b.p.Workspace(),
+		"NODE_ENV":                  "production",
+		"SANDBOX_MCP_CADDYFILE":     b.p.Caddyfile(),
+		"SANDBOX_MCP_CADDY_SNIPPET": b.p.UserCaddyFile(),
+		"SANDBOX_MCP_CADDY_ADMIN":   "unix/" + b.p.CaddyAdminSocket(),
+	}
 	if tok := b.opts.EnvVars[EnvSandboxMCPAuthToken]; tok != "" {
 		mcpEnv[EnvSandboxMCPAuthToken] = tok
 	} else {

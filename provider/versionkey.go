@@ -17,7 +17,11 @@ func ComputeBaseSnapshotVersionKey(getenv func(string) string) string {
 	p := DefaultPaths()
 	h := sha256.New()
 	h.Write([]byte(PluginMJS))
-	h.Write([]byte(defaultCaddyfile(p)))
+	caddyfile, err := defaultCaddyfile(p)
+	if err != nil {
+		caddyfile = err.Error() // unreachable for DefaultPaths; still a stable key input
+	}
+	h.Write([]byte(caddyfile))
 	h.Write([]byte(NewOpencodeConfig(ToOpencodeModelID(DefaultModelID), OpencodeOptions{LiteLLM: true}).JSON()))
 	v := getenv("SANDBOX_IMAGE_VERSION")
 	if v == "" {
