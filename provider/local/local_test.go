@@ -151,7 +151,11 @@ func TestBootClonesAndStartsSidecar(t *testing.T) {
 	}
 
 	t.Run("service visible in /api/services", func(t *testing.T) {
-		list, _, err := listServices(t.Context(), p.client, b.SandboxMCPURL, b.SidecarToken)
+		cl, err := sidecarClient(p.client, b.SandboxMCPURL, b.SidecarToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := cl.ListServices(t.Context())
 		if err != nil {
 			t.Fatalf("GET /api/services: %v", err)
 		}
