@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -324,31 +323,6 @@ func TestExposeWithCaddyDown(t *testing.T) {
 	}
 }
 
-func TestExposedPortRestoredAtStart(t *testing.T) {
-	a := echoApp(t, "a")
-	dir := t.TempDir()
-	cfg := config.Config{
-		CaddySnippet: filepath.Join(dir, "user.caddy"),
-		CaddyAdmin:   "unix/" + filepath.Join(dir, "none.sock"),
-		Caddyfile:    filepath.Join(dir, "Caddyfile"),
-		PreviewAddr:  "127.0.0.1:0",
-	}
-	store := &memoryPortStore{}
-	store.SetExposedPort(a)
-	e, err := newExposer(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(context.Background())
-	if _, body, _ := call(t, "GET", "http://"+e.previewAddr+"/", "", ""); body != "a" {
-		t.Errorf("GET preview proxy after restart = %q, want %q", body, "a")
-	}
-	st := e.ExposeStatus(t.Context())
-	if st.UpstreamPort == nil || *st.UpstreamPort != a || st.Upstream != "exposed" || st.CaddyRouted || st.CaddyError == "" {
-		t.Errorf("ExposeStatus() = %+v, want upstream %d exposed, not routed, with a Caddy error", st, a)
-	}
-}
-
 // TestAPIServesWhenPreviewPortIsTaken: exposure is off (501), the rest serves.
 func TestAPIServesWhenPreviewPortIsTaken(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
@@ -391,23 +365,4 @@ func TestAPIServesWhenPreviewPortIsTaken(t *testing.T) {
 	if code, body, _ := call(t, "POST", "http://"+cfg.Addr+"/api/expose", "Bearer "+e2eToken, `{"port":3000}`); code != 501 {
 		t.Errorf("POST /api/expose with the preview port taken = %d %s, want 501", code, body)
 	}
-}
-
-// memoryPortStore keeps the exposed port in memory, for tests.
-type memoryPortStore struct {
-	mu   sync.Mutex
-	port *int
-}
-
-func (s *memoryPortStore) ExposedPort() *int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.port
-}
-
-func (s *memoryPortStore) SetExposedPort(port int) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.port = &port
-	return nil
 }

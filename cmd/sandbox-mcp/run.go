@@ -17,6 +17,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/api"
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
+	"github.com/proliferate-ai/sandbox-mcp/internal/expose"
 	"github.com/proliferate-ai/sandbox-mcp/internal/gitrepo"
 	"github.com/proliferate-ai/sandbox-mcp/internal/logtail"
 	"github.com/proliferate-ai/sandbox-mcp/internal/ports"
@@ -111,7 +112,8 @@ func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		opts.Ports = p
 	}
 	// Without port exposure the rest of the API still serves; /api/expose answers 501.
-	if exp, err := newExposer(ctx, cfg, log, mgr); err != nil {
+	if exp, err := expose.New(ctx, expose.Options{PreviewAddr: cfg.PreviewAddr, CaddySnippet: cfg.CaddySnippet,
+		Caddyfile: cfg.Caddyfile, CaddyAdmin: cfg.CaddyAdmin, Store: mgr, Logger: log}); err != nil {
 		log.Error("port exposure disabled", "err", err)
 	} else {
 		defer func() {

@@ -1,4 +1,8 @@
-package main
+// Package expose routes the sandbox's preview site to the exposed port: it runs
+// the loopback preview proxy (internal/preview), keeps Caddy routing the preview
+// site to it (internal/caddy), and records the port in a Store. cmd/sandbox-mcp
+// wires it into the API as api.Exposer.
+package expose
 
 import (
 	"context"
@@ -11,20 +15,31 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy"
-	"github.com/proliferate-ai/sandbox-mcp/internal/config"
 	"github.com/proliferate-ai/sandbox-mcp/internal/preview"
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
-// portStore persists the exposed port across sidecar restarts.
-type portStore interface {
+// Store persists the exposed port across sidecar restarts (the service
+// manager's state file).
+type Store interface {
 	ExposedPort() *int
 	SetExposedPort(port int) error
 }
 
-// exposer is the api.Exposer: the preview proxy's listener and Caddy's routing.
-type exposer struct {
-	store       portStore
+// Options configures an Exposer.
+type Options struct {
+	// PreviewAddr is the preview proxy's listen address ("127.0.0.1:0" picks a port).
+	PreviewAddr string
+	// CaddySnippet, Caddyfile and CaddyAdmin locate Caddy's user snippet, main
+	// Caddyfile and admin endpoint (host:port or unix//path).
+	CaddySnippet, Caddyfile, CaddyAdmin string
+	Store                               Store
+	Logger                              *slog.Logger
+}
+
+// Exposer is the preview proxy's listener and Caddy's routing.
+type Exposer struct {
+	store       Store
 	proxy       *preview.Proxy
 	caddy       *caddy.Manager
 	previewAddr string
@@ -36,22 +51,26 @@ type exposer struct {
 	stop context.CancelFunc
 }
 
-// newExposer listens on cfg.PreviewAddr, restores the stored exposed port,
+// New listens on o.PreviewAddr, restores the stored exposed port,
 // writes the user snippet and, in the background, makes Caddy route the
 // preview site to the proxy (a reload only when its config does not already).
-func newExposer(ctx context.Context, cfg config.Config, log *slog.Logger, store portStore) (*exposer, error) {
+func New(ctx context.Context, o Options) (*Exposer, error) {
+	if o.Store == nil || o.Logger == nil {
+		return nil, errors.New("expose: Store and Logger are required")
+	}
+	log, store := o.Logger, o.Store
 	proxy, err := preview.New(preview.Options{Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.PreviewAddr)
+	ln, err := net.Listen("tcp", o.PreviewAddr)
 	if err != nil {
-		return nil, fmt.Errorf("listen on preview address %s: %w", cfg.PreviewAddr, err)
+		return nil, fmt.Errorf("listen on preview address %s: %w", o.PreviewAddr, err)
 	}
 	cm, err := caddy.New(caddy.Config{
-		SnippetPath: cfg.CaddySnippet,
-		Caddyfile:   cfg.Caddyfile,
-		Admin:       cfg.CaddyAdmin,
+		SnippetPath: o.CaddySnippet,
+		Caddyfile:   o.Caddyfile,
+		Admin:       o.CaddyAdmin,
 		Snippet:     caddy.Snippet{Preview: dialAddr(ln.Addr().(*net.TCPAddr))},
 		Logger:      log,
 	})
@@ -62,7 +81,7 @@ func newExposer(ctx context.Context, cfg config.Config, log *slog.Logger, store 
 	if p := store.ExposedPort(); p != nil {
 		proxy.SetPort(*p)
 	}
-	e := &exposer{store: store, proxy: proxy, caddy: cm, previewAddr: ln.Addr().String(), log: log.With("component", "expose"), ln: ln}
+	e := &Exposer{store: store, proxy: proxy, caddy: cm, previewAddr: ln.Addr().String(), log: log.With("component", "expose"), ln: ln}
 	e.srv = &http.Server{
 		Handler:           proxy,
 		ReadHeaderTimeout: 30 * time.Second,
@@ -86,7 +105,7 @@ func newExposer(ctx context.Context, cfg config.Config, log *slog.Logger, store 
 }
 
 // routeAtBoot writes the snippet and retries Ensure while Caddy starts.
-func (e *exposer) routeAtBoot(ctx context.Context) {
+func (e *Exposer) routeAtBoot(ctx context.Context) {
 	if err := e.caddy.WriteSnippet(ctx); err != nil {
 		e.log.Warn("write caddy snippet", "err", err)
 	}
@@ -109,8 +128,8 @@ func (e *exposer) routeAtBoot(ctx context.Context) {
 	}
 }
 
-// SetExposedPort implements api.Exposer.
-func (e *exposer) SetExposedPort(port int) error {
+// SetExposedPort points the preview proxy at port and records it.
+func (e *Exposer) SetExposedPort(port int) error {
 	e.proxy.SetPort(port)
 	if err := e.store.SetExposedPort(port); err != nil {
 		return fmt.Errorf("record exposed port %d: %w", port, err)
@@ -119,11 +138,11 @@ func (e *exposer) SetExposedPort(port int) error {
 	return nil
 }
 
-// EnsureRouted implements api.Exposer.
-func (e *exposer) EnsureRouted(ctx context.Context) error { return e.caddy.Ensure(ctx) }
+// EnsureRouted makes Caddy route the preview site to the proxy, loading the snippet only when it does not yet.
+func (e *Exposer) EnsureRouted(ctx context.Context) error { return e.caddy.Ensure(ctx) }
 
-// ExposeStatus implements api.Exposer.
-func (e *exposer) ExposeStatus(ctx context.Context) apitype.ExposeStatus {
+// ExposeStatus says which upstream the proxy uses and whether Caddy routes to it.
+func (e *Exposer) ExposeStatus(ctx context.Context) apitype.ExposeStatus {
 	st := apitype.ExposeStatus{ExposedPort: e.store.ExposedPort(), PreviewAddr: e.previewAddr}
 	port, src := e.proxy.Upstream(ctx)
 	st.Upstream = src
@@ -140,8 +159,11 @@ func (e *exposer) ExposeStatus(ctx context.Context) apitype.ExposeStatus {
 	return st
 }
 
+// PreviewAddr is the preview proxy's listen address.
+func (e *Exposer) PreviewAddr() string { return e.previewAddr }
+
 // Close stops the boot routing and the preview listener.
-func (e *exposer) Close(ctx context.Context) error {
+func (e *Exposer) Close(ctx context.Context) error {
 	e.stop()
 	err := e.srv.Shutdown(ctx)
 	e.proxy.Close()

@@ -1,0 +1,116 @@
+package expose
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// memoryStore keeps the exposed port in memory.
+type memoryStore struct {
+	mu   sync.Mutex
+	port *int
+}
+
+func (s *memoryStore) ExposedPort() *int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.port
+}
+
+func (s *memoryStore) SetExposedPort(port int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.port = &port
+	return nil
+}
+
+// echoApp serves body on a free loopback port until the test ends.
+func echoApp(t *testing.T, body string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Frame-Options", "DENY")
+		io.WriteString(w, body)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func get(t *testing.T, url string) (string, http.Header) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b), resp.Header
+}
+
+func newExposer(t *testing.T, store Store) *Exposer {
+	t.Helper()
+	dir := t.TempDir()
+	e, err := New(t.Context(), Options{
+		PreviewAddr:  "127.0.0.1:0",
+		CaddySnippet: filepath.Join(dir, "user.caddy"),
+		Caddyfile:    filepath.Join(dir, "Caddyfile"),
+		CaddyAdmin:   "unix/" + filepath.Join(dir, "none.sock"),
+		Store:        store,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e
+}
+
+func TestExposedPortRestoredAtStart(t *testing.T) {
+	a := echoApp(t, "a")
+	store := &memoryStore{}
+	store.SetExposedPort(a)
+	e := newExposer(t, store)
+	if body, h := get(t, "http://"+e.PreviewAddr()+"/"); body != "a" || h.Get("X-Frame-Options") != "" {
+		t.Errorf("GET preview proxy after restart = %q (X-Frame-Options %q), want %q without the header", body, h.Get("X-Frame-Options"), "a")
+	}
+	st := e.ExposeStatus(t.Context())
+	if st.UpstreamPort == nil || *st.UpstreamPort != a || st.Upstream != "exposed" || st.CaddyRouted || st.CaddyError == "" {
+		t.Errorf("ExposeStatus() = %+v, want upstream %d exposed, not routed, with a Caddy error", st, a)
+	}
+}
+
+func TestSetExposedPortSwitchesUpstreamAndRecords(t *testing.T) {
+	a, b := echoApp(t, "a"), echoApp(t, "b")
+	store := &memoryStore{}
+	e := newExposer(t, store)
+	for _, tc := range []struct {
+		port int
+		want string
+	}{{a, "a"}, {b, "b"}, {a, "a"}} {
+		if err := e.SetExposedPort(tc.port); err != nil {
+			t.Fatal(err)
+		}
+		if body, _ := get(t, "http://"+e.PreviewAddr()+"/"); body != tc.want {
+			t.Errorf("after SetExposedPort(%d), preview = %q, want %q", tc.port, body, tc.want)
+		}
+		if p := store.ExposedPort(); p == nil || *p != tc.port {
+			t.Errorf("after SetExposedPort(%d), store = %v", tc.port, p)
+		}
+	}
+}
+
+func TestNewRequiresStoreAndLogger(t *testing.T) {
+	if _, err := New(t.Context(), Options{PreviewAddr: "127.0.0.1:0"}); err == nil {
+		t.Error("New without Store and Logger succeeded, want an error")
+	}
+}
