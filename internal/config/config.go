@@ -98,6 +98,11 @@ func Load(getenv func(string) string, cwd string) (Config, error) {
 		}
 		c.StateDir = sd
 	}
+	if getenv("SANDBOX_MCP_CADDY_SNIPPET") == "" && !isDir(filepath.Dir(filepath.Dir(filepath.Dir(DefaultCaddySnippet)))) {
+		// Not a sandbox image (a laptop, CI): keep the snippet with the state
+		// rather than creating /home/user.
+		c.CaddySnippet = filepath.Join(c.StateDir, "caddy", "user.caddy")
+	}
 	return c, nil
 }
 
@@ -124,6 +129,11 @@ func urlForAddr(addr string) string {
 		host = "::1"
 	}
 	return "http://" + net.JoinHostPort(host, port)
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }
 
 func or(v, def string) string {

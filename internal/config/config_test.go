@@ -48,3 +48,32 @@ func TestWorkspaceFallsBackToCwd(t *testing.T) {
 		t.Errorf("state file %q, log dir %q; want the contract's defaults", c.StateFile(), c.LogDir())
 	}
 }
+
+func TestCaddySnippetDefault(t *testing.T) {
+	state := t.TempDir()
+	c, err := Load(func(k string) string {
+		if k == "SANDBOX_MCP_STATE_DIR" {
+			return state
+		}
+		return ""
+	}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultCaddySnippet
+	if !isDir("/home/user") {
+		want = state + "/caddy/user.caddy"
+	}
+	if c.CaddySnippet != want {
+		t.Errorf("CaddySnippet = %q, want %q", c.CaddySnippet, want)
+	}
+	c, _ = Load(func(k string) string {
+		if k == "SANDBOX_MCP_CADDY_SNIPPET" {
+			return "/x/y.caddy"
+		}
+		return ""
+	}, t.TempDir())
+	if c.CaddySnippet != "/x/y.caddy" {
+		t.Errorf("CaddySnippet with the env set = %q, want /x/y.caddy", c.CaddySnippet)
+	}
+}
