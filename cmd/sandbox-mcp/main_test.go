@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -226,4 +228,61 @@ func readRSSKB(pid int) int {
 		}
 	}
 	return 0
+}
+
+// TestSIGTERMEndsStreamsAndLeavesServicesRunning: a shutdown with an open log
+// stream still exits 0 promptly, and the dev server it supervised keeps running.
+func TestSIGTERMEndsStreamsAndLeavesServicesRunning(t *testing.T) {
+	bin := buildBinary(t)
+	s := startSidecar(t, bin)
+	waitHealthy(t, s.url, 10*time.Second)
+	authed := func(method, path, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, s.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer tok")
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		return resp
+	}
+	resp := authed("POST", "/api/services", `{"name":"keeper","command":"echo up; exec sleep 600"}`)
+	var started struct {
+		Service struct{ PID int } `json:"service"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&started); err != nil || started.Service.PID == 0 {
+		t.Fatalf("start keeper: %v %+v", err, started)
+	}
+	resp.Body.Close()
+	pid := started.Service.PID
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+
+	stream := authed("GET", "/api/logs/keeper", "")
+	defer stream.Body.Close()
+	if stream.StatusCode != 200 {
+		t.Fatalf("GET /api/logs/keeper = %d", stream.StatusCode)
+	}
+
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("sidecar exited with %v after SIGTERM with an open stream, want 0; stderr:\n%s", err, s.stderr)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("sidecar still running 8 s after SIGTERM with an open log stream")
+	}
+	if _, err := io.ReadAll(stream.Body); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Logf("stream ended with %v", err)
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Errorf("service process %d is gone after the sidecar's SIGTERM: %v; services must outlive the sidecar", pid, err)
+	}
 }
