@@ -1,10 +1,15 @@
 package api
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/services"
+	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // corsHeaders are the headers the contract puts on every response.
@@ -84,5 +89,56 @@ func TestBadBodiesAre400JSON(t *testing.T) {
 	}
 	if resp, _ := do(t, "GET", ts.URL+"/api/health", "", ""); resp.StatusCode != 200 {
 		t.Errorf("GET /api/health after bad bodies = %d, want 200", resp.StatusCode)
+	}
+}
+
+// namedServices records the names the handlers pass to the manager.
+type namedServices struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (n *namedServices) record(name string) error {
+	n.mu.Lock()
+	n.names = append(n.names, name)
+	n.mu.Unlock()
+	return services.ValidateName(name)
+}
+
+func (n *namedServices) List() ([]apitype.ServiceInfo, *int) { return nil, nil }
+func (n *namedServices) Get(name string) (apitype.ServiceInfo, error) {
+	return apitype.ServiceInfo{Name: name}, n.record(name)
+}
+func (n *namedServices) Start(ctx context.Context, req apitype.StartServiceRequest) (apitype.ServiceInfo, error) {
+	return apitype.ServiceInfo{Name: req.Name}, n.record(req.Name)
+}
+func (n *namedServices) Stop(ctx context.Context, name string) error { return n.record(name) }
+func (n *namedServices) Restart(ctx context.Context, name string) (apitype.ServiceInfo, error) {
+	return apitype.ServiceInfo{Name: name}, n.record(name)
+}
+
+// TestNameInPathIsUnescaped checks that a percent-encoded name in a path
+// reaches the manager decoded, as the old sidecar decoded it.
+func TestNameInPathIsUnescaped(t *testing.T) {
+	tests := []struct {
+		method, path, wantName string
+		wantStatus             int
+	}{
+		{"DELETE", "/api/services/w%65b", "web", 200},
+		{"GET", "/api/services/my%2Esvc", "my.svc", 200},
+		{"POST", "/api/services/my%2Dsvc/restart", "my-svc", 200},
+		{"DELETE", "/api/services/a%2Fb", "a/b", 400},
+		{"DELETE", "/api/services/%2E%2E", "..", 400},
+	}
+	for _, tt := range tests {
+		svc := &namedServices{}
+		ts := newTestServer(t, Options{Token: testToken, Services: svc})
+		resp, body := do(t, tt.method, ts.URL+tt.path, "Bearer "+testToken, "")
+		if resp.StatusCode != tt.wantStatus {
+			t.Errorf("%s %s = %d %s, want %d", tt.method, tt.path, resp.StatusCode, body, tt.wantStatus)
+		}
+		if len(svc.names) > 0 && svc.names[0] != tt.wantName {
+			t.Errorf("%s %s reached the manager as %q, want %q", tt.method, tt.path, svc.names[0], tt.wantName)
+		}
 	}
 }
