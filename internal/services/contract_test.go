@@ -1,10 +1,12 @@
 package services
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +45,28 @@ func TestServiceProcessContract(t *testing.T) {
 	at, err := time.Parse("2006-01-02T15:04:05.000Z", string(sub[1]))
 	if err != nil || at.UnixMilli() != info.StartedAt {
 		t.Errorf("marker time %s (%v) = %d ms, want startedAt %d", sub[1], err, at.UnixMilli(), info.StartedAt)
+	}
+}
+
+// TestLargeCommandAndEnvironment checks that what the kernel accepts for
+// `bash -c` starts, whatever the size of the sidecar's environment, and that a
+// command the kernel cannot pass is the caller's error, not a failure.
+func TestLargeCommandAndEnvironment(t *testing.T) {
+	// Three variables of 50 KiB: each fits the kernel's limit of one string
+	// (128 KiB), together they do not.
+	big := strings.Repeat("x", 50<<10)
+	m := newTestManager(t, Config{Environ: append(os.Environ(), "BIG1="+big, "BIG2="+big, "BIG3="+big)})
+	cmd := ": " + strings.Repeat("a", 100<<10) + "; echo big=$((${#BIG1}+${#BIG2}+${#BIG3})); sleep 300"
+	start(t, m, apitype.StartServiceRequest{Name: "large", Command: cmd})
+	waitFor(t, "the service's output", 10*time.Second, func() bool {
+		b, _ := os.ReadFile(filepath.Join(m.cfg.StateDir, "logs", "large.log"))
+		return strings.Contains(string(b), fmt.Sprintf("\nbig=%d\n", 3*len(big)))
+	})
+
+	long := strings.Repeat("a", maxCommandBytes+1)
+	_, err := m.Start(t.Context(), apitype.StartServiceRequest{Name: "long", Command: long})
+	want := fmt.Sprintf("command is %d bytes long; the limit is %d", len(long), maxCommandBytes)
+	if !errors.Is(err, ErrInvalid) || err.Error() != want {
+		t.Errorf("Start(%d-byte command) = %v, want ErrInvalid %q", len(long), err, want)
 	}
 }
