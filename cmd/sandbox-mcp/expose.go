@@ -29,6 +29,7 @@ type exposer struct {
 	caddy       *caddy.Manager
 	previewAddr string
 	log         *slog.Logger
+	mu          sync.Mutex // serializes SetExposedPort
 
 	srv  *http.Server
 	ln   net.Listener
@@ -111,10 +112,13 @@ func (e *exposer) routeAtBoot(ctx context.Context) {
 
 // SetExposedPort implements api.Exposer.
 func (e *exposer) SetExposedPort(port int) error {
-	e.proxy.SetPort(port)
+	// One at a time, so the proxy ends where the recorded port says.
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if err := e.store.SetExposedPort(port); err != nil {
 		return fmt.Errorf("record exposed port %d: %w", port, err)
 	}
+	e.proxy.SetPort(port)
 	e.log.Info("port exposed", "port", port)
 	return nil
 }

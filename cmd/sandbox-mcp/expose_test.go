@@ -411,3 +411,44 @@ func (s *memoryPortStore) SetExposedPort(port int) error {
 	s.port = &port
 	return nil
 }
+
+// jitterPortStore delays every write by a varying time, to let concurrent
+// writes overtake each other.
+type jitterPortStore struct {
+	memoryPortStore
+}
+
+func (s *jitterPortStore) SetExposedPort(port int) error {
+	time.Sleep(time.Duration(port%7) * time.Millisecond)
+	return s.memoryPortStore.SetExposedPort(port)
+}
+
+// TestConcurrentExposeKeepsProxyAndStateTogether: after concurrent exposes,
+// the preview proxy goes where the recorded port (what GET /api/services and
+// the next start say) points.
+func TestConcurrentExposeKeepsProxyAndStateTogether(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config.Config{
+		CaddySnippet: filepath.Join(dir, "user.caddy"),
+		CaddyAdmin:   "unix/" + filepath.Join(dir, "none.sock"),
+		Caddyfile:    filepath.Join(dir, "Caddyfile"),
+		PreviewAddr:  "127.0.0.1:0",
+	}
+	store := &jitterPortStore{}
+	e, err := newExposer(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	for round := range 20 {
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() { _ = e.SetExposedPort(20000 + round*10 + i) })
+		}
+		wg.Wait()
+		got, _ := e.proxy.Upstream(t.Context())
+		if rec := store.ExposedPort(); rec == nil || *rec != got {
+			t.Fatalf("round %d: preview proxy goes to %d, recorded port is %v", round, got, *rec)
+		}
+	}
+}
