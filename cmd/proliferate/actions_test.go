@@ -87,6 +87,11 @@ func TestActionsRun(t *testing.T) {
 			code:   1, stderr: "Error: Action denied\n", wantReqs: 1,
 		},
 		{
+			name:   "403 with only message",
+			invoke: func(w http.ResponseWriter) { reply(w, 403, `{"message":"Forbidden"}`) },
+			code:   1, stderr: "Error: Action denied\n", wantReqs: 1,
+		},
+		{
 			name:   "500 with message",
 			invoke: func(w http.ResponseWriter) { reply(w, 500, `{"message":"upstream exploded"}`) },
 			code:   1, stderr: "Error: upstream exploded\n", wantReqs: 1,

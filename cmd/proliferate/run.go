@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
 	"github.com/proliferate-ai/sandbox-mcp/internal/grants"
@@ -176,6 +177,11 @@ Every command prints one line of JSON on stdout. Errors go to stderr as
 	root.SetErr(f.IO.ErrOut)
 	root.SetIn(f.IO.In)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		// A flag given last with no value is as missing as one not given.
+		var vre *pflag.ValueRequiredError
+		if errors.As(err, &vre) && vre.GetFlag() != nil {
+			return usageErrorf("Missing required flag: --%s", vre.GetFlag().Name)
+		}
 		return &usageError{msg: err.Error()}
 	})
 	root.AddCommand(NewCmdServices(f), NewCmdEnv(f), NewCmdActions(f), NewCmdVersion(f, nil))

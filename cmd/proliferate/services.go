@@ -616,7 +616,8 @@ func logsRun(o *LogsOptions) error {
 			if o.Raw {
 				return nil
 			}
-			return printValue(out, apitype.LogFrame{Type: "initial"})
+			// As the sidecar's frames always do, it carries a content string.
+			return printJSON(out, []byte(`{"type":"initial","content":""}`))
 		case errors.Is(err, io.EOF):
 			return nil
 		default:

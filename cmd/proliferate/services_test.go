@@ -321,7 +321,7 @@ func TestLogsEmpty(t *testing.T) {
 	env := sidecarEnv(url, "tok")
 	quick := func(f *Factory) { fast(f); f.LogsFirstFrameWait = 50 * time.Millisecond }
 	r := cli(t, t.Context(), env, quick, "services", "logs", "--name", "quiet")
-	if r.code != 0 || r.stdout != `{"type":"initial"}`+"\n" || r.stderr != "" {
+	if r.code != 0 || r.stdout != `{"type":"initial","content":""}`+"\n" || r.stderr != "" {
 		t.Errorf("logs of an empty log = %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	r = cli(t, t.Context(), env, quick, "services", "logs", "--name", "quiet", "--raw")

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
@@ -38,7 +36,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	if s.opts.Logs == nil {
 		return errNotImplemented
 	}
-	name := chi.URLParam(r, "name")
+	name := pathParam(r, "name")
 	if q := r.URL.Query(); q.Has("tail") {
 		n, err := strconv.Atoi(q.Get("tail"))
 		if err != nil || n < 1 || n > maxTailLines {

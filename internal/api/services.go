@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/proliferate-ai/sandbox-mcp/internal/services"
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
@@ -72,7 +71,7 @@ func (s *Server) getService(w http.ResponseWriter, r *http.Request) error {
 	if s.opts.Services == nil {
 		return errNotImplemented
 	}
-	info, err := s.opts.Services.Get(chi.URLParam(r, "name"))
+	info, err := s.opts.Services.Get(pathParam(r, "name"))
 	if err != nil {
 		return serviceError(err)
 	}
@@ -84,7 +83,7 @@ func (s *Server) stopService(w http.ResponseWriter, r *http.Request) error {
 	if s.opts.Services == nil {
 		return errNotImplemented
 	}
-	if err := s.opts.Services.Stop(r.Context(), chi.URLParam(r, "name")); err != nil {
+	if err := s.opts.Services.Stop(r.Context(), pathParam(r, "name")); err != nil {
 		return serviceError(err)
 	}
 	writeJSON(w, http.StatusOK, apitype.SuccessResponse{Success: true})
@@ -95,7 +94,7 @@ func (s *Server) restartService(w http.ResponseWriter, r *http.Request) error {
 	if s.opts.Services == nil {
 		return errNotImplemented
 	}
-	info, err := s.opts.Services.Restart(r.Context(), chi.URLParam(r, "name"))
+	info, err := s.opts.Services.Restart(r.Context(), pathParam(r, "name"))
 	if err != nil {
 		return serviceError(err)
 	}

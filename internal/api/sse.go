@@ -4,7 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 )
+
+// sseWriteTimeout bounds each frame's write, so a client that keeps its
+// connection open but stops reading releases its stream.
+var sseWriteTimeout = 30 * time.Second
 
 // sseWriter writes Server-Sent Events frames and flushes each one.
 type sseWriter struct {
@@ -21,8 +26,14 @@ func startSSE(w http.ResponseWriter) *sseWriter {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	s := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	s.deadline()
 	_ = s.rc.Flush()
 	return s
+}
+
+// deadline gives the next write sseWriteTimeout to complete.
+func (s *sseWriter) deadline() {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
 }
 
 // data writes v as one `data: <json>` frame.
@@ -35,6 +46,7 @@ func (s *sseWriter) data(v any) error {
 	buf = append(buf, "data: "...)
 	buf = append(buf, b...)
 	buf = append(buf, '\n', '\n')
+	s.deadline()
 	if _, err := s.w.Write(buf); err != nil {
 		return err
 	}
@@ -43,6 +55,7 @@ func (s *sseWriter) data(v any) error {
 
 // comment writes an SSE comment line, used as a keep-alive.
 func (s *sseWriter) comment(text string) error {
+	s.deadline()
 	if _, err := fmt.Fprintf(s.w, ": %s\n\n", text); err != nil {
 		return err
 	}

@@ -30,7 +30,8 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
 	if !wantsWebSocket(r) {
 		return errorf(http.StatusUpgradeRequired, "GET /api/terminal is a WebSocket: send Upgrade: websocket")
 	}
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	hw := &handshakeWriter{ResponseWriter: w}
+	c, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
 		Subprotocols: []string{terminal.SubprotocolV2},
 		// The gateway proxies browsers whose Origin is the web app, never this
 		// host; the bearer token, not the Origin, is what authorizes.
@@ -38,8 +39,10 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
 		CompressionMode:    websocket.CompressionDisabled,
 	})
 	if err != nil {
-		// Accept has answered the request (400/426).
 		s.log.Debug("terminal upgrade", "err", err)
+		if hw.status != 0 {
+			return &Error{Status: hw.status, Msg: strings.TrimSpace(hw.msg.String()), Err: err}
+		}
 		return nil
 	}
 	defer c.CloseNow()
@@ -99,4 +102,30 @@ func wantsWebSocket(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// handshakeWriter holds back the error answer the WebSocket library writes
+// as plain text, so the handler answers it as the API's JSON error instead.
+type handshakeWriter struct {
+	http.ResponseWriter
+	status int
+	msg    strings.Builder
+}
+
+// Unwrap lets the library reach the connection to hijack it.
+func (h *handshakeWriter) Unwrap() http.ResponseWriter { return h.ResponseWriter }
+
+func (h *handshakeWriter) WriteHeader(code int) {
+	if code >= http.StatusBadRequest {
+		h.status = code
+		return
+	}
+	h.ResponseWriter.WriteHeader(code)
+}
+
+func (h *handshakeWriter) Write(p []byte) (int, error) {
+	if h.status != 0 {
+		return h.msg.Write(p)
+	}
+	return h.ResponseWriter.Write(p)
 }

@@ -143,3 +143,35 @@ func TestTerminalNotConfigured(t *testing.T) {
 		}
 	}
 }
+
+// TestTerminalBadHandshakeIsJSON checks that a malformed WebSocket handshake
+// gets the API's JSON error, not the WebSocket library's plain text.
+func TestTerminalBadHandshakeIsJSON(t *testing.T) {
+	base, _ := newTerminalServer(t)
+	tests := []struct {
+		name       string
+		header     map[string]string
+		wantStatus int
+	}{
+		{"no Connection: Upgrade", map[string]string{"Upgrade": "websocket"}, 426},
+		{"old version", map[string]string{"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "8", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}, 400},
+		{"no key", map[string]string{"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13"}, 400},
+	}
+	for _, tt := range tests {
+		req, _ := http.NewRequest("GET", base+"/api/terminal", nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		for k, v := range tt.header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var e apitype.ErrorResponse
+		if resp.StatusCode != tt.wantStatus || resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(b, &e) != nil || e.Error == "" {
+			t.Errorf("%s: GET /api/terminal = %d %s %q, want %d with a JSON error", tt.name, resp.StatusCode, resp.Header.Get("Content-Type"), b, tt.wantStatus)
+		}
+	}
+}

@@ -44,6 +44,7 @@ type Exposer struct {
 	caddy       *caddy.Manager
 	previewAddr string
 	log         *slog.Logger
+	mu          sync.Mutex // serializes SetExposedPort
 
 	srv  *http.Server
 	ln   net.Listener
@@ -128,12 +129,15 @@ func (e *Exposer) routeAtBoot(ctx context.Context) {
 	}
 }
 
-// SetExposedPort points the preview proxy at port and records it.
+// SetExposedPort records port and points the preview proxy at it.
 func (e *Exposer) SetExposedPort(port int) error {
-	e.proxy.SetPort(port)
+	// One at a time, so the proxy ends where the recorded port says.
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if err := e.store.SetExposedPort(port); err != nil {
 		return fmt.Errorf("record exposed port %d: %w", port, err)
 	}
+	e.proxy.SetPort(port)
 	e.log.Info("port exposed", "port", port)
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 // memoryStore keeps the exposed port in memory.
@@ -112,5 +113,35 @@ func TestSetExposedPortSwitchesUpstreamAndRecords(t *testing.T) {
 func TestNewRequiresStoreAndLogger(t *testing.T) {
 	if _, err := New(t.Context(), Options{PreviewAddr: "127.0.0.1:0"}); err == nil {
 		t.Error("New without Store and Logger succeeded, want an error")
+	}
+}
+
+// jitterStore delays every write by a varying time, to let concurrent writes
+// overtake each other.
+type jitterStore struct {
+	memoryStore
+}
+
+func (s *jitterStore) SetExposedPort(port int) error {
+	time.Sleep(time.Duration(port%7) * time.Millisecond)
+	return s.memoryStore.SetExposedPort(port)
+}
+
+// TestConcurrentExposeKeepsProxyAndStateTogether: after concurrent exposes,
+// the preview proxy goes where the recorded port (what GET /api/services and
+// the next start say) points.
+func TestConcurrentExposeKeepsProxyAndStateTogether(t *testing.T) {
+	store := &jitterStore{}
+	e := newExposer(t, store)
+	for round := range 20 {
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() { _ = e.SetExposedPort(20000 + round*10 + i) })
+		}
+		wg.Wait()
+		got, _ := e.proxy.Upstream(t.Context())
+		if rec := store.ExposedPort(); rec == nil || *rec != got {
+			t.Fatalf("round %d: preview proxy goes to %d, recorded port is %v", round, got, rec)
+		}
 	}
 }

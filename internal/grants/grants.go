@@ -273,9 +273,15 @@ func (c *Client) Run(ctx context.Context, integration, action string, params jso
 	}
 	switch {
 	case status == http.StatusForbidden:
-		msg := message(status, body)
-		if msg == "HTTP 403" {
-			msg = "Action denied"
+		// A denial says its "error", else "Action denied"; "message" is not read here.
+		var b struct {
+			Error any `json:"error"`
+		}
+		msg := "Action denied"
+		if json.Unmarshal(body, &b) == nil {
+			if s, ok := b.Error.(string); ok && s != "" {
+				msg = s
+			}
 		}
 		return nil, &Error{Status: status, Message: msg}
 	case status >= 400:

@@ -390,6 +390,10 @@ var stopSignals = map[string]syscall.Signal{
 	"SIGQUIT": syscall.SIGQUIT,
 }
 
+// maxCommandBytes is the longest command `bash -c` can be given: the
+// kernel's limit of one argument (MAX_ARG_STRLEN, 128 KiB with its NUL).
+const maxCommandBytes = 128<<10 - 1
+
 // normalize validates req and fills its defaults (cwd, restart policy).
 func (m *Manager) normalize(req apitype.StartServiceRequest) (apitype.StartServiceRequest, error) {
 	if req.Name == "" || strings.TrimSpace(req.Command) == "" {
@@ -400,6 +404,9 @@ func (m *Manager) normalize(req apitype.StartServiceRequest) (apitype.StartServi
 	}
 	if strings.IndexByte(req.Command, 0) >= 0 {
 		return req, invalidf("command must not contain NUL bytes")
+	}
+	if len(req.Command) > maxCommandBytes {
+		return req, invalidf("command is %d bytes long; the limit is %d", len(req.Command), maxCommandBytes)
 	}
 	if req.Cwd == "" {
 		req.Cwd = m.cfg.WorkspaceDir
@@ -632,17 +639,33 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 	if err != nil {
 		return apitype.ServiceInfo{}, fmt.Errorf("start service %q: %w", req.Name, err)
 	}
+	// The spec goes to the monitor's stdin: it holds the whole environment
+	// and the command, more than the kernel allows one variable (128 KiB).
+	sr, sw, err := os.Pipe()
+	if err != nil {
+		pr.Close()
+		pw.Close()
+		return apitype.ServiceInfo{}, fmt.Errorf("start service %q: %w", req.Name, err)
+	}
 	cmd := exec.Command(m.cfg.Executable)
-	cmd.Env = append(filterEnv(m.cfg.Environ, nil), internalEnv+"=logwriter", specEnv+"="+string(specJSON))
+	cmd.Env = append(filterEnv(m.cfg.Environ, nil), internalEnv+"=logwriter")
+	cmd.Stdin = sr
 	cmd.ExtraFiles = []*os.File{pw}
 	// Its own session: signals to the sidecar's group and terminal never reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		pr.Close()
 		pw.Close()
+		sr.Close()
+		sw.Close()
 		return apitype.ServiceInfo{}, fmt.Errorf("start service %q: start monitor: %w", req.Name, err)
 	}
 	pw.Close()
+	sr.Close()
+	// A monitor that cannot take the spec reports it on the status pipe.
+	_ = sw.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	_, _ = sw.Write(specJSON)
+	sw.Close()
 	br := bufio.NewReader(pr)
 	_ = pr.SetReadDeadline(time.Now().Add(30 * time.Second))
 	kind, f, err := readStatusLine(br)
@@ -752,7 +775,7 @@ func filterEnv(env []string, drop map[string]bool) []string {
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case k == internalEnv, k == specEnv, k == ServiceEnv, k == instanceEnv, drop[k]:
+		case k == internalEnv, k == ServiceEnv, k == instanceEnv, drop[k]:
 			continue
 		}
 		out = append(out, kv)

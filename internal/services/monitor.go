@@ -21,8 +21,6 @@ import (
 const (
 	// internalEnv selects the monitor mode of the binary when set to "logwriter".
 	internalEnv = "SANDBOX_MCP_INTERNAL"
-	// specEnv carries the monitor's JSON spec.
-	specEnv = "SANDBOX_MCP_INTERNAL_SPEC"
 	// ServiceEnv names the service a process belongs to; descendants inherit it.
 	ServiceEnv = "SANDBOX_MCP_SERVICE"
 	// instanceEnv is unique per start, so a run's processes are found even
@@ -77,12 +75,12 @@ func runMonitor() int {
 		}
 	}
 	var spec monitorSpec
-	if err := json.Unmarshal([]byte(os.Getenv(specEnv)), &spec); err != nil {
+	// The spec comes on stdin; the service gets /dev/null instead.
+	if err := json.NewDecoder(os.Stdin).Decode(&spec); err != nil {
 		report("error decode monitor spec: %v", err)
 		return 2
 	}
 	os.Unsetenv(internalEnv)
-	os.Unsetenv(specEnv)
 	// The monitor must outlive whatever signals reach the sidecar's session
 	// and only ends when the service has nothing left.
 	// Caught, not ignored: an ignored disposition would be inherited by the service.
