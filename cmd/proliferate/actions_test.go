@@ -121,7 +121,7 @@ func TestActionsRun(t *testing.T) {
 			name:   "202 then expired without error",
 			invoke: func(w http.ResponseWriter) { reply(w, 202, `{"invocation":{"id":"inv-1"}}`) },
 			polls:  []string{`{"status":"expired"}`},
-			code:   1, stderr: "Waiting for approval...\nError: Action expired\n", wantReqs: 2,
+			code:   1, stderr: "Waiting for approval...\nError: Action expired: \n", wantReqs: 2,
 		},
 		{
 			name:   "202 then poll fails",

@@ -338,11 +338,8 @@ func (c *Client) poll(ctx context.Context, id string, w Waiter) (json.RawMessage
 			}
 			return inv.Result, nil
 		case StatusDenied, StatusFailed, StatusExpired:
-			msg := "Action " + inv.Status
-			if e := errText(inv.Error); e != "" {
-				msg += ": " + e
-			}
-			return nil, &Error{Message: msg}
+			// The contract's "Action <status>: <error>", colon included when the gateway gives no error.
+			return nil, &Error{Message: "Action " + inv.Status + ": " + errText(inv.Error)}
 		}
 		if w != nil {
 			w.Tick(c.now().Sub(start))
