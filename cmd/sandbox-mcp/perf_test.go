@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+)
+
+// startWithServices starts a real sidecar with n services running `sleep 600`;
+// sidecartest stops them when b ends.
+func startWithServices(b *testing.B, n int) *sidecartest.Sidecar {
+	b.Helper()
+	s := sidecartest.Start(b, sidecartest.Build(b))
+	for i := range n {
+		req := apitype.StartServiceRequest{Name: fmt.Sprintf("svc%d", i), Command: "sleep 600"}
+		if code, err := s.Do("POST", "/api/services", req, nil); err != nil || code != 200 {
+			b.Fatalf("start svc%d = %d, %v; stderr:\n%s", i, code, err, s.Stderr())
+		}
+	}
+	return s
+}
+
+// BenchmarkListServicesWrk is the out-of-process loopback load test: wrk, a
+// separate process, sends keep-alive GET /api/services with 10 services to the
+// real binary for 5 s per iteration. Run it with -benchtime 1x; it is skipped
+// when wrk is not installed (apt-get install wrk).
+func BenchmarkListServicesWrk(b *testing.B) {
+	wrk, err := exec.LookPath("wrk")
+	if err != nil {
+		b.Skip("wrk not installed (apt-get install wrk); skipping the out-of-process loopback load test")
+	}
+	s := startWithServices(b, 10)
+	var res wrkResult
+	b.ResetTimer()
+	for range b.N {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, wrk, "-t1", "-c4", "-d5s", "--latency",
+			"-H", "Authorization: Bearer "+sidecartest.Token, s.URL+"/api/services").CombinedOutput()
+		cancel()
+		if err != nil {
+			b.Fatalf("wrk: %v\n%s", err, out)
+		}
+		if res, err = parseWrk(string(out)); err != nil {
+			b.Fatalf("parse wrk output: %v\n%s", err, out)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(res.rps, "req/s")
+	b.ReportMetric(float64(res.p50)/1e3, "p50-µs")
+	b.ReportMetric(float64(res.p99)/1e3, "p99-µs")
+}
+
+// wrkResult is what BenchmarkListServicesWrk reads from wrk's report.
+type wrkResult struct {
+	rps      float64
+	p50, p99 time.Duration
+}
+
+var wrkPercentile = regexp.MustCompile(`(?m)^\s+(50|99)%\s+(\S+)$`)
+
+// parseWrk reads requests/s and the 50th and 99th latency percentiles from
+// `wrk --latency` output; any non-2xx answer is an error.
+func parseWrk(out string) (wrkResult, error) {
+	var r wrkResult
+	if strings.Contains(out, "Non-2xx") {
+		return r, fmt.Errorf("sidecar answered non-2xx")
+	}
+	_, after, ok := strings.Cut(out, "Requests/sec:")
+	if !ok {
+		return r, fmt.Errorf("no Requests/sec line")
+	}
+	rps, err := strconv.ParseFloat(strings.Fields(after)[0], 64)
+	if err != nil {
+		return r, err
+	}
+	r.rps = rps
+	for _, m := range wrkPercentile.FindAllStringSubmatch(out, -1) {
+		d, err := time.ParseDuration(m[2])
+		if err != nil {
+			return r, err
+		}
+		if m[1] == "50" {
+			r.p50 = d
+		} else {
+			r.p99 = d
+		}
+	}
+	if r.p50 == 0 || r.p99 == 0 {
+		return r, fmt.Errorf("no latency distribution")
+	}
+	return r, nil
+}
+
+func TestParseWrk(t *testing.T) {
+	out := `Running 5s test @ http://127.0.0.1:4000/api/services
+  1 threads and 4 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   150.00us   50.00us   2.00ms   90.00%
+    Req/Sec    25.00k     1.00k   27.00k    70.00%
+  Latency Distribution
+     50%  140.00us
+     75%  160.00us
+     90%  200.00us
+     99%    1.20ms
+  125000 requests in 5.00s, 300.00MB read
+Requests/sec:  24999.50
+Transfer/sec:     60.00MB
+`
+	got, err := parseWrk(out)
+	want := wrkResult{rps: 24999.5, p50: 140 * time.Microsecond, p99: 1200 * time.Microsecond}
+	if err != nil || got != want {
+		t.Errorf("parseWrk(...) = %+v, %v, want %+v", got, err, want)
+	}
+	if _, err := parseWrk(strings.Replace(out, "Requests/sec", "  Non-2xx or 3xx responses: 3\nRequests/sec", 1)); err == nil {
+		t.Errorf("parseWrk(output with non-2xx answers) = nil error, want an error")
+	}
+}
+
+// BenchmarkIdleRSSWithServices reports the idle RSS of the sidecar running 10
+// services and the mean RSS of their monitor processes (the binary
+// re-executed with SANDBOX_MCP_INTERNAL=logwriter). Run it with -benchtime 1x.
+func BenchmarkIdleRSSWithServices(b *testing.B) {
+	s := startWithServices(b, 10)
+	b.ResetTimer()
+	var sidecarKB, monitorKB, monitors int
+	for range b.N {
+		// readRSSKB lets start-up work settle first.
+		sidecarKB = readRSSKB(s.PID())
+		data, err := os.ReadFile(filepath.Join(s.StateDir, "state.json"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var st struct {
+			Services map[string]struct {
+				MonitorPID int `json:"monitorPid"`
+			} `json:"services"`
+		}
+		if err := json.Unmarshal(data, &st); err != nil {
+			b.Fatal(err)
+		}
+		monitorKB, monitors = 0, 0
+		for name, r := range st.Services {
+			kb := readRSSKB(r.MonitorPID)
+			if kb == 0 {
+				b.Fatalf("monitor of %s (pid %d) has no RSS", name, r.MonitorPID)
+			}
+			monitorKB += kb
+			monitors++
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(sidecarKB)/1024, "sidecar-RSS-MiB")
+	b.ReportMetric(float64(monitorKB)/float64(monitors)/1024, "monitor-RSS-MiB")
+}
