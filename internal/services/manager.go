@@ -74,6 +74,7 @@ type Manager struct {
 	mu      sync.RWMutex
 	st      *stateFile // last state read or written; never mutated in place
 	stamp   fileStamp
+	gen     uint64 // bumped whenever st is replaced; see ListVersion
 
 	namesMu sync.Mutex
 	names   map[string]*sync.Mutex
@@ -268,17 +269,17 @@ func (m *Manager) update(fn func(st *stateFile) error) error {
 	}
 	m.mu.Lock()
 	m.st, m.stamp = st.clone(), stamp
+	m.gen++
 	m.mu.Unlock()
 	return nil
 }
 
 // refresh re-reads the state file when another process replaced it.
 func (m *Manager) refresh() {
-	fi, err := os.Stat(m.statePath)
+	stamp, err := statStamp(m.statePath)
 	if err != nil {
 		return
 	}
-	stamp := stampOf(fi)
 	m.mu.RLock()
 	same := stamp == m.stamp
 	m.mu.RUnlock()
@@ -292,6 +293,7 @@ func (m *Manager) refresh() {
 	}
 	m.mu.Lock()
 	m.st, m.stamp = st, stamp
+	m.gen++
 	m.mu.Unlock()
 }
 
@@ -330,6 +332,18 @@ func (m *Manager) List() ([]apitype.ServiceInfo, *int) {
 		port = &p
 	}
 	return out, port
+}
+
+// ListVersion returns a number that changes whenever what List returns may
+// have changed, in this process or in another one sharing the state dir (it
+// re-reads state.json first when that was replaced). A caller may keep what it
+// derived from List while ListVersion stays the same, provided it read the
+// version before calling List.
+func (m *Manager) ListVersion() uint64 {
+	m.refresh()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.gen
 }
 
 // Get returns one service; the error matches ErrNotFound for a name never started.
@@ -633,7 +647,10 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 		return apitype.ServiceInfo{}, fmt.Errorf("start service %q: %w", req.Name, err)
 	}
 	cmd := exec.Command(m.cfg.Executable)
-	cmd.Env = append(filterEnv(m.cfg.Environ, nil), internalEnv+"=logwriter", specEnv+"="+string(specJSON))
+	// One P is plenty for a monitor (it copies a pipe to a file) and saves
+	// ~150 KiB of private memory per service; the service's own environment
+	// is spec.Env, so it does not inherit this.
+	cmd.Env = append(filterEnv(m.cfg.Environ, nil), "GOMAXPROCS=1", internalEnv+"=logwriter", specEnv+"="+string(specJSON))
 	cmd.ExtraFiles = []*os.File{pw}
 	// Its own session: signals to the sidecar's group and terminal never reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

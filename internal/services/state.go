@@ -73,6 +73,22 @@ func stampOf(fi os.FileInfo) fileStamp {
 	return st
 }
 
+// statStamp is stampOf(os.Stat(path)) without its allocations: List stats
+// the state file on every call.
+func statStamp(path string) (fileStamp, error) {
+	var sys syscall.Stat_t
+	for {
+		err := syscall.Stat(path, &sys)
+		if err == nil {
+			break
+		}
+		if err != syscall.EINTR {
+			return fileStamp{}, &os.PathError{Op: "stat", Path: path, Err: err}
+		}
+	}
+	return fileStamp{ino: sys.Ino, size: sys.Size, mtime: sys.Mtim.Nano()}, nil
+}
+
 // errCorrupt marks a state file that exists but is not valid JSON.
 var errCorrupt = errors.New("state file is corrupt")
 
