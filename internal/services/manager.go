@@ -2,6 +2,7 @@ package services
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -251,11 +252,11 @@ func (m *Manager) update(fn func(st *stateFile) error) error {
 		return err
 	}
 	defer unlock()
-	st, _, err := readState(m.statePath)
+	st, stamp, raw, err := readStateRaw(m.statePath)
 	if errors.Is(err, errCorrupt) {
 		dst, qerr := quarantine(m.statePath, m.now())
 		m.log.Error("state file is corrupt; moved aside", "err", err, "moved_to", dst, "move_err", qerr)
-		st, err = newState(), nil
+		st, raw, err = newState(), nil, nil
 	}
 	if err != nil {
 		return fmt.Errorf("read state: %w", err)
@@ -263,9 +264,16 @@ func (m *Manager) update(fn func(st *stateFile) error) error {
 	if err := fn(st); err != nil {
 		return err
 	}
-	stamp, err := writeState(m.statePath, st)
+	b, err := encodeState(st)
 	if err != nil {
 		return fmt.Errorf("save state: %w", err)
+	}
+	// The same content is not written again (nor fsynced): a restarted
+	// sidecar that finds every service as recorded writes nothing.
+	if raw == nil || !bytes.Equal(b, raw) {
+		if stamp, err = writeState(m.statePath, b); err != nil {
+			return fmt.Errorf("save state: %w", err)
+		}
 	}
 	m.mu.Lock()
 	m.st, m.stamp = st.clone(), stamp
