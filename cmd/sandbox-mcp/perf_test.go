@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -198,4 +202,77 @@ func readMemUse(b *testing.B, pid int) memUse {
 		}
 	}
 	return u
+}
+
+// BenchmarkServiceLogAppendLatency measures the whole log path of a real
+// service: a line written to the service's stdin-side FIFO is printed by the
+// service (`cat`), copied by its monitor into the log file, read by the
+// sidecar and sent as an "append" frame of GET /api/logs/{name}; the clock
+// stops when the SSE client has parsed that frame.
+func BenchmarkServiceLogAppendLatency(b *testing.B) {
+	fifo := filepath.Join(b.TempDir(), "in")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	s := sidecartest.Start(b, sidecartest.Build(b))
+	req := apitype.StartServiceRequest{Name: "echo", Command: "exec cat " + fifo}
+	if code, err := s.Do("POST", "/api/services", req, nil); err != nil || code != 200 {
+		b.Fatalf("start echo = %d, %v; stderr:\n%s", code, err, s.Stderr())
+	}
+	// O_RDWR opens a FIFO without waiting for its reader.
+	in, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer in.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hreq, _ := http.NewRequestWithContext(ctx, "GET", s.URL+"/api/logs/echo", nil)
+	hreq.Header.Set("Authorization", "Bearer "+sidecartest.Token)
+	resp, err := http.DefaultClient.Do(hreq)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b.Fatalf("GET /api/logs/echo = %d", resp.StatusCode)
+	}
+	frames := bufio.NewReader(resp.Body)
+	// waitFor reads append frames until their content holds want.
+	waitFor := func(want string) {
+		var got strings.Builder
+		for !strings.Contains(got.String(), want) {
+			line, err := frames.ReadString('\n')
+			if err != nil {
+				b.Fatalf("read log stream: %v (content so far %q)", err, got.String())
+			}
+			data, ok := strings.CutPrefix(line, "data: ")
+			if !ok {
+				continue
+			}
+			var f struct{ Type, Content string }
+			if err := json.Unmarshal([]byte(data), &f); err != nil {
+				b.Fatalf("frame %q: %v", line, err)
+			}
+			if f.Type == "append" {
+				got.WriteString(f.Content)
+			}
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		line := fmt.Sprintf("line %d\n", i)
+		start := time.Now()
+		if _, err := in.WriteString(line); err != nil {
+			b.Fatal(err)
+		}
+		waitFor(line)
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
