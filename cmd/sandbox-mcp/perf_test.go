@@ -25,7 +25,12 @@ import (
 // sidecartest stops them when b ends.
 func startWithServices(b *testing.B, n int) *sidecartest.Sidecar {
 	b.Helper()
-	s := sidecartest.Start(b, sidecartest.Build(b))
+	return startBinWithServices(b, sidecartest.Build(b), n)
+}
+
+func startBinWithServices(b *testing.B, bin string, n int) *sidecartest.Sidecar {
+	b.Helper()
+	s := sidecartest.Start(b, bin)
 	for i := range n {
 		req := apitype.StartServiceRequest{Name: fmt.Sprintf("svc%d", i), Command: "sleep 600"}
 		if code, err := s.Do("POST", "/api/services", req, nil); err != nil || code != 200 {
@@ -275,4 +280,97 @@ func BenchmarkServiceLogAppendLatency(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkColdStartReadopt10 measures a restart: exec → first 200 from
+// /api/health of a sidecar whose state dir holds 10 running services started
+// by a previous sidecar that was killed, which it must re-adopt first.
+func BenchmarkColdStartReadopt10(b *testing.B) {
+	bin := sidecartest.Build(b)
+	first := startBinWithServices(b, bin, 10)
+	leftovers := runProcesses(b, first.StateDir)
+	// Runs last: whatever the sidecar below could not stop is killed.
+	b.Cleanup(func() {
+		for _, p := range leftovers {
+			if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.monitor)); exe == bin {
+				_ = syscall.Kill(p.monitor, syscall.SIGKILL)
+			}
+			if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pgid)); strings.HasPrefix(string(cmdline), "sleep\x00") {
+				_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+			}
+		}
+	})
+	if err := syscall.Kill(first.PID(), syscall.SIGKILL); err != nil {
+		b.Fatal(err)
+	}
+	// Runs first: a sidecar on the same state dir stops the services the
+	// killed one left running.
+	b.Cleanup(func() {
+		s := sidecartest.Start(b, bin, "SANDBOX_MCP_STATE_DIR="+first.StateDir, "WORKSPACE_DIR="+first.Workspace)
+		var list apitype.ServicesResponse
+		if _, err := s.Do("GET", "/api/services", nil, &list); err != nil {
+			b.Errorf("list services: %v", err)
+		}
+		if len(list.Services) != 10 {
+			b.Errorf("after the restarts %d services are listed, want 10", len(list.Services))
+		}
+		for _, svc := range list.Services {
+			if svc.Status != apitype.StatusRunning {
+				b.Errorf("after the restarts %s is %s, want running", svc.Name, svc.Status)
+			}
+		}
+	})
+	// Wait until the killed sidecar's port is free again.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err := http.Get(first.URL + "/api/health")
+		if err != nil {
+			break
+		}
+		resp.Body.Close()
+		if time.Now().After(deadline) {
+			b.Fatal("the killed sidecar still answers")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.ResetTimer()
+	for range b.N {
+		cmd := exec.Command(bin, "api")
+		cmd.Env = append(os.Environ(), first.Env...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		waitHealthy(b, first.URL, 10*time.Second)
+		b.StopTimer()
+		// The services live in their own sessions and survive this.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		b.StartTimer()
+	}
+}
+
+// runProcess is one service run as state.json records it.
+type runProcess struct{ pgid, monitor int }
+
+// runProcesses reads the runs recorded in <stateDir>/state.json.
+func runProcesses(b *testing.B, stateDir string) []runProcess {
+	b.Helper()
+	data, err := os.ReadFile(filepath.Join(stateDir, "state.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var st struct {
+		Services map[string]struct {
+			PGID       int `json:"pgid"`
+			MonitorPID int `json:"monitorPid"`
+		} `json:"services"`
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		b.Fatal(err)
+	}
+	var out []runProcess
+	for _, r := range st.Services {
+		out = append(out, runProcess{pgid: r.PGID, monitor: r.MonitorPID})
+	}
+	return out
 }
