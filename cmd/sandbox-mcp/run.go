@@ -152,6 +152,9 @@ func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Handler:           srv,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// An idle keep-alive connection holds ~22 KiB; close those left idle
+		// longer than any client pool keeps them (Go's default is 90 s).
+		IdleTimeout: 2 * time.Minute,
 	}
 	hs.RegisterOnShutdown(srv.Close)
 	hs.RegisterOnShutdown(func() { _ = term.Close() })
