@@ -12,8 +12,8 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
-// corsHeaders are the headers the contract puts on every response.
-var corsHeaders = map[string]string{
+// wantCORSHeaders are the headers the contract puts on every response.
+var wantCORSHeaders = map[string]string{
 	"Access-Control-Allow-Origin":  "*",
 	"Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
 	"Access-Control-Allow-Headers": "Content-Type, Authorization",
@@ -42,7 +42,7 @@ func TestCORSOnEveryResponse(t *testing.T) {
 		if resp.StatusCode != tt.wantStatus {
 			t.Errorf("%s %s = %d %s, want %d", tt.method, tt.path, resp.StatusCode, body, tt.wantStatus)
 		}
-		for k, v := range corsHeaders {
+		for k, v := range wantCORSHeaders {
 			if got := resp.Header.Get(k); got != v {
 				t.Errorf("%s %s (%d): %s = %q, want %q", tt.method, tt.path, resp.StatusCode, k, got, v)
 			}

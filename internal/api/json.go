@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -48,14 +49,35 @@ func decodeJSON(body []byte, v any) error {
 	return nil
 }
 
-// writeJSON writes v as the JSON body with status; the one place that sets Content-Type for JSON.
+// writeJSON writes v as the JSON body with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshalJSON(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b = []byte(`{"error":"internal server error"}`)
+		b = []byte(`{"error":"internal server error"}` + "\n")
 	}
-	w.Header().Set("Content-Type", "application/json")
+	writeJSONBody(w, status, b)
+}
+
+// marshalJSON encodes v as a response body: JSON ending in a newline.
+func marshalJSON(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// jsonContentType is shared by every response; net/http never modifies header values.
+var jsonContentType = []string{"application/json"}
+
+// writeJSONBody writes body, from marshalJSON, with status; the one place that
+// sets Content-Type for JSON. body is only read, so it may be shared.
+func writeJSONBody(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	// With a length, net/http need not chunk bodies over 2 KiB.
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(body)
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 )
 
 // Options configures the API. Only Logger is required; a feature whose
@@ -35,6 +36,8 @@ type Server struct {
 	// done is closed when the server shuts down; streaming handlers end on it.
 	done      chan struct{}
 	closeOnce sync.Once
+	// listCache is the last GET /api/services body, when Services is a listVersioner.
+	listCache atomic.Pointer[encodedList]
 }
 
 // New builds a Server from opts.

@@ -36,16 +36,49 @@ func serviceError(err error) error {
 	return &Error{Status: http.StatusInternalServerError, Msg: err.Error(), Err: err}
 }
 
+// listVersioner is a Services that tells cheaply whether its list may have
+// changed (services.Manager): listServices then reuses the encoded answer.
+type listVersioner interface {
+	// ListVersion changes whenever List's result may have changed.
+	ListVersion() uint64
+}
+
+// encodedList is the GET /api/services body for one ListVersion.
+type encodedList struct {
+	version uint64
+	body    []byte
+}
+
 func (s *Server) listServices(w http.ResponseWriter, r *http.Request) error {
 	if s.opts.Services == nil {
 		return errNotImplemented
 	}
+	lv, ok := s.opts.Services.(listVersioner)
+	if !ok {
+		writeJSON(w, http.StatusOK, s.servicesResponse())
+		return nil
+	}
+	// The version is read before List, so a cached body is never older than its version.
+	v := lv.ListVersion()
+	c := s.listCache.Load()
+	if c == nil || c.version != v {
+		body, err := marshalJSON(s.servicesResponse())
+		if err != nil {
+			return err
+		}
+		c = &encodedList{version: v, body: body}
+		s.listCache.Store(c)
+	}
+	writeJSONBody(w, http.StatusOK, c.body)
+	return nil
+}
+
+func (s *Server) servicesResponse() apitype.ServicesResponse {
 	list, port := s.opts.Services.List()
 	if list == nil {
 		list = []apitype.ServiceInfo{}
 	}
-	writeJSON(w, http.StatusOK, apitype.ServicesResponse{Services: list, ExposedPort: port})
-	return nil
+	return apitype.ServicesResponse{Services: list, ExposedPort: port}
 }
 
 func (s *Server) startService(w http.ResponseWriter, r *http.Request) error {

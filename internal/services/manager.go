@@ -2,6 +2,7 @@ package services
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -74,6 +75,7 @@ type Manager struct {
 	mu      sync.RWMutex
 	st      *stateFile // last state read or written; never mutated in place
 	stamp   fileStamp
+	gen     uint64 // bumped whenever st is replaced; see ListVersion
 
 	namesMu sync.Mutex
 	names   map[string]*sync.Mutex
@@ -250,11 +252,11 @@ func (m *Manager) update(fn func(st *stateFile) error) error {
 		return err
 	}
 	defer unlock()
-	st, _, err := readState(m.statePath)
+	st, stamp, raw, err := readStateRaw(m.statePath)
 	if errors.Is(err, errCorrupt) {
 		dst, qerr := quarantine(m.statePath, m.now())
 		m.log.Error("state file is corrupt; moved aside", "err", err, "moved_to", dst, "move_err", qerr)
-		st, err = newState(), nil
+		st, raw, err = newState(), nil, nil
 	}
 	if err != nil {
 		return fmt.Errorf("read state: %w", err)
@@ -262,23 +264,30 @@ func (m *Manager) update(fn func(st *stateFile) error) error {
 	if err := fn(st); err != nil {
 		return err
 	}
-	stamp, err := writeState(m.statePath, st)
+	b, err := encodeState(st)
 	if err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
+	// The same content is not written again (nor fsynced): a restarted
+	// sidecar that finds every service as recorded writes nothing.
+	if raw == nil || !bytes.Equal(b, raw) {
+		if stamp, err = writeState(m.statePath, b); err != nil {
+			return fmt.Errorf("save state: %w", err)
+		}
+	}
 	m.mu.Lock()
 	m.st, m.stamp = st.clone(), stamp
+	m.gen++
 	m.mu.Unlock()
 	return nil
 }
 
 // refresh re-reads the state file when another process replaced it.
 func (m *Manager) refresh() {
-	fi, err := os.Stat(m.statePath)
+	stamp, err := statStamp(m.statePath)
 	if err != nil {
 		return
 	}
-	stamp := stampOf(fi)
 	m.mu.RLock()
 	same := stamp == m.stamp
 	m.mu.RUnlock()
@@ -292,6 +301,7 @@ func (m *Manager) refresh() {
 	}
 	m.mu.Lock()
 	m.st, m.stamp = st, stamp
+	m.gen++
 	m.mu.Unlock()
 }
 
@@ -330,6 +340,18 @@ func (m *Manager) List() ([]apitype.ServiceInfo, *int) {
 		port = &p
 	}
 	return out, port
+}
+
+// ListVersion returns a number that changes whenever what List returns may
+// have changed, in this process or in another one sharing the state dir (it
+// re-reads state.json first when that was replaced). A caller may keep what it
+// derived from List while ListVersion stays the same, provided it read the
+// version before calling List.
+func (m *Manager) ListVersion() uint64 {
+	m.refresh()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.gen
 }
 
 // Get returns one service; the error matches ErrNotFound for a name never started.
@@ -648,7 +670,10 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 		return apitype.ServiceInfo{}, fmt.Errorf("start service %q: %w", req.Name, err)
 	}
 	cmd := exec.Command(m.cfg.Executable)
-	cmd.Env = append(filterEnv(m.cfg.Environ, nil), internalEnv+"=logwriter")
+	// One P is plenty for a monitor (it copies a pipe to a file) and saves
+	// ~150 KiB of private memory per service; the service's own environment
+	// is spec.Env, so it does not inherit this.
+	cmd.Env = append(filterEnv(m.cfg.Environ, nil), "GOMAXPROCS=1", internalEnv+"=logwriter")
 	cmd.Stdin = sr
 	cmd.ExtraFiles = []*os.File{pw}
 	// Its own session: signals to the sidecar's group and terminal never reach it.

@@ -1,9 +1,11 @@
 package services
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -73,26 +75,52 @@ func stampOf(fi os.FileInfo) fileStamp {
 	return st
 }
 
+// statStamp is stampOf(os.Stat(path)) without its allocations: List stats
+// the state file on every call.
+func statStamp(path string) (fileStamp, error) {
+	var sys syscall.Stat_t
+	for {
+		err := syscall.Stat(path, &sys)
+		if err == nil {
+			break
+		}
+		if err != syscall.EINTR {
+			return fileStamp{}, &os.PathError{Op: "stat", Path: path, Err: err}
+		}
+	}
+	return fileStamp{ino: sys.Ino, size: sys.Size, mtime: sys.Mtim.Nano()}, nil
+}
+
 // errCorrupt marks a state file that exists but is not valid JSON.
 var errCorrupt = errors.New("state file is corrupt")
 
 // readState reads path; a missing file is an empty state.
 func readState(path string) (*stateFile, fileStamp, error) {
+	st, stamp, _, err := readStateRaw(path)
+	return st, stamp, err
+}
+
+// readStateRaw is readState that also returns the file's bytes (nil when it is missing).
+func readStateRaw(path string) (*stateFile, fileStamp, []byte, error) {
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
-		return newState(), fileStamp{}, nil
+		return newState(), fileStamp{}, nil, nil
 	}
 	if err != nil {
-		return nil, fileStamp{}, err
+		return nil, fileStamp{}, nil, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fileStamp{}, err
+		return nil, fileStamp{}, nil, err
+	}
+	raw, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fileStamp{}, nil, err
 	}
 	st := newState()
-	if err := json.NewDecoder(f).Decode(st); err != nil {
-		return nil, stampOf(fi), fmt.Errorf("decode %s: %w: %w", path, errCorrupt, err)
+	if err := json.NewDecoder(bytes.NewReader(raw)).Decode(st); err != nil {
+		return nil, stampOf(fi), nil, fmt.Errorf("decode %s: %w: %w", path, errCorrupt, err)
 	}
 	if st.Services == nil {
 		st.Services = map[string]*record{}
@@ -104,17 +132,22 @@ func readState(path string) (*stateFile, fileStamp, error) {
 		}
 		r.Name = name
 	}
-	return st, stampOf(fi), nil
+	return st, stampOf(fi), raw, nil
 }
 
-// writeState replaces path atomically with st, two-space indented.
-func writeState(path string, st *stateFile) (fileStamp, error) {
+// encodeState is the content of the state file for st: two-space indented JSON.
+func encodeState(st *stateFile) ([]byte, error) {
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
-		return fileStamp{}, err
+		return nil, err
 	}
+	return append(b, '\n'), nil
+}
+
+// writeState replaces path atomically with b from encodeState.
+func writeState(path string, b []byte) (fileStamp, error) {
 	// 0600: services' env (echoed options) may hold secrets.
-	if err := writeFileAtomic(path, append(b, '\n'), 0o600); err != nil {
+	if err := writeFileAtomic(path, b, 0o600); err != nil {
 		return fileStamp{}, err
 	}
 	fi, err := os.Stat(path)

@@ -111,6 +111,9 @@ func Start(t testing.TB, bin string, env ...string) *Sidecar {
 	}
 }
 
+// PID is the sidecar's process id.
+func (s *Sidecar) PID() int { return s.cmd.Process.Pid }
+
 // Stderr is what the sidecar logged so far.
 func (s *Sidecar) Stderr() string { return s.stderr.String() }
 
