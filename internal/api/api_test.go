@@ -199,3 +199,26 @@ func TestDecodeJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestTrailingSlashAndHead: the old server answered "/api/health/" and HEAD
+// like their GET counterparts; callers may depend on it.
+func TestTrailingSlashAndHead(t *testing.T) {
+	ts := newTestServer(t, Options{Token: testToken})
+	tests := []struct {
+		method, path, auth string
+		want               int
+	}{
+		{"GET", "/api/health/", "", 200},
+		{"HEAD", "/api/health", "", 200},
+		{"GET", "/api/auth/check/", "Bearer " + testToken, 200},
+		{"HEAD", "/api/auth/check", "Bearer " + testToken, 200},
+		{"HEAD", "/api/auth/check", "", 401},
+		{"GET", "/api/auth/check/", "", 401},
+	}
+	for _, tt := range tests {
+		resp, _ := do(t, tt.method, ts.URL+tt.path, tt.auth, "")
+		if resp.StatusCode != tt.want {
+			t.Errorf("%s %s (auth %q) = %d, want %d", tt.method, tt.path, tt.auth, resp.StatusCode, tt.want)
+		}
+	}
+}

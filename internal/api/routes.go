@@ -4,13 +4,16 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 )
 
 // routes registers every endpoint. Everything but GET /api/health sits behind
 // requireAuth; routes_test.go checks this list against the contract.
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(s.recoverer, cors)
+	// StripSlashes and GetHead keep what the old Express server accepted:
+	// "/api/health/" and HEAD requests.
+	r.Use(s.recoverer, cors, middleware.StripSlashes, middleware.GetHead)
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return errorf(http.StatusNotFound, "Not found")
 	}))
