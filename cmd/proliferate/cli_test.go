@@ -121,6 +121,7 @@ func TestUsageAndExitCodes(t *testing.T) {
 		{"actions no token", noTokenGateway, []string{"actions", "list"}, 2, "Error: " + errNoToken},
 		{"run no integration", gateway, []string{"actions", "run", "--action", "a"}, 2, "Error: Missing required flag: --integration"},
 		{"run no action", gateway, []string{"actions", "run", "--integration", "i"}, 2, "Error: Missing required flag: --action"},
+		{"optional flag without value", gateway, []string{"actions", "run", "--integration", "i", "--action", "a", "--params"}, 2, "Error: Missing value for flag: --params"},
 		{"run bad params", gateway, []string{"actions", "run", "--integration", "i", "--action", "a", "--params", "{nope"}, 1, "Error: Invalid JSON in --params"},
 		{"guide no integration", gateway, []string{"actions", "guide"}, 2, "Error: Missing required flag: --integration"},
 		{"grant no integration", gateway, []string{"actions", "grant", "request", "--action", "a"}, 2, "Error: Missing required flag: --integration"},

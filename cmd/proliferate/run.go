@@ -177,10 +177,14 @@ Every command prints one line of JSON on stdout. Errors go to stderr as
 	root.SetErr(f.IO.ErrOut)
 	root.SetIn(f.IO.In)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		// A flag given last with no value is as missing as one not given.
+		// A required flag given last with no value is as missing as one not
+		// given; an optional one is named as what it is.
 		var vre *pflag.ValueRequiredError
 		if errors.As(err, &vre) && vre.GetFlag() != nil {
-			return usageErrorf("Missing required flag: --%s", vre.GetFlag().Name)
+			if name := vre.GetFlag().Name; requiredFlagNames[name] {
+				return usageErrorf("Missing required flag: --%s", name)
+			}
+			return usageErrorf("Missing value for flag: --%s", vre.GetFlag().Name)
 		}
 		return &usageError{msg: err.Error()}
 	})
@@ -214,6 +218,9 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	}
 	return nil
 }
+
+// requiredFlagNames are the flags that are required wherever they appear.
+var requiredFlagNames = map[string]bool{"name": true, "command": true, "port": true, "spec": true, "integration": true, "action": true}
 
 // requireFlags reports the first named flag that is missing or empty.
 func requireFlags(cmd *cobra.Command, names ...string) error {
