@@ -243,6 +243,11 @@ func (cl *client) output() string {
 func (cl *client) end() int64 {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	return cl.endLocked()
+}
+
+// endLocked is end with cl.mu held.
+func (cl *client) endLocked() int64 {
 	if len(cl.frames) == 0 {
 		if len(cl.ready) == 22 {
 			return int64(binary.BigEndian.Uint64(cl.ready[6:]))
@@ -300,6 +305,10 @@ func attachV2Opt(t testing.TB, url string, in Init, discard bool) *client {
 	sendBinary(t, c, AppendInit(nil, in))
 	cl := startClientDiscard(t, c, true, discard)
 	cl.wait(func() bool { return cl.ready != nil }, "ready frame")
+	// Like a real client, take in the replay before typing: input stamped
+	// below ready.live is dropped as an answer to replayed queries.
+	live := int64(binary.BigEndian.Uint64(cl.ready[14:22]))
+	cl.wait(func() bool { return cl.endLocked() >= live }, "the replay up to ready.live")
 	return cl
 }
 
