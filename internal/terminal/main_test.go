@@ -248,6 +248,9 @@ func (cl *client) end() int64 {
 
 // endLocked is end with cl.mu held.
 func (cl *client) endLocked() int64 {
+	if cl.discard && cl.lastEnd > 0 {
+		return cl.lastEnd
+	}
 	if len(cl.frames) == 0 {
 		if len(cl.ready) == 22 {
 			return int64(binary.BigEndian.Uint64(cl.ready[6:]))
