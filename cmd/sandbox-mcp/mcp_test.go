@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -142,21 +141,11 @@ func (p *mcpProc) mustTool(name string, args map[string]any) string {
 	return text
 }
 
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // TestMCPToolsThroughAPI is the agent's sequence against a running API server:
 // start → list → wait_for_port → service_logs → stop, plus the cross-checks
 // that MCP and the API see and stop each other's services.
 func TestMCPToolsThroughAPI(t *testing.T) {
-	bin := buildBinary(t)
+	bin := sidecartest.Build(t)
 	sc := sidecartest.Start(t, bin)
 	p := startMCP(t, bin, sc.Env)
 
@@ -181,7 +170,7 @@ func TestMCPToolsThroughAPI(t *testing.T) {
 		}
 	}
 
-	port := freeLoopbackPort(t)
+	port := freePort(t)
 	p.mustTool("start_service", map[string]any{"name": "web", "command": fmt.Sprintf("echo hello-from-web; exec python3 -m http.server %d --bind 127.0.0.1", port)})
 	if text := p.mustTool("list_services", nil); !strings.Contains(text, `"name": "web"`) || !strings.Contains(text, `"status": "running"`) {
 		t.Errorf("list_services = %s, want web running", text)
@@ -226,7 +215,7 @@ func TestMCPToolsThroughAPI(t *testing.T) {
 	if text, isErr := p.tool("stop_service", map[string]any{"name": "never"}); !isErr || !strings.Contains(text, `Service "never" not found`) {
 		t.Errorf("stop_service of an unknown name = %q (isError %v), want a not-found tool error", text, isErr)
 	}
-	if text, isErr := p.tool("wait_for_port", map[string]any{"port": freeLoopbackPort(t), "service": "web", "timeoutMs": 300}); !isErr || !strings.Contains(text, "hello-from-web") {
+	if text, isErr := p.tool("wait_for_port", map[string]any{"port": freePort(t), "service": "web", "timeoutMs": 300}); !isErr || !strings.Contains(text, "hello-from-web") {
 		t.Errorf("wait_for_port on a closed port = %q (isError %v), want a tool error with web's last log lines", text, isErr)
 	}
 	if text := p.mustTool("get_preview_url", nil); !strings.Contains(text, "not available") && !strings.HasPrefix(text, "http") {
@@ -237,14 +226,14 @@ func TestMCPToolsThroughAPI(t *testing.T) {
 // TestMCPDirectThenAPIAdopts: with no API server, the tools act on the state
 // dir; an API server started later adopts the service and can stop it.
 func TestMCPDirectThenAPIAdopts(t *testing.T) {
-	bin := buildBinary(t)
+	bin := sidecartest.Build(t)
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	env := []string{
 		"SANDBOX_MCP_AUTH_TOKEN=" + sidecartest.Token,
 		"SANDBOX_MCP_STATE_DIR=" + stateDir,
 		"WORKSPACE_DIR=" + dir,
-		fmt.Sprintf("PROLIFERATE_SANDBOX_MCP_URL=http://127.0.0.1:%d", freeLoopbackPort(t)),
+		fmt.Sprintf("PROLIFERATE_SANDBOX_MCP_URL=http://127.0.0.1:%d", freePort(t)),
 	}
 	p := startMCP(t, bin, env)
 	p.mustTool("start_service", map[string]any{"name": "direct", "command": "echo direct-out; sleep 600"})

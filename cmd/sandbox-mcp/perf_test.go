@@ -374,3 +374,21 @@ func runProcesses(b *testing.B, stateDir string) []runProcess {
 	}
 	return out
 }
+
+// waitHealthy polls /api/health every millisecond until it answers 200.
+func waitHealthy(t testing.TB, url string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	c := &http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		resp, err := c.Get(url + "/api/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("%s/api/health did not answer 200 within %s", url, timeout)
+}

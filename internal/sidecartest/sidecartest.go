@@ -45,9 +45,11 @@ type Sidecar struct {
 	// Env is what a client process needs to reach it (token, URL, dirs).
 	Env []string
 
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	done   chan struct{}
+	cmd      *exec.Cmd
+	stderr   *syncBuffer
+	done     chan struct{}
+	waitErr  error // set before done is closed
+	stopOnce sync.Once
 }
 
 // Start runs bin in api mode on a free loopback port with its own state dir and
@@ -88,8 +90,8 @@ func Start(t testing.TB, bin string, env ...string) *Sidecar {
 		t.Fatalf("start sandbox-mcp api: %v", err)
 	}
 	s.done = make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(s.done) }()
-	t.Cleanup(func() { s.stop(t) })
+	go func() { s.waitErr = s.cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() { s.Stop(t) })
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		resp, err := http.Get(s.URL + "/api/health")
@@ -107,7 +109,22 @@ func Start(t testing.TB, bin string, env ...string) *Sidecar {
 		if time.Now().After(deadline) {
 			t.Fatalf("sandbox-mcp api not healthy within 15 s; stderr:\n%s", s.stderr.String())
 		}
-		time.Sleep(20 * time.Millisecond)
+		// A short poll keeps this usable for cold-start measurements.
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Signal sends sig to the sidecar process (not its group).
+func (s *Sidecar) Signal(sig syscall.Signal) error { return s.cmd.Process.Signal(sig) }
+
+// Exited waits up to timeout for the sidecar to exit; exited is false when
+// it is still running, err its exit error (nil for exit 0).
+func (s *Sidecar) Exited(timeout time.Duration) (exited bool, err error) {
+	select {
+	case <-s.done:
+		return true, s.waitErr
+	case <-time.After(timeout):
+		return false, nil
 	}
 }
 
@@ -152,8 +169,12 @@ func (s *Sidecar) Do(method, path string, body any, out any) (int, error) {
 	return resp.StatusCode, nil
 }
 
-// stop stops every service through the API (services outlive the sidecar by
-// design), then the sidecar's process group.
+// Stop stops every service through the API (services outlive the sidecar by
+// design), then the sidecar's process group. It runs once; t's cleanup calls it.
+func (s *Sidecar) Stop(t testing.TB) {
+	s.stopOnce.Do(func() { s.stop(t) })
+}
+
 func (s *Sidecar) stop(t testing.TB) {
 	var list struct {
 		Services []struct {
