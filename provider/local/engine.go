@@ -66,16 +66,14 @@ type Engine struct {
 	mu     sync.Mutex
 	boxes  map[string]*box
 	closed bool
-	wg     sync.WaitGroup // tunnel goroutines
 }
 
 var _ engine.Engine = (*Engine)(nil)
 
 // box is one sandbox this Engine knows.
 type box struct {
-	mu      sync.Mutex
-	st      boxState
-	tunnels []net.Listener
+	mu sync.Mutex
+	st boxState
 	// done is closed when init, started by this Engine, has been reaped; nil for a
 	// sandbox re-adopted from the data dir.
 	done chan struct{}
@@ -198,23 +196,7 @@ func (e *Engine) adopt() error {
 		}
 		bx := &box{st: st}
 		e.boxes[st.ID] = bx
-		if e.refresh(bx) == engine.StateDead {
-			continue
-		}
-		// Tunnels come back on their old host ports when those are free; a port still
-		// taken is served by the process that held it.
-		var ts []engine.Tunnel
-		for _, t := range st.Tunnels {
-			ln, err := net.Listen("tcp", net.JoinHostPort(t.Host, strconv.Itoa(t.HostPort)))
-			if err != nil {
-				ts = append(ts, t)
-				continue
-			}
-			bx.tunnels = append(bx.tunnels, ln)
-			ts = append(ts, t)
-			e.serveTunnel(ln, st.ID, t.Port)
-		}
-		bx.st.Tunnels = ts
+		e.refresh(bx) // a sandbox found dead is marked so
 	}
 	return nil
 }
@@ -270,10 +252,6 @@ func (e *Engine) refreshLocked(bx *box) engine.State {
 			bx.st.ExitCode = &n
 		}
 	}
-	for _, ln := range bx.tunnels {
-		ln.Close()
-	}
-	bx.tunnels = nil
 	_ = e.saveState(bx.st)
 	return engine.StateDead
 }
@@ -426,9 +404,14 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 	} else if len(spec.Mounts) > 0 {
 		return engine.Info{}, fmt.Errorf("mounts need an isolated sandbox: %w", engine.ErrUnsupported)
 	}
-	if err := e.startInit(ctx, bx, cfg); err != nil {
-		return engine.Info{}, err
-	}
+	// The tunnels' host listeners are made here, on the host's network, and handed to
+	// init, which serves them from inside: they live exactly as long as the sandbox.
+	var lns []*os.File
+	defer func() {
+		for _, f := range lns {
+			f.Close()
+		}
+	}()
 	for _, p := range spec.Ports {
 		if p <= 0 || p > 65535 {
 			return engine.Info{}, fmt.Errorf("port %d is out of range", p)
@@ -437,11 +420,17 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 		if err != nil {
 			return engine.Info{}, fmt.Errorf("tunnel for port %d: %w", p, err)
 		}
-		bx.mu.Lock()
-		bx.tunnels = append(bx.tunnels, ln)
+		f, err := ln.(*net.TCPListener).File()
+		ln.Close()
+		if err != nil {
+			return engine.Info{}, fmt.Errorf("tunnel for port %d: %w", p, err)
+		}
+		lns = append(lns, f)
+		cfg.Tunnels = append(cfg.Tunnels, p)
 		bx.st.Tunnels = append(bx.st.Tunnels, engine.Tunnel{Port: p, Host: "127.0.0.1", HostPort: ln.Addr().(*net.TCPAddr).Port})
-		bx.mu.Unlock()
-		e.serveTunnel(ln, bx.st.ID, p)
+	}
+	if err := e.startInit(ctx, bx, cfg, lns); err != nil {
+		return engine.Info{}, err
 	}
 	bx.mu.Lock()
 	err := e.saveState(bx.st)
@@ -453,7 +442,7 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 }
 
 // startInit starts the sandbox's init and waits until it serves its control socket.
-func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig) error {
+func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig, tunnels []*os.File) error {
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -472,7 +461,7 @@ func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig) error {
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"sandbox-init"}
 	cmd.Env = []string{initEnv + "=1", "PATH=" + sandboxPATH}
-	cmd.ExtraFiles = []*os.File{cfgR, readyW}
+	cmd.ExtraFiles = append([]*os.File{cfgR, readyW}, tunnels...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if cfg.Isolated {
@@ -496,7 +485,10 @@ func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig) error {
 		close(done)
 	}()
 	start, _, _ := procStart(pid)
-	pidns, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/pid")
+	pidns := ""
+	if cfg.Isolated {
+		pidns, _ = os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/pid")
+	}
 	bx.mu.Lock()
 	bx.done = done
 	bx.st.Pid, bx.st.PidStart, bx.st.PidNS = pid, start, pidns
@@ -544,10 +536,6 @@ func (e *Engine) destroy(bx *box) error {
 	bx.mu.Lock()
 	st := bx.st
 	done := bx.done
-	for _, ln := range bx.tunnels {
-		ln.Close()
-	}
-	bx.tunnels = nil
 	bx.mu.Unlock()
 	if st.Paused || len(st.Cgroups) > 0 {
 		e.cg.thaw(st.Cgroups)
@@ -642,20 +630,12 @@ func (e *Engine) Terminate(ctx context.Context, id string) error {
 	return nil
 }
 
-// Close closes the tunnels this Engine serves; sandboxes keep running.
+// Close ends this Engine's use of the data dir; sandboxes and their tunnels (served by
+// their init) keep running.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	e.closed = true
-	for _, bx := range e.boxes {
-		bx.mu.Lock()
-		for _, ln := range bx.tunnels {
-			ln.Close()
-		}
-		bx.tunnels = nil
-		bx.mu.Unlock()
-	}
 	e.mu.Unlock()
-	e.wg.Wait()
 	return nil
 }
 

@@ -259,3 +259,185 @@ func TestEngineTerminateLeavesNothing(t *testing.T) {
 	}
 	_ = io.Discard
 }
+
+func TestEngineTwoSandboxesKillAll(t *testing.T) {
+	e := newTestEngine(t)
+	a := createBox(t, e, engine.Spec{})
+	b := createBox(t, e, engine.Spec{})
+	if _, err := e.StartDetached(t.Context(), b.ID, engine.ExecRequest{Argv: []string{"sleep", "1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	// kill -9 -1 inside a: everything it may signal, which is only its own processes.
+	sh(t, e, a.ID, "bash", "-c", "kill -9 -1; true")
+	for _, id := range []string{a.ID, b.ID} {
+		if out, code := sh(t, e, id, "echo", "alive"); code != 0 || out != "alive\n" {
+			t.Errorf("sandbox %s after kill -9 -1 in %s: %q %d", id, a.ID, out, code)
+		}
+	}
+	if out, _ := sh(t, e, b.ID, "pgrep", "-x", "sleep"); strings.TrimSpace(out) == "" {
+		t.Error("the other sandbox's sleep was killed")
+	}
+}
+
+func TestEngineSnapshotRestore(t *testing.T) {
+	e := newTestEngine(t)
+	a := createBox(t, e, engine.Spec{})
+	sh(t, e, a.ID, "bash", "-c", "echo kept > /home/user/workspace/f; echo t > /tmp/t")
+	snap, err := e.Snapshot(t.Context(), a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := createBox(t, e, engine.Spec{Snapshot: snap})
+	if out, _ := sh(t, e, b.ID, "cat", "/home/user/workspace/f", "/tmp/t"); out != "kept\nt\n" {
+		t.Errorf("restored files = %q", out)
+	}
+	if _, err := e.Create(t.Context(), engine.Spec{Snapshot: "snap-0000000000000000"}); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("create from an unknown snapshot = %v", err)
+	}
+}
+
+func TestEngineReadopt(t *testing.T) {
+	dir := t.TempDir()
+	e1, err := NewEngine(EngineOptions{DataDir: dir})
+	if errors.Is(err, engine.ErrNotIsolated) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := e1.Create(t.Context(), engine.Spec{Name: "live", Ports: []int{7}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := e1.Create(t.Context(), engine.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e1.Close()
+	e2, err := NewEngine(EngineOptions{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Close()
+	defer e2.Terminate(context.Background(), live.ID)
+	defer e2.Terminate(context.Background(), dead.ID)
+	bx, _ := e2.lookup(dead.ID)
+	if err := syscallKill(bx.st.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitGone(bx.st, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	list, err := e2.List(t.Context())
+	if err != nil || len(list) != 2 {
+		t.Fatalf("List = %+v, %v", list, err)
+	}
+	states := map[string]engine.State{list[0].ID: list[0].State, list[1].ID: list[1].State}
+	if states[live.ID] != engine.StateRunning || states[dead.ID] != engine.StateDead {
+		t.Errorf("states after restart = %v", states)
+	}
+	if out, _ := sh(t, e2, live.ID, "hostname"); out != live.ID+"\n" {
+		t.Errorf("exec in the re-adopted sandbox = %q", out)
+	}
+	if _, err := e2.Create(t.Context(), engine.Spec{Name: "live"}); !errors.Is(err, engine.ErrNameTaken) {
+		t.Errorf("create with a live sandbox's name = %v", err)
+	}
+	// The tunnel outlived the engine that made it: its init serves it.
+	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", fmt.Sprint(live.Tunnels[0].HostPort)))
+	if err != nil {
+		t.Fatalf("the tunnel is gone with its engine: %v", err)
+	}
+	c.Close()
+	if _, err := e2.Exec(t.Context(), dead.ID, engine.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("exec in a dead sandbox = %v", err)
+	}
+}
+
+func TestEnginePauseAndLimits(t *testing.T) {
+	e := newTestEngine(t)
+	caps := e.Capabilities()
+	info := createBox(t, e, engine.Spec{Limits: engine.Limits{MemoryBytes: 256 << 20, Pids: 64}})
+	if !caps.Limits && (info.Applied != engine.Limits{}) {
+		t.Errorf("limits applied %+v without the capability", info.Applied)
+	}
+	t.Logf("capabilities %+v, applied %+v", caps, info.Applied)
+	// What Applied says is what the kernel holds.
+	bx, _ := e.lookup(info.ID)
+	var found int
+	for _, g := range bx.st.Cgroups {
+		for file, want := range map[string]string{"pids.max": "64", "memory.limit_in_bytes": "268435456", "memory.max": "268435456"} {
+			if b, err := os.ReadFile(filepath.Join(g, file)); err == nil {
+				found++
+				if strings.TrimSpace(string(b)) != want {
+					t.Errorf("%s/%s = %q, want %s", g, file, b, want)
+				}
+			}
+		}
+	}
+	if info.Applied.Pids == 64 && info.Applied.MemoryBytes > 0 && found < 2 {
+		t.Errorf("applied %+v but %d limit files found in %v", info.Applied, found, bx.st.Cgroups)
+	}
+	if !caps.Pause {
+		if err := e.Pause(t.Context(), info.ID); !errors.Is(err, engine.ErrUnsupported) {
+			t.Errorf("Pause without the capability = %v", err)
+		}
+		return
+	}
+	info = createBox(t, e, engine.Spec{})
+	if _, err := e.StartDetached(t.Context(), info.ID, engine.ExecRequest{Argv: []string{"bash", "-c", "while :; do date +%s%N > /tmp/tick; sleep 0.01; done"}}); err != nil {
+		t.Fatal(err)
+	}
+	tick := filepath.Join(info.Home, "..", "tmp", "tick")
+	for i := 0; i < 500; i++ {
+		if b, _ := os.ReadFile(tick); len(b) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := e.Pause(t.Context(), info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.Get(t.Context(), info.ID); got.State != engine.StatePaused {
+		t.Errorf("state after pause = %s", got.State)
+	}
+	before, _ := os.ReadFile(tick)
+	time.Sleep(100 * time.Millisecond)
+	after, _ := os.ReadFile(tick)
+	if len(before) == 0 || !bytes.Equal(before, after) {
+		t.Errorf("the sandbox ran while paused: %q -> %q", before, after)
+	}
+	if err := e.Resume(t.Context(), info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := sh(t, e, info.ID, "echo", "back"); code != 0 || out != "back\n" {
+		t.Errorf("exec after resume = %q %d", out, code)
+	}
+}
+
+func TestEngineUnisolated(t *testing.T) {
+	e, err := NewEngine(EngineOptions{DataDir: t.TempDir(), Unisolated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.Capabilities().Isolated {
+		t.Error("an unisolated engine says it is isolated")
+	}
+	info := createBox(t, e, engine.Spec{})
+	if info.Isolated {
+		t.Error("an unisolated sandbox says it is isolated")
+	}
+	if _, err := e.StartDetached(t.Context(), info.ID, engine.ExecRequest{Argv: []string{"sleep", "1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := sh(t, e, info.ID, "bash", "-c", "echo $HOME; pwd")
+	if out != info.Home+"\n"+info.Home+"\n" {
+		t.Errorf("HOME and cwd of an unisolated sandbox = %q, want %s", out, info.Home)
+	}
+	if err := e.Terminate(t.Context(), info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if pids := markedPIDs(info.ID); len(pids) > 0 {
+		t.Errorf("processes %v of the unisolated sandbox remain", pids)
+	}
+}

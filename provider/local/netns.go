@@ -3,7 +3,8 @@ package local
 // Reaching ports inside a sandbox: DialPort creates its socket on an OS thread that
 // has entered the sandbox's network namespace (a socket belongs to the namespace it
 // was created in), so no process inside is needed. Tunnels are host listeners on
-// 127.0.0.1 whose connections are spliced to DialPort connections.
+// 127.0.0.1, made by the engine on the host's network and served by the sandbox's init
+// from inside: they outlive the controlling process and die with the sandbox.
 
 import (
 	"context"
@@ -13,7 +14,7 @@ import (
 	"net"
 	"runtime"
 	"strconv"
-	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -80,55 +81,33 @@ func dialInNetns(ctx context.Context, nsfd int, addr string) (net.Conn, error) {
 	return c, err
 }
 
-// serveTunnel forwards every connection of ln to port inside the sandbox until ln is
-// closed.
-func (e *Engine) serveTunnel(ln net.Listener, id string, port int) {
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		var conns sync.WaitGroup
-		var mu sync.Mutex
-		open := map[net.Conn]bool{}
-		defer func() {
-			// The tunnel is gone: so are its connections.
-			mu.Lock()
-			for c := range open {
-				c.Close()
+// serveTunnel, in init, forwards every connection of a host listener to port on the
+// sandbox's own loopback.
+func serveTunnel(ln net.Listener, port int) {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			mu.Unlock()
-			conns.Wait()
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return
-				}
-				continue
-			}
-			mu.Lock()
-			open[c] = true
-			mu.Unlock()
-			conns.Add(1)
-			go func() {
-				defer conns.Done()
-				e.forward(c, id, port)
-				mu.Lock()
-				delete(open, c)
-				mu.Unlock()
-			}()
+			time.Sleep(10 * time.Millisecond)
+			continue
 		}
-	}()
+		go func() {
+			defer c.Close()
+			in, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				return
+			}
+			defer in.Close()
+			splice(c, in)
+		}()
+	}
 }
 
-func (e *Engine) forward(c net.Conn, id string, port int) {
-	defer c.Close()
-	in, err := e.DialPort(context.Background(), id, port)
-	if err != nil {
-		e.log.Debug("tunnel", "sandbox_id", id, "port", port, "err", err)
-		return
-	}
-	defer in.Close()
+// splice copies both ways until both directions are done, passing half-closes on.
+func splice(a, b net.Conn) {
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
@@ -139,8 +118,8 @@ func (e *Engine) forward(c net.Conn, id string, port int) {
 		}
 		done <- struct{}{}
 	}
-	go pipe(in, c)
-	go pipe(c, in)
+	go pipe(a, b)
+	go pipe(b, a)
 	<-done
 	<-done
 }

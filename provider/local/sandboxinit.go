@@ -39,6 +39,8 @@ type initConfig struct {
 	// Hide are host directories covered with an empty tmpfs inside (the data dir).
 	Hide  []string    `json:"hide,omitempty"`
 	Binds []bindMount `json:"binds,omitempty"`
+	// Tunnels are the sandbox ports served by the host listeners on fds 5, 6, ….
+	Tunnels []int `json:"tunnels,omitempty"`
 	// DeadlineMs ends the sandbox (exit 124) at this Unix time in ms; 0 means never.
 	DeadlineMs int64 `json:"deadlineMs,omitempty"`
 }
@@ -118,6 +120,15 @@ func sandboxInit() int {
 	in := &initServer{cfg: cfg, waiters: map[int]chan syscall.WaitStatus{}, spawn: make(chan spawnReq)}
 	go in.spawner(cfg.Isolated)
 	go in.reaper()
+	for i, port := range cfg.Tunnels {
+		f := os.NewFile(uintptr(5+i), "tunnel")
+		tl, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			return fail(fmt.Errorf("tunnel for port %d: %w", port, err))
+		}
+		go serveTunnel(tl, port)
+	}
 	if cfg.DeadlineMs > 0 {
 		time.AfterFunc(time.Until(time.UnixMilli(cfg.DeadlineMs)), func() {
 			writeExitCode(dirFd, 124)
