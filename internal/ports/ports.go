@@ -23,10 +23,12 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // ServiceEnv is the environment variable naming the service a process belongs to.
-const ServiceEnv = "SANDBOX_MCP_SERVICE"
+const ServiceEnv = rules.EnvService
 
 // DefaultMaxAge is how long a scan is reused.
 const DefaultMaxAge = time.Second

@@ -15,17 +15,19 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Environment variables of the hidden monitor mode and of every service process.
 const (
 	// internalEnv selects the monitor mode of the binary when set to "logwriter".
-	internalEnv = "SANDBOX_MCP_INTERNAL"
+	internalEnv = rules.EnvInternal
 	// ServiceEnv names the service a process belongs to; descendants inherit it.
-	ServiceEnv = "SANDBOX_MCP_SERVICE"
+	ServiceEnv = rules.EnvService
 	// instanceEnv is unique per start, so a run's processes are found even
 	// after they left the process group.
-	instanceEnv = "SANDBOX_MCP_SERVICE_INSTANCE"
+	instanceEnv = rules.EnvServiceInstance
 )
 
 // InstanceEnv is the environment variable unique to one start of a service.
