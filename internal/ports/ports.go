@@ -38,9 +38,9 @@ const maxCommand = 4096
 
 // Well-known ports of the sandbox's infrastructure.
 var knownPorts = map[int]string{
-	22:   apitype.PortKindSSHD,
-	3901: apitype.PortKindVSCode,
-	4096: apitype.PortKindOpenCode,
+	22:                 apitype.PortKindSSHD,
+	rules.PortVSCode:   apitype.PortKindVSCode,
+	rules.PortOpenCode: apitype.PortKindOpenCode,
 }
 
 // Listener is one listening TCP socket.

@@ -262,9 +262,9 @@ func (c *Client) Expose(ctx context.Context, port int) (apitype.ExposeResponse, 
 	return out, err
 }
 
-// ExposeStatus calls GET /api/expose.
-func (c *Client) ExposeStatus(ctx context.Context) (apitype.ExposeResponse, error) {
-	var out apitype.ExposeResponse
+// ExposeStatus calls GET /api/expose: where the preview site goes now.
+func (c *Client) ExposeStatus(ctx context.Context) (apitype.ExposeStatus, error) {
+	var out apitype.ExposeStatus
 	err := c.call(ctx, http.MethodGet, "/api/expose", nil, &out)
 	return out, err
 }
