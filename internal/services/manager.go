@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Config configures a Manager. StateDir and WorkspaceDir are required.
@@ -507,7 +509,7 @@ func (m *Manager) LogPath(name string) (string, error) {
 		return p, nil
 	}
 	if _, err := os.Stat(p); err != nil {
-		return "", &userError{kind: ErrNotFound, msg: fmt.Sprintf("No logs found for service %q", name)}
+		return "", &userError{kind: ErrNotFound, msg: rules.NoLogs(name)}
 	}
 	return p, nil
 }
