@@ -533,6 +533,9 @@ func (m *Manager) normalize(req apitype.StartServiceRequest) (apitype.StartServi
 	if err := ValidateName(req.Name); err != nil {
 		return req, err
 	}
+	if err := m.checkStart(req); err != nil {
+		return req, err
+	}
 	if strings.IndexByte(req.Command, 0) >= 0 {
 		return req, invalidf("command must not contain NUL bytes")
 	}
@@ -853,6 +856,9 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 	err = m.updateDurable(func(st *stateFile) error {
 		r := st.Services[req.Name]
 		if r == nil {
+			if err := admit(st, req.Name); err != nil {
+				return err
+			}
 			r = &record{Order: nextOrder(st)}
 			st.Services[req.Name] = r
 		}

@@ -206,12 +206,14 @@ func runMonitor() int {
 		// Keep draining even when the log cannot be written (disk full):
 		// a service blocked on a full pipe would hang.
 		buf := make([]byte, 32<<10)
+		cw := newCharWriter(lw)
 		for {
 			n, err := r.Read(buf)
 			if n > 0 {
-				_, _ = lw.Write(buf[:n])
+				_, _ = cw.Write(buf[:n])
 			}
 			if err != nil {
+				_ = cw.Finish()
 				return
 			}
 		}
