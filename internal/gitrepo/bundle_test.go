@@ -332,3 +332,27 @@ func TestValidRevision(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCreateBundle measures a bundle of one new commit over a repository
+// of 500 files, since the previous commit (what a push asks for).
+func BenchmarkCreateBundle(b *testing.B) {
+	ws := b.TempDir()
+	files := map[string]string{}
+	for i := range 500 {
+		files[filepath.Join("src", strings.Repeat("d", i%5+1), "f"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+".txt")] = strings.Repeat("line\n", 200)
+	}
+	initRepo(b, ws, files)
+	base := strings.TrimSpace(git(b, ws, "rev-parse", "HEAD"))
+	writeFile(b, filepath.Join(ws, "new.txt"), "new\n")
+	git(b, ws, "add", "-A")
+	git(b, ws, "commit", "-qm", "new")
+	w := newWorkspace(b, ws)
+	for b.Loop() {
+		bn, err := w.CreateBundle(b.Context(), RepoID(ws), base)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(bn.Size)
+		bn.Close()
+	}
+}
