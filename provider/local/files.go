@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -319,5 +318,3 @@ func removeAllAt(dirfd int, name string) error {
 	return err
 }
 
-// hostPath is for tests and diagnostics: the host path of a sandbox directory.
-func (e *Engine) hostPath(id, name string) string { return filepath.Join(e.sandboxDir(id), name) }
