@@ -317,4 +317,3 @@ func removeAllAt(dirfd int, name string) error {
 	}
 	return err
 }
-
