@@ -155,15 +155,8 @@ func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	hs := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		// An idle keep-alive connection holds ~22 KiB; close those left idle
-		// longer than any client pool keeps them (Go's default is 90 s).
-		IdleTimeout: 2 * time.Minute,
-	}
-	hs.RegisterOnShutdown(srv.Close)
+	// The API bounds request reading and open connections (see api.HTTPServer).
+	hs, ln := srv.HTTPServer(ln, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	hs.RegisterOnShutdown(func() { _ = term.Close() })
 	log.Info("listening", "addr", ln.Addr().String(), "workspace", cfg.WorkspaceDir, "state_dir", cfg.StateDir)
 

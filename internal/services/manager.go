@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Config configures a Manager. StateDir and WorkspaceDir are required.
@@ -507,7 +509,7 @@ func (m *Manager) LogPath(name string) (string, error) {
 		return p, nil
 	}
 	if _, err := os.Stat(p); err != nil {
-		return "", &userError{kind: ErrNotFound, msg: fmt.Sprintf("No logs found for service %q", name)}
+		return "", &userError{kind: ErrNotFound, msg: rules.NoLogs(name)}
 	}
 	return p, nil
 }
@@ -529,6 +531,9 @@ func (m *Manager) normalize(req apitype.StartServiceRequest) (apitype.StartServi
 		return req, invalidf("name and command are required")
 	}
 	if err := ValidateName(req.Name); err != nil {
+		return req, err
+	}
+	if err := m.checkStart(req); err != nil {
 		return req, err
 	}
 	if strings.IndexByte(req.Command, 0) >= 0 {
@@ -851,6 +856,9 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 	err = m.updateDurable(func(st *stateFile) error {
 		r := st.Services[req.Name]
 		if r == nil {
+			if err := admit(st, req.Name); err != nil {
+				return err
+			}
 			r = &record{Order: nextOrder(st)}
 			st.Services[req.Name] = r
 		}

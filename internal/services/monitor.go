@@ -15,22 +15,24 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Environment variables of the hidden monitor mode and of every service process.
 const (
 	// internalEnv selects the monitor mode of the binary when set to monitorMode.
-	internalEnv = "SANDBOX_MCP_INTERNAL"
+	internalEnv = rules.EnvInternal
 	monitorMode = "monitor"
 	// ServiceEnv names the service a process belongs to; descendants inherit it.
-	ServiceEnv = "SANDBOX_MCP_SERVICE"
+	ServiceEnv = rules.EnvService
 	// instanceEnv is unique per start, so a run's processes are found even
 	// after they left the process group. Its value starts with the state
 	// dir's prefix (see statePrefix), so the orphans of a state dir are found
 	// even when no record names them.
-	instanceEnv = "SANDBOX_MCP_SERVICE_INSTANCE"
+	instanceEnv = rules.EnvServiceInstance
 	// monitorEnv marks a monitor with the instance it runs.
-	monitorEnv = "SANDBOX_MCP_MONITOR_INSTANCE"
+	monitorEnv = rules.EnvMonitorInstance
 	// monitorName is the monitor's process name (comm and argv[0]), so that
 	// `pkill sandbox-mcp` does not take every service's monitor with it.
 	monitorName = "mcp-svc-monitor"
@@ -204,12 +206,14 @@ func runMonitor() int {
 		// Keep draining even when the log cannot be written (disk full):
 		// a service blocked on a full pipe would hang.
 		buf := make([]byte, 32<<10)
+		cw := newCharWriter(lw)
 		for {
 			n, err := r.Read(buf)
 			if n > 0 {
-				_, _ = lw.Write(buf[:n])
+				_, _ = cw.Write(buf[:n])
 			}
 			if err != nil {
+				_ = cw.Finish()
 				return
 			}
 		}

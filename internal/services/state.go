@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
 
 // record is one service in the state file: the wire ServiceInfo plus what the
@@ -197,29 +199,7 @@ func writeState(path string, b []byte) (fileStamp, error) {
 // writeFileAtomic writes data to a temp file next to path, fsyncs it and
 // renames it over path, so readers see the old or the new content, never half.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, perm)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.WriteFile(path, data, perm)
 }
 
 // flock takes an exclusive lock on <dir>/state.lock, shared with every

@@ -367,7 +367,7 @@ func (m *Manager) probe(in *instance) {
 	var check func() error
 	switch {
 	case rd.TCP != nil:
-		check = func() error { return checkTCP(*rd.TCP) }
+		check = ownTCPCheck(in, *rd.TCP)
 	case rd.HTTP != "":
 		client := &http.Client{
 			Timeout:       time.Second,
@@ -375,7 +375,7 @@ func (m *Manager) probe(in *instance) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 		defer client.CloseIdleConnections()
-		check = func() error { return checkHTTP(in.ctx, client, rd.HTTP) }
+		check = ownHTTPCheck(in, rd.HTTP, func() error { return checkHTTP(in.ctx, client, rd.HTTP) })
 	default:
 		re := regexp.MustCompile(rd.Log)
 		lp := &logProbe{path: filepath.Join(m.logDir, in.name+".log"), offset: in.logOffset}
