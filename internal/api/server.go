@@ -26,6 +26,8 @@ type Options struct {
 
 	// MaxBodyBytes bounds request bodies; default 1 MiB.
 	MaxBodyBytes int64
+	// Version is reported by GET /api/health; empty leaves it out.
+	Version string
 }
 
 // Server is the sidecar's HTTP handler.
