@@ -76,7 +76,16 @@ func newLogger(w io.Writer, getenv func(string) string) *slog.Logger {
 	if getenv(rules.EnvLogLevel) == "debug" {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: durationsAsText}))
+}
+
+// durationsAsText logs a time.Duration as Go writes it ("1.5s"), not as
+// nanoseconds, which nobody reads right.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 func runAPI(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
@@ -171,7 +180,9 @@ func serveAPIAnnounce(ctx context.Context, cfg config.Config, log *slog.Logger, 
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		// net's error already reads "listen tcp <addr>: <cause>"; wrapping it
+		// again would say the address twice.
+		return err
 	}
 	hs := &http.Server{
 		Handler:           srv,
