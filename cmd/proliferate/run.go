@@ -97,7 +97,7 @@ func (f *Factory) config() (config.Config, error) {
 }
 
 // errNoToken is the contract's message when neither token variable is set.
-const errNoToken = "Auth token not set. Set SANDBOX_MCP_AUTH_TOKEN or SERVICE_TO_SERVICE_AUTH_TOKEN."
+const errNoToken = rules.NoToken
 
 // Sidecar returns the sidecar client; no token or a URL that is not
 // http(s)://host[:port] is a usage error. While a refused connection is
