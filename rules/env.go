@@ -46,4 +46,6 @@ const (
 	// EnvInternal selects a hidden mode of the sandbox-mcp binary re-executed
 	// by itself (the service monitor).
 	EnvInternal = "SANDBOX_MCP_INTERNAL"
+	// EnvMonitorInstance marks a service monitor with the instance it runs.
+	EnvMonitorInstance = "SANDBOX_MCP_MONITOR_INSTANCE"
 )

@@ -169,7 +169,7 @@ code is 1.`,
 				if readyTimeout <= 0 {
 					return usageErrorf("--ready-timeout must be a positive duration")
 				}
-				rd.TimeoutMs = int(readyTimeout.Milliseconds())
+				rd.TimeoutMs = int(max(readyTimeout.Milliseconds(), 1))
 			}
 			if probes == 1 {
 				req.Readiness = rd
@@ -204,6 +204,9 @@ code is 1.`,
 				}
 				ms := int(stopTimeout.Milliseconds())
 				req.StopTimeoutMs = &ms
+			}
+			if err := checkStartLimits(req); err != nil {
+				return err
 			}
 			if waitTimeout <= 0 {
 				return usageErrorf("--wait-timeout must be a positive duration")

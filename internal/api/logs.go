@@ -57,6 +57,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 		return logError(name, err)
 	}
 	defer stop()
+	defer s.stream(w)()
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
 	sse := startSSE(w)

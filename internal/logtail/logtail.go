@@ -27,7 +27,6 @@ const (
 	DefaultInitialBytes = 10000
 	DefaultMaxChunk     = 32 << 10
 	DefaultPollInterval = time.Second
-	DefaultHold         = time.Second
 	// MaxTailBytes bounds how far back Tail reads.
 	MaxTailBytes = 4 << 20
 )
@@ -48,9 +47,6 @@ type Options struct {
 	// PollInterval is the safety-net re-check of a followed file when no
 	// file-system event arrives (missed events, watcher unavailable).
 	PollInterval time.Duration
-	// Hold is how long an incomplete UTF-8 sequence at the end of the log is held
-	// back waiting for its remaining bytes before it is delivered as U+FFFD.
-	Hold time.Duration
 }
 
 // Dir reads the logs of one folder. It shares one file-system watcher among
@@ -86,9 +82,6 @@ func New(opts Options) (*Dir, error) {
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
-	}
-	if opts.Hold <= 0 {
-		opts.Hold = DefaultHold
 	}
 	log := opts.Logger
 	if log == nil {
