@@ -32,6 +32,9 @@ const (
 	EnvSessionID = "PROLIFERATE_SESSION_ID"
 )
 
+// NoToken is the contract's message when neither token variable is set.
+const NoToken = "Auth token not set. Set " + EnvAuthToken + " or " + EnvAuthTokenFallback + "."
+
 // Markers the sidecar sets in the environment of processes it starts.
 const (
 	// EnvService names the service a process belongs to; inherited by its

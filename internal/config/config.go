@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
@@ -63,15 +62,28 @@ var Settings = []Setting{
 }
 
 // WriteSettings prints the settings one binary reads (server: sandbox-mcp,
-// else proliferate) as an aligned table for --help.
+// else proliferate) for --help: the name, then what it sets and its default.
 func WriteSettings(w io.Writer, server bool) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, s := range Settings {
 		if (server && s.Server) || (!server && s.CLI) {
-			fmt.Fprintf(tw, "  %s\t%s (default: %s)\n", s.Env, s.Help, s.Default)
+			fmt.Fprintf(w, "  %s\n      %s; default: %s\n", s.Env, s.Help, s.Default)
 		}
 	}
-	tw.Flush()
+}
+
+// WriteSettingsMarkdown prints Settings as the Markdown table of the README.
+func WriteSettingsMarkdown(w io.Writer) {
+	fmt.Fprint(w, "| variable | what | default | read by |\n|---|---|---|---|\n")
+	for _, s := range Settings {
+		var by []string
+		if s.Server {
+			by = append(by, "sandbox-mcp")
+		}
+		if s.CLI {
+			by = append(by, "proliferate")
+		}
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", s.Env, s.Help, s.Default, strings.Join(by, ", "))
+	}
 }
 
 // Config is every setting the sidecar and the CLI take from the environment.
@@ -189,8 +201,10 @@ func EnvWorkspaceDir(getenv func(string) string, cwd string) (string, error) {
 	return WorkspaceDir(getenv, cwd)
 }
 
-// urlForAddr is the loopback URL of an API listening on addr (wildcard hosts
+// URLForAddr is the loopback URL of an API listening on addr (wildcard hosts
 // become loopback); the default URL when addr is empty or unusable.
+func URLForAddr(addr string) string { return urlForAddr(addr) }
+
 func urlForAddr(addr string) string {
 	if addr == "" {
 		return DefaultSidecarURL
