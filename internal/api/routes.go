@@ -13,7 +13,7 @@ func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
 	// StripSlashes and GetHead keep what the old Express server accepted:
 	// "/api/health/" and HEAD requests.
-	r.Use(s.recoverer, cors, middleware.StripSlashes, middleware.GetHead)
+	r.Use(s.recoverer, s.gate, cors, middleware.StripSlashes, middleware.GetHead)
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return errorf(http.StatusNotFound, "Not found")
 	}))
