@@ -727,11 +727,11 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 	}
 	var info apitype.ServiceInfo
 	err = m.update(func(st *stateFile) error {
+		if err := admit(st, req); err != nil {
+			return err
+		}
 		r := st.Services[req.Name]
 		if r == nil {
-			if err := admit(st, req.Name); err != nil {
-				return err
-			}
 			r = &record{Order: nextOrder(st)}
 			st.Services[req.Name] = r
 		}
