@@ -130,7 +130,7 @@ func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}()
 		opts.Expose = exp
 	}
-	term, err := terminal.New(terminal.Options{Dir: cfg.WorkspaceDir, Logger: log})
+	term, err := terminal.New(terminal.Options{Dir: cfg.WorkspaceDir, MaxSessions: cfg.MaxTerminals, Logger: log})
 	if err != nil {
 		return err
 	}

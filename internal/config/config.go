@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -51,6 +52,9 @@ type Config struct {
 	// GatewayURL and SessionID locate the platform's actions gateway.
 	GatewayURL string
 	SessionID  string
+	// MaxTerminals caps live terminal sessions (SANDBOX_MCP_MAX_TERMINALS);
+	// 0 means the terminal package's default (64).
+	MaxTerminals int
 }
 
 // StateFile is the path of the JSON state file.
@@ -75,6 +79,13 @@ func Load(getenv func(string) string, cwd string) (Config, error) {
 		SidecarURL:       strings.TrimRight(or(getenv("PROLIFERATE_SANDBOX_MCP_URL"), urlForAddr(getenv("SANDBOX_MCP_ADDR"))), "/"),
 		GatewayURL:       strings.TrimRight(getenv("PROLIFERATE_GATEWAY_URL"), "/"),
 		SessionID:        getenv("PROLIFERATE_SESSION_ID"),
+	}
+	if v := getenv("SANDBOX_MCP_MAX_TERMINALS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 4096 {
+			return Config{}, fmt.Errorf("SANDBOX_MCP_MAX_TERMINALS=%q: want a number from 1 to 4096", v)
+		}
+		c.MaxTerminals = n
 	}
 	ws := getenv("WORKSPACE_DIR")
 	if ws == "" {
