@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"io"
-	"os"
 	"path"
 	"strings"
 	"text/tabwriter"
@@ -342,9 +339,3 @@ func hostPort(t engine.Tunnel) string {
 	}
 	return fmt.Sprintf("%s:%d", t.Host, t.HostPort)
 }
-
-var (
-	_ = bytes.MinRead
-	_ = io.EOF
-	_ = os.Stdin
-)

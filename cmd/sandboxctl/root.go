@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 
@@ -150,4 +149,3 @@ func isCobraUsage(err error) bool {
 	return false
 }
 
-var _ = os.Stdin
