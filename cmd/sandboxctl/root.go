@@ -148,4 +148,3 @@ func isCobraUsage(err error) bool {
 	}
 	return false
 }
-
