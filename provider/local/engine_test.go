@@ -47,6 +47,23 @@ func testHelper() bool {
 				}
 			}()
 		}
+	case "sink":
+		// Reads every connection to its end, then answers with the byte count.
+		ln, err := net.Listen("tcp", "127.0.0.1:"+os.Args[len(os.Args)-1])
+		if err != nil {
+			os.Exit(1)
+		}
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				os.Exit(1)
+			}
+			go func() {
+				defer c.Close()
+				n, _ := io.Copy(io.Discard, c)
+				fmt.Fprintf(c, "%d\n", n)
+			}()
+		}
 	}
 	os.Exit(2)
 	return true
@@ -257,7 +274,6 @@ func TestEngineTerminateLeavesNothing(t *testing.T) {
 	if _, err := e.Get(t.Context(), info.ID); !errors.Is(err, engine.ErrNotFound) {
 		t.Errorf("Get after terminate = %v", err)
 	}
-	_ = io.Discard
 }
 
 func TestEngineTwoSandboxesKillAll(t *testing.T) {

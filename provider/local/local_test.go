@@ -496,24 +496,6 @@ func TestSandboxOutlivesProvider(t *testing.T) {
 	}
 }
 
-// BenchmarkBoot is a scratch boot up to a healthy sandbox-mcp, then terminate.
-func BenchmarkBoot(b *testing.B) {
-	p, err := New(Options{Root: b.TempDir(), SandboxMCP: sandboxMCP})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
-	for b.Loop() {
-		bt, err := p.Boot(b.Context(), provider.CreateOptions{SessionID: "bench"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		p.Terminate(b.Context(), "bench", bt.SandboxID)
-		b.StartTimer()
-	}
-}
-
 // One Provider boots and terminates several sandboxes at once.
 func TestParallelBoots(t *testing.T) {
 	p := newProvider(t, nil)
