@@ -457,3 +457,131 @@ func TestEngineUnisolated(t *testing.T) {
 		t.Errorf("processes %v of the unisolated sandbox remain", pids)
 	}
 }
+
+func TestEngineSpecOptions(t *testing.T) {
+	e := newTestEngine(t)
+	t.Run("timeout ends the sandbox with 124", func(t *testing.T) {
+		info := createBox(t, e, engine.Spec{Timeout: 300 * time.Millisecond})
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, err := e.Get(t.Context(), info.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State == engine.StateDead {
+				if got.ExitCode == nil || *got.ExitCode != 124 {
+					t.Errorf("exit code after the timeout = %v, want 124", got.ExitCode)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the sandbox outlived its timeout")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	t.Run("network shares the host's", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte("host\n"))
+				c.Close()
+			}
+		}()
+		port := ln.Addr().(*net.TCPAddr).Port
+		script := fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && head -1 <&3", port)
+		shared := createBox(t, e, engine.Spec{Network: true})
+		if out, _ := sh(t, e, shared.ID, "bash", "-c", script); out != "host\n" {
+			t.Errorf("a Network sandbox cannot reach the host's loopback: %q", out)
+		}
+		own := createBox(t, e, engine.Spec{})
+		if out, code := sh(t, e, own.ID, "bash", "-c", script+" 2>/dev/null"); code == 0 {
+			t.Errorf("a sandbox without Network reached the host's loopback: %q", out)
+		}
+		if out, _ := sh(t, e, own.ID, "bash", "-c", "ls /sys/class/net"); out != "lo\n" {
+			t.Errorf("interfaces of a sandbox without Network = %q, want lo only", out)
+		}
+	})
+	t.Run("cancel kills the command", func(t *testing.T) {
+		info := createBox(t, e, engine.Spec{})
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		_, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"sleep", "100"}})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("exec past its context = %v", err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			out, _ := sh(t, e, info.ID, "bash", "-c", "pgrep -x sleep || true")
+			if strings.TrimSpace(out) == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sleep still runs after the cancel: %q", out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	t.Run("paths never leave the sandbox", func(t *testing.T) {
+		info := createBox(t, e, engine.Spec{})
+		sh(t, e, info.ID, "ln", "-s", "/", "/home/user/up")
+		for _, p := range []string{"/../../../../etc/hostname", "/home/user/up/etc/hostname", "/home/user/up/../../../etc/hostname"} {
+			if _, err := e.ReadFile(t.Context(), info.ID, p); err != nil {
+				t.Errorf("read %s: %v", p, err)
+			}
+		}
+		// A write through .. lands inside the sandbox, never on the host.
+		if err := e.WriteFile(t.Context(), info.ID, "/../../../../tmp/escape-"+info.ID, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat("/tmp/escape-" + info.ID); err == nil {
+			os.Remove("/tmp/escape-" + info.ID)
+			t.Error("a write through .. reached the host")
+		}
+		if _, err := e.ReadFile(t.Context(), info.ID, "relative"); err == nil {
+			t.Error("a relative path was accepted")
+		}
+	})
+}
+
+func FuzzReadFrame(f *testing.F) {
+	var buf bytes.Buffer
+	fw := &frameWriter{w: &buf}
+	fw.write(frameStdout, []byte("hello"))
+	fw.write(frameExit, []byte(`{"code":0}`))
+	f.Add(buf.Bytes())
+	f.Add([]byte{frameStdin, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := bufio.NewReader(bytes.NewReader(data))
+		var b []byte
+		for range 100 {
+			typ, p, err := readFrame(r, b)
+			if err != nil {
+				return
+			}
+			if len(p) > maxFrame {
+				t.Fatalf("frame %c of %d bytes", typ, len(p))
+			}
+			b = p[:0]
+		}
+	})
+}
+
+func FuzzReadRequest(f *testing.F) {
+	f.Add([]byte(`{"op":"exec","argv":["true"]}` + "\n"))
+	f.Add([]byte("{\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req, err := readRequest(bufio.NewReader(bytes.NewReader(data)))
+		if err == nil && req.TimeoutMs < 0 && req.Op == "" {
+			_ = req // any decoded request is only data; the server validates it
+		}
+	})
+}
