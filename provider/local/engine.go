@@ -27,12 +27,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Production paths of the binaries bound into every isolated sandbox.
 const (
-	SandboxMCPPath  = "/usr/local/bin/sandbox-mcp"
-	ProliferatePath = "/usr/local/bin/proliferate"
+	SandboxMCPPath  = rules.SandboxMCPBin
+	ProliferatePath = rules.ProliferateBin
 )
 
 // sandboxPATH is the PATH of every command in an isolated sandbox.
@@ -157,6 +158,17 @@ func probeNamespaces() error {
 func (e *Engine) Capabilities() engine.Capabilities { return e.caps }
 
 func (e *Engine) sandboxDir(id string) string { return filepath.Join(e.dir, "sandboxes", id) }
+
+// hostDir maps a path under the sandbox's home, /tmp or /var/tmp to its host path in
+// the sandbox directory sd.
+func (e *Engine) hostDir(sd, p string) string {
+	for _, m := range [][2]string{{rules.HomeDir, dirHome}, {"/var/tmp", dirVarTmp}, {"/tmp", dirTmp}, {"/run", dirRun}} {
+		if rest, ok := strings.CutPrefix(p, m[0]); ok && (rest == "" || rest[0] == '/') {
+			return filepath.Join(sd, m[1], rest)
+		}
+	}
+	panic("hostDir: " + p + " is not in a writable directory")
+}
 
 func newEngineID(prefix string) string {
 	b := make([]byte, 8)
@@ -445,13 +457,12 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 		}
 	}
 	if !e.o.Unisolated {
-		for _, d := range []string{"workspace", ".proliferate"} {
-			if err := os.MkdirAll(filepath.Join(sd, dirHome, d), 0o755); err != nil {
+		// The production layout: the workspace, the home's .proliferate and the
+		// sidecar's state dir exist from the start.
+		for _, d := range []string{rules.WorkspaceDir, rules.HomeDir + "/.proliferate", rules.StateDir} {
+			if err := os.MkdirAll(e.hostDir(sd, d), 0o755); err != nil {
 				return engine.Info{}, err
 			}
-		}
-		if err := os.MkdirAll(filepath.Join(sd, dirTmp, "proliferate"), 0o755); err != nil {
-			return engine.Info{}, err
 		}
 	}
 	cfg := initConfig{ID: bx.st.ID, Dir: sd, Isolated: bx.st.Isolated, NetNS: bx.st.NetNS,

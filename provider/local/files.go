@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -318,9 +317,6 @@ func removeAllAt(dirfd int, name string) error {
 	}
 	return err
 }
-
-// hostPath is for tests and diagnostics: the host path of a sandbox directory.
-func (e *Engine) hostPath(id, name string) string { return filepath.Join(e.sandboxDir(id), name) }
 
 // chmod sets a path's permission bits inside the sandbox.
 func (e *Engine) chmod(id, p string, mode uint32) error {
