@@ -92,7 +92,10 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 	isolated := !p.o.Unisolated
 	spec := engine.Spec{Snapshot: opts.SnapshotID, Labels: map[string]string{"session": opts.SessionID}}
 	if isolated {
+		// Its own network (the fixed ports are its own), the outside through the
+		// egress proxy (remote clones, the LLM), local repos bound in.
 		spec.Ports = tunnelPorts
+		spec.Egress = true
 		spec.Mounts = repoMounts(opts)
 	}
 	p.progress("creating sandbox")

@@ -510,6 +510,14 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 		cfg.Tunnels = append(cfg.Tunnels, p)
 		bx.st.Tunnels = append(bx.st.Tunnels, engine.Tunnel{Port: p, Host: "127.0.0.1", HostPort: ln.Addr().(*net.TCPAddr).Port})
 	}
+	if spec.Egress && bx.st.NetNS {
+		f, err := os.Open("/proc/self/ns/net")
+		if err != nil {
+			return engine.Info{}, fmt.Errorf("egress: %w", err)
+		}
+		lns = append(lns, f)
+		cfg.HostNetFd = 5 + len(cfg.Tunnels)
+	}
 	if err := e.startInit(ctx, bx, cfg, lns); err != nil {
 		return engine.Info{}, err
 	}
@@ -739,6 +747,13 @@ func (e *Engine) environ(st boxState, extra []string) []string {
 		for _, kv := range list {
 			k, v, _ := strings.Cut(kv, "=")
 			if k != "" {
+				m[k] = v
+			}
+		}
+	}
+	if st.Spec.Egress && st.NetNS {
+		for k, v := range proxyEnv() {
+			if _, set := m[k]; !set {
 				m[k] = v
 			}
 		}

@@ -9,7 +9,9 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -584,4 +586,59 @@ func FuzzReadRequest(f *testing.F) {
 			_ = req // any decoded request is only data; the server validates it
 		}
 	})
+}
+
+// hostAddr is a non-loopback address of this machine, or "" when it has none.
+func hostAddr() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
+
+func TestEngineEgress(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("no curl")
+	}
+	ip := hostAddr()
+	if ip == "" {
+		t.Skip("no non-loopback address")
+	}
+	e := newTestEngine(t)
+	serve := func(addr string) string {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "outside %s", r.URL.Path)
+		})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+		return ln.Addr().String()
+	}
+	outside := serve(net.JoinHostPort(ip, "0"))
+	loopback := serve("127.0.0.1:0")
+	info := createBox(t, e, engine.Spec{Egress: true, Ports: []int{4000}})
+	out, code := sh(t, e, info.ID, "curl", "-sS", "--max-time", "10", "http://"+outside+"/plain")
+	if code != 0 || out != "outside /plain" {
+		t.Errorf("http through the egress proxy = %d %q", code, out)
+	}
+	out, code = sh(t, e, info.ID, "curl", "-sS", "--max-time", "10", "-p", "http://"+outside+"/tunnel")
+	if code != 0 || out != "outside /tunnel" {
+		t.Errorf("CONNECT through the egress proxy = %d %q", code, out)
+	}
+	// The host's loopback (its services, other sandboxes' tunnels) stays out of reach.
+	out, code = sh(t, e, info.ID, "curl", "-sS", "--max-time", "10", "-x", "http://127.0.0.1:3128", "http://"+loopback+"/")
+	if code == 0 && strings.Contains(out, "outside") {
+		t.Errorf("the egress proxy reached the host's loopback: %q", out)
+	}
+	// Without Egress there is no way out.
+	closed := createBox(t, e, engine.Spec{})
+	if out, code := sh(t, e, closed.ID, "curl", "-sS", "--max-time", "5", "http://"+outside+"/"); code == 0 {
+		t.Errorf("a sandbox without egress reached the outside: %q", out)
+	}
 }
