@@ -511,3 +511,34 @@ func FuzzStateFile(f *testing.F) {
 		}
 	})
 }
+
+// TestStateFileReplacedWhileRunning: a state.json replaced by garbage or a
+// directory while services run is moved aside and written again from memory.
+func TestStateFileReplacedWhileRunning(t *testing.T) {
+	for _, kind := range []string{"garbage", "dir"} {
+		t.Run(kind, func(t *testing.T) {
+			m := newTestManager(t, Config{PollInterval: 20 * time.Millisecond})
+			start(t, m, apitype.StartServiceRequest{Name: "kept", Command: "sleep 300"})
+			p := filepath.Join(m.cfg.StateDir, "state.json")
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if kind == "dir" {
+				err = os.Mkdir(p, 0o755)
+			} else {
+				err = os.WriteFile(p, []byte("{garbage"), 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "state.json to be written again", 10*time.Second, func() bool {
+				st, _, err := readState(p)
+				return err == nil && st.Services["kept"] != nil && st.Services["kept"].Status == apitype.StatusRunning
+			})
+			if list, _ := m.List(); len(list) != 1 || list[0].Status != apitype.StatusRunning {
+				t.Errorf("List = %+v, want kept running", list)
+			}
+		})
+	}
+}
