@@ -144,6 +144,11 @@ func TestEngineSandbox(t *testing.T) {
 	if _, code := sh(t, e, info.ID, "test", "-x", SandboxMCPPath); code != 0 {
 		t.Errorf("%s is not executable inside", SandboxMCPPath)
 	}
+	// Init's descriptors (its way back to the host) are out of reach.
+	if out, _ := sh(t, e, info.ID, "bash", "-c", `for f in /proc/1/fd/* /proc/1/root /proc/1/cwd; do
+		if readlink $f >/dev/null 2>&1 || ls $f/ >/dev/null 2>&1; then echo $f; fi; done; cat /proc/1/environ 2>/dev/null`); out != "" {
+		t.Errorf("init's descriptors, root or environment are reachable inside: %q", out)
+	}
 	// The host's root is read-only, even for root inside.
 	if out, code := sh(t, e, info.ID, "bash", "-c", "touch /usr/x || mount -o remount,rw /usr"); code == 0 {
 		t.Errorf("wrote to the host's /usr: %q", out)
