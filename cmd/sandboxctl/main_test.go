@@ -24,11 +24,11 @@ import (
 var update = flag.Bool("update", false, "rewrite golden files")
 
 func TestMain(m *testing.M) {
-	os.Exit(testscript.RunMain(m, map[string]func() int{
-		"sandboxctl": func() int {
-			return run(context.Background(), os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	testscript.Main(m, map[string]func(){
+		"sandboxctl": func() {
+			os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
 		},
-	}))
+	})
 }
 
 var (
@@ -245,4 +245,22 @@ func TestSandboxPath(t *testing.T) {
 			t.Errorf("sandboxPath(%q) = %q %q %v", tt.in, id, p, ok)
 		}
 	}
+}
+
+func FuzzSandboxPath(f *testing.F) {
+	for _, s := range []string{"sb-1:/home/user/x", "./a:b", "-", ":/x", "a:/"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		id, p, ok := sandboxPath(s)
+		if !ok {
+			if id != "" || p != "" {
+				t.Fatalf("sandboxPath(%q) = %q %q without ok", s, id, p)
+			}
+			return
+		}
+		if id == "" || !strings.HasPrefix(p, "/") || strings.Contains(id, "/") || id+":"+p != s {
+			t.Fatalf("sandboxPath(%q) = %q %q", s, id, p)
+		}
+	})
 }
