@@ -91,7 +91,7 @@ type Server struct {
 	// base is the context of every process started through envd; Close cancels it.
 	base context.Context
 	stop context.CancelFunc
-	wg        sync.WaitGroup // process goroutines and forwarders
+	wg   sync.WaitGroup // process goroutines and forwarders
 }
 
 type snapshot struct {
