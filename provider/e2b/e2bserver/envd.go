@@ -49,13 +49,19 @@ func (s *Server) envdSandboxID(r *http.Request) string {
 
 // envd serves one sandbox's envd API.
 func (s *Server) envd(w http.ResponseWriter, r *http.Request, id string) {
-	if r.URL.Path == "/health" && r.Method == http.MethodGet {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
+	// A sandbox that is gone or paused answers 502, as E2B's proxy does; health needs
+	// no token.
 	sb, ok := s.lookup(id)
 	if !ok {
 		writeJSON(w, http.StatusBadGateway, e2b.APIError{Code: 502, Message: "sandbox " + id + " not found"})
+		return
+	}
+	if r.URL.Path == "/health" && r.Method == http.MethodGet {
+		if st, err := s.state(r.Context(), sb); err != nil || st != e2b.StateRunning {
+			writeJSON(w, http.StatusBadGateway, e2b.APIError{Code: 502, Message: "sandbox " + id + " is not running"})
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	if !s.envdAuthorized(r, sb) {
