@@ -123,9 +123,17 @@ func (p *Provider) fail(op provider.Operation, err error) *provider.ProviderErro
 
 func (p *Provider) ready(op provider.Operation) error {
 	if p.client == nil {
-		return provider.NewProviderError(provider.KindE2B, op, p.cerr.Error(), false, p.cerr)
+		return configError(op, p.cerr.Error())
 	}
 	return nil
+}
+
+// configError is a non-retryable error about the provider's own settings. Its message
+// is a constant naming environment variables, which the secret redaction would mangle
+// (it takes E2B_-prefixed words for keys), so it is not passed through it.
+func configError(op provider.Operation, msg string) *provider.ProviderError {
+	return &provider.ProviderError{Provider: provider.KindE2B, Operation: op, Raw: msg,
+		Message: "[" + string(provider.KindE2B) + ":" + string(op) + "] " + msg}
 }
 
 // Health lists one sandbox; it is false without an API key or on any error.
@@ -266,7 +274,7 @@ func (p *Provider) CreateSandbox(ctx context.Context, opts provider.CreateOption
 	}
 	if opts.SnapshotID == "" {
 		if p.o.Template == "" {
-			return provider.CreateResult{}, provider.NewProviderError(provider.KindE2B, op, "E2B_TEMPLATE is required to create a sandbox", false, nil)
+			return provider.CreateResult{}, configError(op, "E2B_TEMPLATE is required to create a sandbox")
 		}
 		var err error
 		sb, err = p.client.Create(ctx, NewSandbox{TemplateID: p.o.Template, Timeout: seconds(timeout), Secure: true,
