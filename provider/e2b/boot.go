@@ -12,6 +12,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // StepReport is how one boot step went; the provider logs one per step.
@@ -43,7 +44,7 @@ func (p *Provider) boot(ctx context.Context, sb Sandbox, opts provider.CreateOpt
 		Kind: provider.KindE2B, Paths: provider.DefaultPaths(), Settings: provider.LoadHostSettings(p.o.Getenv),
 		Now: p.o.Now(), Metadata: meta, SandboxMCPCommand: p.o.SandboxMCPCommand,
 		// E2B reaches a port on the sandbox's address, never its loopback.
-		SidecarEnv: map[string]string{"SANDBOX_MCP_ADDR": "0.0.0.0:" + strconv.Itoa(provider.PortSandboxMCP)},
+		SidecarEnv: map[string]string{rules.EnvAddr: "0.0.0.0:" + strconv.Itoa(provider.PortSandboxMCP)},
 	})
 	if err != nil {
 		return provider.CreateResult{}, err

@@ -166,7 +166,10 @@ func FuzzDecodeStream(f *testing.F) {
 		_ = ParseEndStream(in)
 		_ = DecodeConnectError(400, in)
 		_ = DecodeAPIError(400, in)
-		var e EntryInfo
-		_ = json.Unmarshal(in, &e)
+		// What the local server decodes from clients.
+		for _, v := range []any{new(EntryInfo), new(StartRequest), new(SendSignalRequest), new(SendInputRequest),
+			new(ListDirRequest), new(NewSandbox), new(ConnectRequest)} {
+			_ = json.Unmarshal(in, v)
+		}
 	})
 }
