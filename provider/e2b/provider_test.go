@@ -169,6 +169,10 @@ func TestCreateClonesAndStartsSidecar(t *testing.T) {
 		t.Errorf("create = %+v, want a sidecar URL, no fallback and a future expiry", res)
 	}
 	sidecarHealthy(t, res.SandboxMCPURL)
+	if _, err := exec.LookPath("caddy"); err == nil {
+		// With Caddy in the image, the sidecar answers through the preview tunnel too.
+		sidecarHealthy(t, res.PreviewURL+"/_proliferate/mcp")
+	}
 
 	files, err := p.ReadFiles(ctx, res.SandboxID, "/home/user/workspace/repo/")
 	if err != nil {
