@@ -27,7 +27,8 @@ var _ engine.Engine = (*Engine)(nil)
 
 // EngineOptions configure NewEngine.
 type EngineOptions struct {
-	// Template is the template of sandboxes created without a snapshot; required.
+	// Template is the template of sandboxes created without a snapshot; without it,
+	// Create needs Spec.Snapshot.
 	Template string
 	// Timeout is the lifetime of new and connected sandboxes; zero means 1 hour.
 	Timeout time.Duration
@@ -35,8 +36,8 @@ type EngineOptions struct {
 
 // NewEngine returns an engine over the client.
 func NewEngine(c *Client, o EngineOptions) (*Engine, error) {
-	if o.Template == "" {
-		return nil, errors.New("e2b engine: a template is required (E2B_TEMPLATE)")
+	if c == nil {
+		return nil, errors.New("e2b engine: a client is required")
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = time.Hour
@@ -78,6 +79,9 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	template := e.o.Template
 	if spec.Snapshot != "" {
 		template = spec.Snapshot
+	}
+	if template == "" {
+		return engine.Info{}, errors.New("create: E2B_TEMPLATE is required to create a sandbox")
 	}
 	net := spec.Network
 	sb, err := e.c.Create(ctx, NewSandbox{TemplateID: template, Timeout: seconds(timeout), Secure: true,

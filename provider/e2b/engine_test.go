@@ -21,8 +21,12 @@ func TestEngineOverE2B(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e2b.NewEngine(c, e2b.EngineOptions{}); err == nil {
-		t.Error("NewEngine without a template = nil error")
+	bare, err := e2b.NewEngine(c, e2b.EngineOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bare.Create(t.Context(), engine.Spec{}); err == nil || !strings.Contains(err.Error(), "E2B_TEMPLATE") {
+		t.Errorf("Create without a template = %v, want E2B_TEMPLATE named", err)
 	}
 	eng, err := e2b.NewEngine(c, e2b.EngineOptions{Template: "base", Timeout: 5 * time.Minute})
 	if err != nil {

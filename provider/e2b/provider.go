@@ -228,6 +228,27 @@ func (p *Provider) tunnel(ctx context.Context, id string, port int) (string, err
 	return "https://" + Host(id, port, p.client.Domain()), nil
 }
 
+// Sidecar returns the URL of a sandbox's sandbox-mcp API and its token (read from the
+// sandbox's environment). It connects, so a paused sandbox is resumed.
+func (p *Provider) Sidecar(ctx context.Context, sandboxID string) (url, token string, err error) {
+	if err := p.ready(provider.OpResolveTunnels); err != nil {
+		return "", "", err
+	}
+	e, err := p.envd(ctx, sandboxID)
+	if err != nil {
+		return "", "", p.fail(provider.OpResolveTunnels, err)
+	}
+	r, err := e.Run(ctx, `printf %s "$`+provider.EnvSandboxMCPAuthToken+`"`, RunOptions{Timeout: 30 * time.Second})
+	if err != nil {
+		return "", "", p.fail(provider.OpResolveTunnels, err)
+	}
+	url, err = p.tunnel(ctx, sandboxID, provider.PortSandboxMCP)
+	if err != nil {
+		return "", "", p.fail(provider.OpResolveTunnels, err)
+	}
+	return url, r.Stdout, nil
+}
+
 // PortURL asks the local server (e2bserver) for a URL that reaches port inside the
 // sandbox. It is not part of E2B's API.
 func (c *Client) PortURL(ctx context.Context, id string, port int) (string, error) {
