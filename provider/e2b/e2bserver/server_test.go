@@ -438,3 +438,44 @@ func TestSharedMount(t *testing.T) {
 		t.Errorf("cat shared file = %+v, %v", r, err)
 	}
 }
+
+// TestPauseBySnapshot: on an engine that cannot pause, pause snapshots and stops the
+// sandbox, says so, and connect brings it back under the same id with its files.
+func TestPauseBySnapshot(t *testing.T) {
+	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP, NoPause: true})
+	c, err := e2b.NewClient(e2b.ClientOptions{APIKey: e2btest.APIKey, APIURL: srv.URL, SandboxURL: srv.URL, Domain: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	sb := create(t, c, e2b.NewSandbox{})
+	if err := c.Envd(sb).WriteFile(ctx, "/home/user/f", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", srv.URL+"/sandboxes/"+sb.SandboxID+"/pause", nil)
+	req.Header.Set("X-API-Key", e2btest.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("X-E2b-Local-Pause") != "snapshot" {
+		t.Fatalf("pause = %d with X-E2b-Local-Pause %q, want 204 and snapshot", resp.StatusCode, resp.Header.Get("X-E2b-Local-Pause"))
+	}
+	if d, err := c.Get(ctx, sb.SandboxID); err != nil || d.State != e2b.StatePaused {
+		t.Errorf("get after pause = %+v, %v, want paused", d, err)
+	}
+	if running, _ := c.List(ctx, e2b.ListOptions{States: []string{e2b.StateRunning}}); len(running) != 0 {
+		t.Errorf("running after pause = %+v, want none", running)
+	}
+	again, err := c.Connect(ctx, sb.SandboxID, time.Minute)
+	if err != nil || again.SandboxID != sb.SandboxID {
+		t.Fatalf("connect = %+v, %v", again, err)
+	}
+	if got, err := c.Envd(again).ReadFile(ctx, "/home/user/f"); err != nil || string(got) != "kept" {
+		t.Errorf("file after snapshot pause and connect = %q, %v", got, err)
+	}
+	if r, err := c.Envd(again).Run(ctx, "echo up", e2b.RunOptions{}); err != nil || r.Stdout != "up\n" {
+		t.Errorf("run after connect = %+v, %v", r, err)
+	}
+}

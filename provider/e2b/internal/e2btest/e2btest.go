@@ -53,6 +53,18 @@ type Options struct {
 	SandboxMCP string
 	// Logger receives the server's and engine's logs; nil discards.
 	Logger *slog.Logger
+	// NoPause hides the engine's pause from the server (the real engine, with its
+	// Capabilities saying it cannot pause), so the server pauses by snapshot and stop.
+	NoPause bool
+}
+
+// noPause is the real engine with pause masked out of its capabilities.
+type noPause struct{ engine.Engine }
+
+func (n noPause) Capabilities() engine.Capabilities {
+	c := n.Engine.Capabilities()
+	c.Pause = false
+	return c
 }
 
 // Start starts an engine and a server on 127.0.0.1; it skips the test when namespaces
@@ -67,7 +79,11 @@ func Start(t testing.TB, o Options) *Server {
 		t.Fatal(err)
 	}
 	shared := t.TempDir()
-	srv, err := e2bserver.New(e2bserver.Options{Engine: eng, APIKey: APIKey, Logger: o.Logger,
+	var served engine.Engine = eng
+	if o.NoPause {
+		served = noPause{eng}
+	}
+	srv, err := e2bserver.New(e2bserver.Options{Engine: served, APIKey: APIKey, Logger: o.Logger,
 		Mounts: []engine.Mount{{Source: shared, Target: SharedDir, ReadOnly: true}}})
 	if err != nil {
 		eng.Close()
