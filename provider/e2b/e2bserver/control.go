@@ -147,11 +147,15 @@ func timeoutSeconds(v *int) (time.Duration, error) {
 }
 
 type newSandboxRequest struct {
-	TemplateID string            `json:"templateID"`
-	Timeout    *int              `json:"timeout"`
-	AutoPause  bool              `json:"autoPause"`
-	Metadata   map[string]string `json:"metadata"`
-	EnvVars    map[string]string `json:"envVars"`
+	TemplateID string `json:"templateID"`
+	Timeout    *int   `json:"timeout"`
+	AutoPause  bool   `json:"autoPause"`
+	// Secure false (explicitly) makes envd answer without an access token, as E2B does;
+	// absent means secured here, the safer default for a server on a shared machine.
+	Secure        *bool             `json:"secure"`
+	AllowInternet *bool             `json:"allow_internet_access"`
+	Metadata      map[string]string `json:"metadata"`
+	EnvVars       map[string]string `json:"envVars"`
 }
 
 func validEnvName(k string) bool {
@@ -184,7 +188,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	sb := &sandbox{id: "i" + newID(10), template: req.TemplateID, token: newID(16), metadata: req.Metadata,
-		envVars: req.EnvVars, autoPause: req.AutoPause, procs: newProcTable(), forwards: map[int]*forwarder{}}
+		envVars: req.EnvVars, autoPause: req.AutoPause, procs: newProcTable(), forwards: map[int]*forwarder{},
+		network: s.o.Network && (req.AllowInternet == nil || *req.AllowInternet)}
+	if req.Secure != nil && !*req.Secure {
+		sb.token = ""
+	}
 	if sb.metadata == nil {
 		sb.metadata = map[string]string{}
 	}

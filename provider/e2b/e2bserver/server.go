@@ -55,7 +55,8 @@ type Options struct {
 	Env []string
 	// Mounts are bound into every sandbox (the sandbox-mcp binary, say).
 	Mounts []engine.Mount
-	// Network lets sandboxes reach the outside; false means loopback only.
+	// Network lets sandboxes reach the outside (unless a create asks for
+	// allow_internet_access false); false means loopback only for every sandbox.
 	Network bool
 	// MaxUpload bounds one uploaded file; zero means 256 MiB.
 	MaxUpload int64
@@ -111,6 +112,7 @@ type sandbox struct {
 	started   time.Time
 	end       time.Time
 	autoPause bool
+	network   bool
 	// stopped is set while a snapshot-and-stop pause holds the sandbox as stoppedSnap.
 	stopped     bool
 	stoppedSnap string
@@ -416,5 +418,5 @@ func (s *Server) spec(sb *sandbox, snapshot string) engine.Spec {
 	for k, v := range sb.metadata {
 		labels[labelMeta+k] = v
 	}
-	return engine.Spec{Snapshot: snapshot, Env: env, Network: s.o.Network, Mounts: s.o.Mounts, Labels: labels}
+	return engine.Spec{Snapshot: snapshot, Env: env, Network: sb.network, Mounts: s.o.Mounts, Labels: labels}
 }

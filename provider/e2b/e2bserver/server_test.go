@@ -3,6 +3,7 @@ package e2bserver_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -477,5 +478,43 @@ func TestPauseBySnapshot(t *testing.T) {
 	}
 	if r, err := c.Envd(again).Run(ctx, "echo up", e2b.RunOptions{}); err != nil || r.Stdout != "up\n" {
 		t.Errorf("run after connect = %+v, %v", r, err)
+	}
+}
+
+// TestUnsecured: a sandbox created with secure false has no access token and its envd
+// answers without one, as E2B's does.
+func TestUnsecured(t *testing.T) {
+	_, c := start(t)
+	sb, err := c.Create(t.Context(), e2b.NewSandbox{TemplateID: "base", Timeout: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Kill(context.Background(), sb.SandboxID)
+	if sb.EnvdAccessToken == "" {
+		t.Error("a create without secure has no token, want one (secured by default here)")
+	}
+	raw, err := http.Post(c.APIURL()+"/sandboxes", "application/json", strings.NewReader(`{"templateID":"base","secure":false}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.Body.Close()
+	if raw.StatusCode != http.StatusUnauthorized {
+		t.Errorf("create without a key = %d, want 401", raw.StatusCode)
+	}
+	req, _ := http.NewRequest("POST", c.APIURL()+"/sandboxes", strings.NewReader(`{"templateID":"base","secure":false,"timeout":60}`))
+	req.Header.Set("X-API-Key", e2btest.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open e2b.Sandbox
+	err = json.NewDecoder(resp.Body).Decode(&open)
+	resp.Body.Close()
+	if err != nil || open.EnvdAccessToken != "" {
+		t.Fatalf("create with secure false = %+v, %v, want no token", open, err)
+	}
+	defer c.Kill(context.Background(), open.SandboxID)
+	if r, err := c.Envd(open).Run(t.Context(), "echo open", e2b.RunOptions{}); err != nil || r.Stdout != "open\n" {
+		t.Errorf("run without a token = %+v, %v", r, err)
 	}
 }
