@@ -152,7 +152,6 @@ type Process struct {
 	body io.ReadCloser
 	o    StartOptions
 
-	once sync.Once
 	res  ProcessResult
 	err  error
 	done chan struct{}
