@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bserver"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/internal/e2btest"
 )
 
@@ -516,5 +518,31 @@ func TestUnsecured(t *testing.T) {
 	defer c.Kill(context.Background(), open.SandboxID)
 	if r, err := c.Envd(open).Run(t.Context(), "echo open", e2b.RunOptions{}); err != nil || r.Stdout != "open\n" {
 		t.Errorf("run without a token = %+v, %v", r, err)
+	}
+}
+
+// TestRestartKeepsSandboxes: a new server on the same engine serves the sandboxes the
+// previous one created, with the same access tokens and metadata.
+func TestRestartKeepsSandboxes(t *testing.T) {
+	srv, c := start(t)
+	ctx := t.Context()
+	sb := create(t, c, e2b.NewSandbox{Metadata: map[string]string{"m": "1"}})
+	again, err := e2bserver.New(e2bserver.Options{Engine: srv.Engine, APIKey: e2btest.APIKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	hs := httptest.NewServer(again.Handler())
+	defer hs.Close()
+	c2, err := e2b.NewClient(e2b.ClientOptions{APIKey: e2btest.APIKey, APIURL: hs.URL, SandboxURL: hs.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c2.Get(ctx, sb.SandboxID)
+	if err != nil || d.Metadata["m"] != "1" || d.TemplateID != "base" || d.EnvdAccessToken != sb.EnvdAccessToken {
+		t.Fatalf("get on the new server = %+v, %v", d, err)
+	}
+	if r, err := c2.Envd(sb).Run(ctx, "echo still", e2b.RunOptions{}); err != nil || r.Stdout != "still\n" {
+		t.Errorf("run through the new server = %+v, %v", r, err)
 	}
 }
