@@ -33,7 +33,8 @@ func serveE2B(ctx context.Context, o serveOptions) error {
 		}
 		key = "e2b_" + hex.EncodeToString(b)
 	}
-	srv, err := e2bserver.New(e2bserver.Options{Engine: o.Engine, APIKey: key, Logger: o.Logger})
+	// Egress, as E2B sandboxes reach the internet; their ports stay their own.
+	srv, err := e2bserver.New(e2bserver.Options{Engine: o.Engine, APIKey: key, Logger: o.Logger, Egress: true})
 	if err != nil {
 		return err
 	}

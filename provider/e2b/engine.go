@@ -83,7 +83,9 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	if template == "" {
 		return engine.Info{}, errors.New("create: E2B_TEMPLATE is required to create a sandbox")
 	}
-	net := spec.Network
+	// E2B sandboxes never share a network with anything; either flag asks for the
+	// outside.
+	net := spec.Network || spec.Egress
 	sb, err := e.c.Create(ctx, NewSandbox{TemplateID: template, Timeout: seconds(timeout), Secure: true,
 		AllowInternetAccess: &net, Metadata: spec.Labels, EnvVars: env})
 	if err != nil {

@@ -189,7 +189,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	}
 	sb := &sandbox{id: "i" + newID(10), template: req.TemplateID, token: newID(16), metadata: req.Metadata,
 		envVars: req.EnvVars, autoPause: req.AutoPause, procs: newProcTable(), forwards: map[int]*forwarder{},
-		network: s.o.Network && (req.AllowInternet == nil || *req.AllowInternet)}
+		network: s.o.Egress && (req.AllowInternet == nil || *req.AllowInternet)}
 	if req.Secure != nil && !*req.Secure {
 		sb.token = ""
 	}

@@ -55,9 +55,12 @@ type Options struct {
 	Env []string
 	// Mounts are bound into every sandbox (the sandbox-mcp binary, say).
 	Mounts []engine.Mount
-	// Network lets sandboxes reach the outside (unless a create asks for
-	// allow_internet_access false); false means loopback only for every sandbox.
-	Network bool
+	// Egress lets sandboxes reach the outside through the engine's egress proxy, as
+	// E2B sandboxes reach the internet, unless a create asks for
+	// allow_internet_access false; false means loopback only for every sandbox. A
+	// sandbox never shares the host's network (engine.Spec.Network): its ports stay
+	// its own, as on E2B.
+	Egress bool
 	// MaxUpload bounds one uploaded file; zero means 256 MiB.
 	MaxUpload int64
 	// Logger receives lifecycle events; nil discards.
@@ -418,5 +421,5 @@ func (s *Server) spec(sb *sandbox, snapshot string) engine.Spec {
 	for k, v := range sb.metadata {
 		labels[labelMeta+k] = v
 	}
-	return engine.Spec{Snapshot: snapshot, Env: env, Network: sb.network, Mounts: s.o.Mounts, Labels: labels}
+	return engine.Spec{Snapshot: snapshot, Env: env, Egress: sb.network, Mounts: s.o.Mounts, Labels: labels}
 }

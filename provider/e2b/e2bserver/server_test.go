@@ -546,3 +546,24 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 		t.Errorf("run through the new server = %+v, %v", r, err)
 	}
 }
+
+// TestEgress: with Egress a sandbox reaches the outside through the engine's proxy
+// (its env says where), unless it was created with allow_internet_access false.
+func TestEgress(t *testing.T) {
+	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP, Egress: true})
+	c, err := e2b.NewClient(e2b.ClientOptions{APIKey: e2btest.APIKey, APIURL: srv.URL, SandboxURL: srv.URL, Domain: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := false
+	for _, tt := range []struct {
+		allow *bool
+		proxy bool
+	}{{nil, true}, {&off, false}} {
+		sb := create(t, c, e2b.NewSandbox{AllowInternetAccess: tt.allow})
+		r, err := c.Envd(sb).Run(t.Context(), `printf %s "$HTTPS_PROXY"`, e2b.RunOptions{})
+		if err != nil || (r.Stdout != "") != tt.proxy {
+			t.Errorf("allow_internet_access %v: HTTPS_PROXY = %q, %v, want set %v", tt.allow, r.Stdout, err, tt.proxy)
+		}
+	}
+}

@@ -56,6 +56,8 @@ type Options struct {
 	// NoPause hides the engine's pause from the server (the real engine, with its
 	// Capabilities saying it cannot pause), so the server pauses by snapshot and stop.
 	NoPause bool
+	// Egress lets sandboxes reach the outside through the engine's proxy.
+	Egress bool
 }
 
 // noPause is the real engine with pause masked out of its capabilities.
@@ -83,7 +85,7 @@ func Start(t testing.TB, o Options) *Server {
 	if o.NoPause {
 		served = noPause{eng}
 	}
-	srv, err := e2bserver.New(e2bserver.Options{Engine: served, APIKey: APIKey, Logger: o.Logger,
+	srv, err := e2bserver.New(e2bserver.Options{Engine: served, APIKey: APIKey, Logger: o.Logger, Egress: o.Egress,
 		Mounts: []engine.Mount{{Source: shared, Target: SharedDir, ReadOnly: true}}})
 	if err != nil {
 		eng.Close()
