@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/version"
 )
 
 func TestMain(m *testing.M) {
@@ -188,9 +190,12 @@ func decodeLine(t *testing.T, out string) map[string]any {
 }
 
 func TestVersion(t *testing.T) {
-	r := cli(t, t.Context(), nil, nil, "version")
-	if r.code != 0 || r.stdout != `{"version":"dev"}`+"\n" {
-		t.Errorf("version = %d %q, want 0 {\"version\":\"dev\"}", r.code, r.stdout)
+	want := `{"version":"` + version.String() + `"}` + "\n"
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := cli(t, t.Context(), nil, nil, args...)
+		if r.code != 0 || r.stdout != want {
+			t.Errorf("%q = %d %q, want 0 %q", args, r.code, r.stdout, want)
+		}
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // NewCmdServices builds `proliferate services`.
@@ -334,7 +336,7 @@ func unsupported(err error) bool {
 	return false
 }
 
-func notFound(name string) error { return fmt.Errorf("Service %q not found", name) }
+func notFound(name string) error { return errors.New(rules.ServiceNotFound(name)) }
 
 func restartRun(o *NameOptions) error {
 	c, err := o.Factory.Sidecar()

@@ -5,6 +5,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // routes registers every endpoint. Everything but GET /api/health sits behind
@@ -13,7 +15,7 @@ func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
 	// StripSlashes and GetHead keep what the old Express server accepted:
 	// "/api/health/" and HEAD requests.
-	r.Use(s.recoverer, cors, middleware.StripSlashes, middleware.GetHead)
+	r.Use(s.recoverer, s.gate, cors, middleware.StripSlashes, middleware.GetHead)
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return errorf(http.StatusNotFound, "Not found")
 	}))
@@ -41,6 +43,10 @@ func (s *Server) routes() http.Handler {
 		r.Get("/api/git/repos", s.handle(s.gitRepos))
 		r.Get("/api/git/status", s.handle(s.gitStatus))
 		r.Get("/api/git/diff", s.handle(s.gitDiff))
+		r.Get("/api/git/bundle", s.handle(s.gitBundle))
+		// A bundle is no JSON request: the git leaf bounds it (413), not the 1 MiB cap.
+		r.With(s.allowBody(rules.MaxGitBundleBytes+1)).Post("/api/git/bundle", s.handle(s.gitApplyBundle))
+		r.Get("/api/git/changeset", s.handle(s.gitChangeset))
 
 		r.Get("/api/ports", s.handle(s.ports))
 

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Defaults of Options.
@@ -29,8 +31,8 @@ const (
 	MaxTailBytes = 4 << 20
 )
 
-// maxNameLen is the longest service name (CONTRACT.md "Services").
-const maxNameLen = 64
+// maxNameLen is the longest service name (rules.MaxNameLen).
+const maxNameLen = rules.MaxNameLen
 
 // Options configures a Dir.
 type Options struct {
@@ -94,20 +96,7 @@ func New(opts Options) (*Dir, error) {
 
 // ValidName reports whether name is a file-name-safe service name: letters,
 // digits, '.', '_' and '-', at most 64 bytes, not "." or "..".
-func ValidName(name string) bool {
-	if name == "" || len(name) > maxNameLen || name == "." || name == ".." {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
+func ValidName(name string) bool { return rules.ValidName(name) }
 
 func checkName(name string) error {
 	if !ValidName(name) {

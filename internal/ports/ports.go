@@ -23,10 +23,12 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // ServiceEnv is the environment variable naming the service a process belongs to.
-const ServiceEnv = "SANDBOX_MCP_SERVICE"
+const ServiceEnv = rules.EnvService
 
 // InstanceEnv is the environment variable unique to one run (start) of a
 // service, which every process of the run inherits.
@@ -40,9 +42,9 @@ const maxCommand = 4096
 
 // Well-known ports of the sandbox's infrastructure.
 var knownPorts = map[int]string{
-	22:   apitype.PortKindSSHD,
-	3901: apitype.PortKindVSCode,
-	4096: apitype.PortKindOpenCode,
+	22:                 apitype.PortKindSSHD,
+	rules.PortVSCode:   apitype.PortKindVSCode,
+	rules.PortOpenCode: apitype.PortKindOpenCode,
 }
 
 // Listener is one listening TCP socket.

@@ -283,7 +283,7 @@ func TestRotationByteExact(t *testing.T) {
 	if _, err := os.Stat(path + ".1"); err != nil {
 		t.Fatalf("no rotation happened: %v", err)
 	}
-	marker := fmt.Sprintf("\n=== Service \"rot\" started at ")
+	marker := "\n=== Service \"rot\" started at "
 	i := bytes.Index(got, []byte("Working directory: "+dir+"\n\n"))
 	if !bytes.HasPrefix(got, []byte(marker)) || i < 0 {
 		t.Fatalf("rotated logs do not start with the marker: %q", got[:min(len(got), 200)])
