@@ -32,7 +32,7 @@ const ServiceEnv = rules.EnvService
 
 // InstanceEnv is the environment variable unique to one run (start) of a
 // service, which every process of the run inherits.
-const InstanceEnv = "SANDBOX_MCP_SERVICE_INSTANCE"
+const InstanceEnv = rules.EnvServiceInstance
 
 // DefaultMaxAge is how long a scan is reused.
 const DefaultMaxAge = time.Second
