@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -110,4 +111,11 @@ func (m *Manager) checkStart(req apitype.StartServiceRequest) error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return admit(m.st, req)
+}
+
+// stopGrace is the grace of a recorded stopTimeoutMs, clamped to its bounds:
+// a state file written before them, or by hand, may hold any number, and
+// one past 9.2e12 would overflow into an instant SIGKILL.
+func stopGrace(ms int) time.Duration {
+	return time.Duration(min(max(ms, 0), rules.MaxStopTimeoutMs)) * time.Millisecond
 }
