@@ -11,8 +11,9 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// ErrConflict is matched (errors.Is) by the refusal of a new service name
-// when the state already holds rules.MaxServices services.
+// ErrConflict is matched (errors.Is) by the refusal of a start that does not
+// fit in the state: a new name beyond rules.MaxServices services, or a
+// request that would take them past rules.MaxTotalBytes.
 var ErrConflict = errors.New("conflict")
 
 // limitError is a request value outside its bound (rules.LimitError), as an
