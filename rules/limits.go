@@ -194,3 +194,10 @@ func (s Start) Check() error {
 	}
 	return nil
 }
+
+// Terminal sessions: DefaultMaxTerminals live at once unless EnvMaxTerminals says
+// otherwise (1 to MaxTerminalsCeiling).
+const (
+	DefaultMaxTerminals = 64
+	MaxTerminalsCeiling = 4096
+)
