@@ -391,6 +391,12 @@ func (m *Manager) refresh() {
 		return
 	}
 	st, stamp, err := readState(m.statePath)
+	if errors.Is(err, errCorrupt) {
+		// Replaced by something unusable while running: move it aside and
+		// write the state this process knows.
+		_ = m.update(func(*stateFile) error { return nil })
+		return
+	}
 	if err != nil {
 		m.log.Warn("read state file", "err", err)
 		return
