@@ -3,9 +3,9 @@ package local
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
