@@ -142,7 +142,7 @@ func TestEngineSandbox(t *testing.T) {
 	}
 	// Only the sandbox's own processes: init and ps itself.
 	out, _ = sh(t, e, info.ID, "ps", "-e", "-o", "pid=,comm=")
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.HasPrefix(strings.TrimSpace(lines[0]), "1 ") {
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || strings.TrimSpace(lines[0]) != "1 sandbox-init" {
 		t.Errorf("ps inside shows %q, want only init and ps", out)
 	}
 	for _, d := range []string{"/home/user/workspace", "/home/user/.proliferate", "/tmp/proliferate"} {

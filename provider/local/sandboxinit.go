@@ -84,6 +84,7 @@ func init() {
 // sandboxInit runs init; it returns only on a failed start.
 func sandboxInit() int {
 	os.Unsetenv(initEnv)
+	_ = os.WriteFile("/proc/self/comm", []byte("sandbox-init"), 0) // what ps shows inside
 	cfgFile, ready := os.NewFile(3, "config"), os.NewFile(4, "ready")
 	var cfg initConfig
 	err := json.NewDecoder(cfgFile).Decode(&cfg)
