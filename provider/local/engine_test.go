@@ -416,7 +416,7 @@ func TestEnginePauseAndLimits(t *testing.T) {
 		return
 	}
 	info = createBox(t, e, engine.Spec{})
-	if _, err := e.StartDetached(t.Context(), info.ID, engine.ExecRequest{Argv: []string{"bash", "-c", "while :; do date +%s%N > /tmp/tick; sleep 0.01; done"}}); err != nil {
+	if _, err := e.StartDetached(t.Context(), info.ID, engine.ExecRequest{Argv: []string{"bash", "-c", "while :; do date +%s%N > /tmp/tick.new && mv /tmp/tick.new /tmp/tick; sleep 0.01; done"}}); err != nil {
 		t.Fatal(err)
 	}
 	tick := filepath.Join(info.Home, "..", "tmp", "tick")
