@@ -233,4 +233,3 @@ func (s *Server) fsRun(ctx context.Context, id, arg string, stdin io.Reader) ([]
 	}
 	return nil, &fsError{Kind: "NotSupported", Message: "command not supported by the local Modal server: " + arg}
 }
-
