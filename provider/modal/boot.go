@@ -218,4 +218,3 @@ func wholeSeconds(d time.Duration) time.Duration {
 	}
 	return (d + time.Second - 1) / time.Second * time.Second
 }
-

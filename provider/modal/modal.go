@@ -465,4 +465,3 @@ func readMetadata(ctx context.Context, sb *modalsdk.Sandbox) *provider.SessionMe
 	}
 	return &m
 }
-

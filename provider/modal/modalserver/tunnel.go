@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
 	"math/big"
 	"net"
@@ -184,4 +185,10 @@ func (s *Server) closeTunnels(sandboxID string) {
 	for _, t := range ts {
 		t.close()
 	}
+}
+
+// CACertPEM is the tunnels' certificate in PEM, for clients configured by file
+// (NODE_EXTRA_CA_CERTS, curl --cacert).
+func (s *Server) CACertPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.tls.Certificates[0].Certificate[0]})
 }
