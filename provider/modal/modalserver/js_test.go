@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/hostengine"
 )
 
 // TestJSSDK runs Modal's official JS SDK (npm `modal`, pinned in testdata/js with its
@@ -40,7 +42,7 @@ func TestJSSDK(t *testing.T) {
 		}
 	}
 
-	eng := newHostEngine(t.TempDir())
+	eng := hostengine.New(t.TempDir())
 	defer eng.Close()
 	url, srv := startServer(t, eng)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

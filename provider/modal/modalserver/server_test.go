@@ -15,6 +15,8 @@ import (
 
 	modal "github.com/modal-labs/modal-client/go"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/hostengine"
+
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
@@ -88,7 +90,7 @@ func execOut(t *testing.T, ctx context.Context, sb *modal.Sandbox, argv []string
 func TestGoSDK(t *testing.T) {
 	for _, v2 := range []bool{true, false} {
 		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {
-			eng := newHostEngine(t.TempDir())
+			eng := hostengine.New(t.TempDir())
 			defer eng.Close()
 			url, srv := startServer(t, eng)
 			sdkEnv(t, url, v2)
@@ -258,7 +260,7 @@ func testSDKLifecycle(t *testing.T, c *modal.Client, srv *Server) {
 // TestRegistryImageRefused: an image the engine cannot stand in for is refused the
 // way Modal refuses a failed build, and the message says what is local-only.
 func TestRegistryImageRefused(t *testing.T) {
-	eng := newHostEngine(t.TempDir())
+	eng := hostengine.New(t.TempDir())
 	defer eng.Close()
 	url, _ := startServer(t, eng)
 	sdkEnv(t, url, true)
@@ -276,7 +278,7 @@ func TestRegistryImageRefused(t *testing.T) {
 
 // TestBadToken: a token pair without Modal's shapes is refused before anything runs.
 func TestBadToken(t *testing.T) {
-	eng := newHostEngine(t.TempDir())
+	eng := hostengine.New(t.TempDir())
 	defer eng.Close()
 	url, _ := startServer(t, eng)
 	sdkEnv(t, url, true)

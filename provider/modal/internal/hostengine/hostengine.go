@@ -1,4 +1,9 @@
-package modalserver
+// Package hostengine is a small engine.Engine for protocol tests: a sandbox is a
+// directory that holds the sandbox's absolute paths, commands run as real processes
+// on this machine (cwd and HOME inside that directory), and ports are the host's
+// loopback. It has no isolation: commands that name absolute paths reach the host's.
+// The real engine (provider/local) is what end-to-end tests use.
+package hostengine
 
 import (
 	"context"
@@ -10,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -18,11 +22,8 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
-// hostEngine is a small engine.Engine for the protocol tests: a sandbox is a directory
-// that holds the sandbox's absolute paths, commands run with real processes on this
-// machine (cwd and HOME inside that directory), ports are the host's loopback. It has
-// no isolation; the real engine (provider/local) is exercised by the end-to-end tests.
-type hostEngine struct {
+// Engine is the host engine; New makes one.
+type Engine struct {
 	root string
 
 	mu    sync.Mutex
@@ -38,13 +39,14 @@ type hostBox struct {
 	pgs  map[int]bool
 }
 
-func newHostEngine(root string) *hostEngine {
-	return &hostEngine{root: root, boxes: map[string]*hostBox{}, snaps: map[string]string{}}
+// New returns an Engine keeping its sandboxes under root.
+func New(root string) *Engine {
+	return &Engine{root: root, boxes: map[string]*hostBox{}, snaps: map[string]string{}}
 }
 
-func (e *hostEngine) Capabilities() engine.Capabilities { return engine.Capabilities{Snapshot: true} }
+func (e *Engine) Capabilities() engine.Capabilities { return engine.Capabilities{Snapshot: true} }
 
-func (e *hostEngine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
+func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
 	e.mu.Lock()
 	e.n++
 	id := fmt.Sprintf("h%d", e.n)
@@ -74,7 +76,7 @@ func (e *hostEngine) Create(ctx context.Context, spec engine.Spec) (engine.Info,
 	return b.info, nil
 }
 
-func (e *hostEngine) box(id string) (*hostBox, error) {
+func (e *Engine) box(id string) (*hostBox, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	b, ok := e.boxes[id]
@@ -84,7 +86,7 @@ func (e *hostEngine) box(id string) (*hostBox, error) {
 	return b, nil
 }
 
-func (e *hostEngine) Get(ctx context.Context, id string) (engine.Info, error) {
+func (e *Engine) Get(ctx context.Context, id string) (engine.Info, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	b, ok := e.boxes[id]
@@ -94,7 +96,7 @@ func (e *hostEngine) Get(ctx context.Context, id string) (engine.Info, error) {
 	return b.info, nil
 }
 
-func (e *hostEngine) List(ctx context.Context) ([]engine.Info, error) {
+func (e *Engine) List(ctx context.Context) ([]engine.Info, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []engine.Info
@@ -107,7 +109,7 @@ func (e *hostEngine) List(ctx context.Context) ([]engine.Info, error) {
 // path maps a sandbox path into the sandbox's directory.
 func (b *hostBox) path(p string) string { return filepath.Join(b.dir, filepath.Clean("/"+p)) }
 
-func (e *hostEngine) Exec(ctx context.Context, id string, req engine.ExecRequest) (int, error) {
+func (e *Engine) Exec(ctx context.Context, id string, req engine.ExecRequest) (int, error) {
 	b, err := e.box(id)
 	if err != nil {
 		return -1, err
@@ -167,7 +169,7 @@ func (e *hostEngine) Exec(ctx context.Context, id string, req engine.ExecRequest
 	return 0, err
 }
 
-func (e *hostEngine) ReadFile(ctx context.Context, id, p string) ([]byte, error) {
+func (e *Engine) ReadFile(ctx context.Context, id, p string) ([]byte, error) {
 	b, err := e.box(id)
 	if err != nil {
 		return nil, err
@@ -175,7 +177,7 @@ func (e *hostEngine) ReadFile(ctx context.Context, id, p string) ([]byte, error)
 	return os.ReadFile(b.path(p))
 }
 
-func (e *hostEngine) WriteFile(ctx context.Context, id, p string, data []byte, mode uint32) error {
+func (e *Engine) WriteFile(ctx context.Context, id, p string, data []byte, mode uint32) error {
 	b, err := e.box(id)
 	if err != nil {
 		return err
@@ -186,7 +188,7 @@ func (e *hostEngine) WriteFile(ctx context.Context, id, p string, data []byte, m
 	return os.WriteFile(b.path(p), data, fs.FileMode(mode))
 }
 
-func (e *hostEngine) ListFiles(ctx context.Context, id, dir string) ([]engine.FileInfo, error) {
+func (e *Engine) ListFiles(ctx context.Context, id, dir string) ([]engine.FileInfo, error) {
 	b, err := e.box(id)
 	if err != nil {
 		return nil, err
@@ -210,7 +212,7 @@ func fileInfo(p string, fi fs.FileInfo) engine.FileInfo {
 	return engine.FileInfo{Name: fi.Name(), Path: p, Size: fi.Size(), Mode: uint32(fi.Mode()), IsDir: fi.IsDir(), ModTime: fi.ModTime()}
 }
 
-func (e *hostEngine) Stat(ctx context.Context, id, p string) (engine.FileInfo, error) {
+func (e *Engine) Stat(ctx context.Context, id, p string) (engine.FileInfo, error) {
 	b, err := e.box(id)
 	if err != nil {
 		return engine.FileInfo{}, err
@@ -222,7 +224,7 @@ func (e *hostEngine) Stat(ctx context.Context, id, p string) (engine.FileInfo, e
 	return fileInfo(p, fi), nil
 }
 
-func (e *hostEngine) MkdirAll(ctx context.Context, id, p string) error {
+func (e *Engine) MkdirAll(ctx context.Context, id, p string) error {
 	b, err := e.box(id)
 	if err != nil {
 		return err
@@ -230,7 +232,7 @@ func (e *hostEngine) MkdirAll(ctx context.Context, id, p string) error {
 	return os.MkdirAll(b.path(p), 0o755)
 }
 
-func (e *hostEngine) Remove(ctx context.Context, id, p string) error {
+func (e *Engine) Remove(ctx context.Context, id, p string) error {
 	b, err := e.box(id)
 	if err != nil {
 		return err
@@ -238,7 +240,7 @@ func (e *hostEngine) Remove(ctx context.Context, id, p string) error {
 	return os.RemoveAll(b.path(p))
 }
 
-func (e *hostEngine) Snapshot(ctx context.Context, id string) (string, error) {
+func (e *Engine) Snapshot(ctx context.Context, id string) (string, error) {
 	b, err := e.box(id)
 	if err != nil {
 		return "", err
@@ -257,10 +259,10 @@ func (e *hostEngine) Snapshot(ctx context.Context, id string) (string, error) {
 	return sid, nil
 }
 
-func (e *hostEngine) Pause(ctx context.Context, id string) error  { return engine.ErrUnsupported }
-func (e *hostEngine) Resume(ctx context.Context, id string) error { return engine.ErrUnsupported }
+func (e *Engine) Pause(ctx context.Context, id string) error  { return engine.ErrUnsupported }
+func (e *Engine) Resume(ctx context.Context, id string) error { return engine.ErrUnsupported }
 
-func (e *hostEngine) Terminate(ctx context.Context, id string) error {
+func (e *Engine) Terminate(ctx context.Context, id string) error {
 	e.mu.Lock()
 	b, ok := e.boxes[id]
 	if !ok || b.info.State == engine.StateDead {
@@ -281,7 +283,7 @@ func (e *hostEngine) Terminate(ctx context.Context, id string) error {
 	return nil
 }
 
-func (e *hostEngine) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
 	if _, err := e.box(id); err != nil {
 		return nil, err
 	}
@@ -289,7 +291,7 @@ func (e *hostEngine) DialPort(ctx context.Context, id string, port int) (net.Con
 	return d.DialContext(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port))
 }
 
-func (e *hostEngine) Close() error {
+func (e *Engine) Close() error {
 	e.mu.Lock()
 	var ids []string
 	for id := range e.boxes {
@@ -302,6 +304,4 @@ func (e *hostEngine) Close() error {
 	return nil
 }
 
-var _ engine.Engine = (*hostEngine)(nil)
-
-var _ = strings.TrimSpace
+var _ engine.Engine = (*Engine)(nil)
