@@ -112,7 +112,13 @@ func (p *process) stdinWrite(offset uint64, data []byte, eof bool) error {
 			}
 		} else {
 			chunk := append([]byte(nil), data[skip:]...)
-			p.stdinQueue <- chunk
+			select {
+			case p.stdinQueue <- chunk:
+			case <-p.done:
+				// What Modal answers when the program is gone; the SDKs' file writes
+				// take it as "exited early".
+				return status.Error(codes.FailedPrecondition, "the process has exited")
+			}
 			p.stdinWritten += uint64(len(chunk))
 		}
 	}
