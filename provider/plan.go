@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // StepKind says what a Step does.
@@ -449,11 +451,11 @@ func (b *planBuilder) additional() {
 		mcp = "sandbox-mcp"
 	}
 	mcpEnv := map[string]string{
-		"WORKSPACE_DIR":             b.p.Workspace(),
-		"NODE_ENV":                  "production",
-		"SANDBOX_MCP_CADDYFILE":     b.p.Caddyfile(),
-		"SANDBOX_MCP_CADDY_SNIPPET": b.p.UserCaddyFile(),
-		"SANDBOX_MCP_CADDY_ADMIN":   "unix/" + b.p.CaddyAdminSocket(),
+		rules.EnvWorkspaceDir: b.p.Workspace(),
+		"NODE_ENV":            "production",
+		rules.EnvCaddyfile:    b.p.Caddyfile(),
+		rules.EnvCaddySnippet: b.p.UserCaddyFile(),
+		rules.EnvCaddyAdmin:   "unix/" + b.p.CaddyAdminSocket(),
 	}
 	if tok := b.opts.EnvVars[EnvSandboxMCPAuthToken]; tok != "" {
 		mcpEnv[EnvSandboxMCPAuthToken] = tok

@@ -18,6 +18,8 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // NewCmdServices builds `proliferate services`.
@@ -167,7 +169,7 @@ code is 1.`,
 				if readyTimeout <= 0 {
 					return usageErrorf("--ready-timeout must be a positive duration")
 				}
-				rd.TimeoutMs = int(readyTimeout.Milliseconds())
+				rd.TimeoutMs = int(max(readyTimeout.Milliseconds(), 1))
 			}
 			if probes == 1 {
 				req.Readiness = rd
@@ -202,6 +204,9 @@ code is 1.`,
 				}
 				ms := int(stopTimeout.Milliseconds())
 				req.StopTimeoutMs = &ms
+			}
+			if err := checkStartLimits(req); err != nil {
+				return err
 			}
 			if waitTimeout <= 0 {
 				return usageErrorf("--wait-timeout must be a positive duration")
@@ -313,7 +318,7 @@ func unsupported(err error) bool {
 	return false
 }
 
-func notFound(name string) error { return fmt.Errorf("Service %q not found", name) }
+func notFound(name string) error { return errors.New(rules.ServiceNotFound(name)) }
 
 func restartRun(o *NameOptions) error {
 	c, err := o.Factory.Sidecar()

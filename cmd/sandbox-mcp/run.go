@@ -79,6 +79,11 @@ func runAPI(ctx context.Context, args []string, getenv func(string) string, stde
 		return 1
 	}
 	log := newLogger(stderr, getenv)
+	// Services run at nice +10 with a raised OOM score (set by their monitor);
+	// the sidecar that answers health and stops them protects itself where permitted.
+	if err := services.ProtectSidecar(); err != nil {
+		log.Debug("oom_score_adj of the sidecar left as is", "err", err)
+	}
 	if getenv("GOGC") == "" {
 		// Half the default heap growth: after a burst of requests the sidecar
 		// keeps ~2 MiB less resident (12.2 vs 14.4 MiB after 4 s of wrk over 16
@@ -150,15 +155,8 @@ func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	hs := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		// An idle keep-alive connection holds ~22 KiB; close those left idle
-		// longer than any client pool keeps them (Go's default is 90 s).
-		IdleTimeout: 2 * time.Minute,
-	}
-	hs.RegisterOnShutdown(srv.Close)
+	// The API bounds request reading and open connections (see api.HTTPServer).
+	hs, ln := srv.HTTPServer(ln, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	hs.RegisterOnShutdown(func() { _ = term.Close() })
 	log.Info("listening", "addr", ln.Addr().String(), "workspace", cfg.WorkspaceDir, "state_dir", cfg.StateDir)
 

@@ -23,6 +23,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	if s.opts.Events == nil {
 		return errNotImplemented
 	}
+	defer s.stream(w)()
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
 	ch, unsubscribe := s.opts.Events.Subscribe()

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/gitrepo"
@@ -82,6 +83,8 @@ func gitError(err error) error {
 	switch {
 	case errors.Is(err, gitrepo.ErrInvalidRepo):
 		return &Error{Status: http.StatusBadRequest, Msg: "Invalid repo ID", Err: err}
+	case errors.Is(err, gitrepo.ErrPathTooLong):
+		return &Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("Invalid file path: longer than %d bytes", gitrepo.MaxPathBytes), Err: err}
 	case errors.Is(err, gitrepo.ErrInvalidPath):
 		return &Error{Status: http.StatusBadRequest, Msg: "Invalid file path", Err: err}
 	}

@@ -192,6 +192,7 @@ func TestGitErrors(t *testing.T) {
 		{"path escaping", "/api/git/diff?repo=" + id(ws) + "&path=../../etc/passwd", 400, `{"error":"Invalid file path"}`},
 		{"absolute path", "/api/git/diff?repo=" + id(ws) + "&path=/etc/passwd", 400, `{"error":"Invalid file path"}`},
 		{"path through symlink out", "/api/git/diff?repo=" + id(ws) + "&path=linked/x", 400, `{"error":"Invalid file path"}`},
+		{"path over 4 KiB", "/api/git/diff?repo=" + id(ws) + "&path=" + strings.Repeat("a/", 2048) + "b", 400, `{"error":"Invalid file path: longer than 4096 bytes"}`},
 	}
 	for _, tt := range tests {
 		code, body := get(t, u+tt.path)

@@ -19,7 +19,13 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 			return errorf(http.StatusBadRequest, "Content-Type must be application/json")
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	limit := bodyLimit(r, s.opts.MaxBodyBytes)
+	if r.ContentLength > limit {
+		// Refused unread: the server closes the connection instead of reading it.
+		return errorf(http.StatusBadRequest, "request body too large (limit %d bytes)", limit)
+	}
+	// gate has put r.Body under the cap.
+	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // The CORS header values, shared by every response (net/http never modifies
@@ -40,6 +41,51 @@ func authorized(r *http.Request, token string) bool {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+// unauthBodyGrace is how long the server may go on reading the body of a
+// request that was refused from its headers alone: long enough to take in a
+// body the client already sent (so closing the connection does not reset it
+// before the answer is read), too short for a client that never sends it to
+// hold the connection.
+const unauthBodyGrace = 100 * time.Millisecond
+
+// closeHeader is the Connection value of answers after which the server closes.
+var closeHeader = []string{"close"}
+
+// gate runs first on every request. Authentication is decided from the headers
+// alone: a request that carries a body but no valid token is answered without
+// its body ever being read (no route reachable without a token reads one),
+// and its connection is closed after the answer instead of waiting up to the
+// read timeout for a body that may never come. An authorized request's body
+// is capped at Options.MaxBodyBytes (allowBody raises it per route), and its
+// connection counts as authenticated for the connection limiter.
+func (s *Server) gate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ok := authorized(r, s.opts.Token)
+		if ok {
+			if c := limitedConnFrom(r.Context()); c != nil {
+				c.markAuthenticated()
+			}
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			if !ok {
+				w.Header()["Connection"] = closeHeader
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(unauthBodyGrace))
+			} else {
+				r.Body = newCappedBody(w, r.Body, s.opts.MaxBodyBytes)
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// liftReadDeadline removes the server's whole-request read deadline
+// (http.Server.ReadTimeout) from a streaming response (SSE, WebSocket), which
+// lives as long as the client wants. Only handlers behind requireAuth call it:
+// an unauthenticated connection never gets past the deadline.
+func liftReadDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 }
 
 // requireAuth answers 401 {"error":"Unauthorized"} unless the request is authorized.

@@ -13,7 +13,7 @@ func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
 	// StripSlashes and GetHead keep what the old Express server accepted:
 	// "/api/health/" and HEAD requests.
-	r.Use(s.recoverer, cors, middleware.StripSlashes, middleware.GetHead)
+	r.Use(s.recoverer, s.gate, cors, middleware.StripSlashes, middleware.GetHead)
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return errorf(http.StatusNotFound, "Not found")
 	}))
@@ -41,6 +41,9 @@ func (s *Server) routes() http.Handler {
 		r.Get("/api/git/repos", s.handle(s.gitRepos))
 		r.Get("/api/git/status", s.handle(s.gitStatus))
 		r.Get("/api/git/diff", s.handle(s.gitDiff))
+		r.Get("/api/git/bundle", s.handle(s.gitBundle))
+		r.Post("/api/git/bundle", s.handle(s.gitApplyBundle))
+		r.Get("/api/git/changeset", s.handle(s.gitChangeset))
 
 		r.Get("/api/ports", s.handle(s.ports))
 

@@ -3,10 +3,13 @@ package api
 import (
 	"context"
 	"errors"
+	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Options configures the API. Only Logger is required; a feature whose
@@ -24,9 +27,29 @@ type Options struct {
 	Ports    Ports
 	Terminal Terminal
 
-	// MaxBodyBytes bounds request bodies; default 1 MiB.
+	// MaxBodyBytes bounds request bodies; default 1 MiB. A route may raise
+	// it for itself (allowBody).
 	MaxBodyBytes int64
+	// MaxConns caps open HTTP connections (HTTPServer); default half of
+	// RLIMIT_NOFILE, clamped to 32..4096, read at every accept.
+	MaxConns int
+	// ReadTimeout bounds reading one whole request (HTTPServer); default
+	// DefaultReadTimeout.
+	ReadTimeout time.Duration
 }
+
+// Timeouts of the HTTP server (HTTPServer).
+const (
+	// ReadHeaderTimeout bounds the wait for a request's headers.
+	ReadHeaderTimeout = 10 * time.Second
+	// DefaultReadTimeout bounds reading a whole request, body included.
+	// Streaming routes lift it once authenticated (liftReadDeadline).
+	DefaultReadTimeout = 30 * time.Second
+	// IdleTimeout closes keep-alive connections left idle longer than any
+	// client pool keeps them (an idle connection holds ~22 KiB; Go's
+	// default is 90 s).
+	IdleTimeout = 2 * time.Minute
+)
 
 // Server is the sidecar's HTTP handler.
 type Server struct {
@@ -38,12 +61,19 @@ type Server struct {
 	closeOnce sync.Once
 	// listCache is the last GET /api/services body, when Services is a listVersioner.
 	listCache atomic.Pointer[encodedList]
+	// conns is the listener of HTTPServer, for /api/debug/stats.
+	conns atomic.Pointer[connLimiter]
+	// streams counts open SSE streams and terminal connections.
+	streams atomic.Int64
 }
 
 // New builds a Server from opts.
 func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		return nil, errors.New("api: Logger is required")
+	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = DefaultReadTimeout
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
@@ -53,6 +83,41 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
+// HTTPServer returns the http.Server for s and ln wrapped in the connection
+// limiter; serve with hs.Serve(ln). The server bounds reading every request
+// (ReadHeaderTimeout, ReadTimeout) and the number of open connections
+// (Options.MaxConns), so clients that hold connections without a token can
+// neither keep a request open for long nor take the descriptors that
+// authenticated clients, health checks and services need.
+func (s *Server) HTTPServer(ln net.Listener, errorLog *log.Logger) (*http.Server, net.Listener) {
+	limit := connLimit
+	if s.opts.MaxConns > 0 {
+		limit = func() int { return s.opts.MaxConns }
+	}
+	cl := newConnLimiter(ln, limit, s.log)
+	s.conns.Store(cl)
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       s.opts.ReadTimeout,
+		IdleTimeout:       IdleTimeout,
+		ErrorLog:          errorLog,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if lc, ok := c.(*limitedConn); ok {
+				return context.WithValue(ctx, limitedConnKey{}, lc)
+			}
+			return ctx
+		},
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if lc, ok := c.(*limitedConn); ok {
+				lc.state.Store(int32(st))
+			}
+		},
+	}
+	hs.RegisterOnShutdown(s.Close)
+	return hs, cl
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
@@ -60,6 +125,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // (RegisterOnShutdown) so Shutdown does not wait for streams that never end.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() { close(s.done) })
+}
+
+// stream marks the start of a streaming response: it lifts the read deadline
+// (the request is authenticated and lives as long as the client wants) and
+// counts the stream for /api/debug/stats until the returned func is called.
+func (s *Server) stream(w http.ResponseWriter) (end func()) {
+	liftReadDeadline(w)
+	s.streams.Add(1)
+	return func() { s.streams.Add(-1) }
 }
 
 // streamContext returns a context that ends with the request or with the server.

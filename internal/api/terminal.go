@@ -30,6 +30,9 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
 	if !wantsWebSocket(r) {
 		return errorf(http.StatusUpgradeRequired, "GET /api/terminal is a WebSocket: send Upgrade: websocket")
 	}
+	// After the upgrade the connection is the terminal's: lift the read
+	// deadline before the WebSocket library takes it over.
+	defer s.stream(w)()
 	hw := &handshakeWriter{ResponseWriter: w}
 	c, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
 		Subprotocols: []string{terminal.SubprotocolV2},

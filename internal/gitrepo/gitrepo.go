@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
@@ -44,7 +46,13 @@ var (
 	ErrInvalidRepo = errors.New("invalid repo id")
 	// ErrInvalidPath means a file path is not inside the repository.
 	ErrInvalidPath = errors.New("invalid file path")
+	// ErrPathTooLong means a file path is longer than MaxPathBytes; it is
+	// also an ErrInvalidPath.
+	ErrPathTooLong = fmt.Errorf("%w: longer than %d bytes", ErrInvalidPath, MaxPathBytes)
 )
+
+// MaxPathBytes bounds the file path of a diff (Linux's PATH_MAX).
+const MaxPathBytes = 4096
 
 // skipDirs are trees discovery never enters: dependency and cache folders that
 // can hold tens of thousands of entries and no repository worth showing.
@@ -88,19 +96,22 @@ type Options struct {
 	// beyond it wait (within their context), so a burst of requests cannot
 	// fill the sandbox with git processes.
 	MaxProcs int
+	// MaxBundleBytes bounds a bundle made or applied; default DefaultMaxBundleBytes.
+	MaxBundleBytes int64
 }
 
 // Workspace finds and inspects the git repositories of one workspace directory.
 type Workspace struct {
-	dir      string // absolute, clean, as configured (paths are reported under it)
-	realDir  string // dir with symlinks resolved (ids are validated against it)
-	git      string
-	timeout  time.Duration
-	maxDiff  int
-	procs    chan struct{}
-	env      []string
-	log      *slog.Logger
-	baseArgs []string
+	dir       string // absolute, clean, as configured (paths are reported under it)
+	realDir   string // dir with symlinks resolved (ids are validated against it)
+	git       string
+	timeout   time.Duration
+	maxDiff   int
+	maxBundle int64
+	procs     chan struct{}
+	env       []string
+	log       *slog.Logger
+	baseArgs  []string
 }
 
 // New checks opts and returns a Workspace.
@@ -135,18 +146,22 @@ func New(opts Options) (*Workspace, error) {
 	if opts.MaxDiffBytes <= 0 {
 		opts.MaxDiffBytes = DefaultMaxDiffBytes
 	}
+	if opts.MaxBundleBytes <= 0 {
+		opts.MaxBundleBytes = DefaultMaxBundleBytes
+	}
 	if opts.MaxProcs <= 0 {
 		opts.MaxProcs = 8
 	}
 	return &Workspace{
-		dir:     dir,
-		realDir: realDir,
-		git:     git,
-		timeout: opts.Timeout,
-		maxDiff: opts.MaxDiffBytes,
-		procs:   make(chan struct{}, opts.MaxProcs),
-		env:     gitEnv(os.Environ()),
-		log:     opts.Logger.With("component", "gitrepo"),
+		dir:       dir,
+		realDir:   realDir,
+		git:       git,
+		timeout:   opts.Timeout,
+		maxDiff:   opts.MaxDiffBytes,
+		maxBundle: opts.MaxBundleBytes,
+		procs:     make(chan struct{}, opts.MaxProcs),
+		env:       gitEnv(os.Environ()),
+		log:       opts.Logger.With("component", "gitrepo"),
 		baseArgs: []string{
 			"--no-pager",
 			"-c", "core.quotepath=off",
@@ -309,8 +324,13 @@ func within(root, p string) (string, bool) {
 
 // resolvePath checks that the relative path p stays inside repo, symlinks
 // resolved, and returns it cleaned. The file need not exist (a deleted file
-// still has a diff); the deepest existing ancestor is what gets resolved.
+// still has a diff): the deepest existing part of the path is what must
+// resolve inside the repository. The work is linear in the length of p,
+// which is at most MaxPathBytes.
 func resolvePath(repo, p string) (string, error) {
+	if len(p) > MaxPathBytes {
+		return "", ErrPathTooLong
+	}
 	if p == "" || filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
 		return "", ErrInvalidPath
 	}
@@ -318,19 +338,116 @@ func resolvePath(repo, p string) (string, error) {
 	if clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)) {
 		return "", ErrInvalidPath
 	}
-	for probe := filepath.Join(repo, clean); ; probe = filepath.Dir(probe) {
-		real, err := filepath.EvalSymlinks(probe)
-		if err == nil {
-			if _, ok := within(repo, real); !ok {
-				return "", ErrInvalidPath
+	real, err := resolveExisting(repo, clean)
+	if err != nil {
+		return "", ErrInvalidPath
+	}
+	if _, ok := within(repo, real); !ok {
+		return "", ErrInvalidPath
+	}
+	return clean, nil
+}
+
+// maxSymlinks is how many symbolic links resolveExisting follows, as Linux does.
+const maxSymlinks = 40
+
+// resolveExisting resolves rel below the real directory root one component
+// at a time, following symbolic links, and stops at the first component that
+// does not exist: it returns the real path of the deepest existing part.
+// Each component costs one fstatat on an open directory descriptor, so the
+// work is linear in the length of rel plus the targets of the (at most
+// maxSymlinks) links it follows, where resolving every ancestor with
+// filepath.EvalSymlinks was quadratic (60,000 components took 20 s).
+func resolveExisting(root, rel string) (string, error) {
+	const dirFlags = unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC
+	dirfd, err := unix.Open(root, dirFlags, 0)
+	if err != nil {
+		return "", fmt.Errorf("open %s: %w", root, err)
+	}
+	defer func() { unix.Close(dirfd) }()
+	enter := func(name string, flags int) error {
+		fd, err := unix.Openat(dirfd, name, flags, 0)
+		if err != nil {
+			return err
+		}
+		unix.Close(dirfd)
+		dirfd = fd
+		return nil
+	}
+	dest, rest, links := root, rel, 0
+	for rest != "" {
+		var comp string
+		comp, rest, _ = strings.Cut(rest, "/")
+		switch comp {
+		case "", ".":
+			continue
+		case "..":
+			// Only link targets bring ".." here (rel is clean); dest is a
+			// real path, so its parent is the lexical one.
+			if dest != "/" {
+				if err := enter("..", dirFlags); err != nil {
+					return "", err
+				}
+				dest = filepath.Dir(dest)
 			}
-			return clean, nil
+			continue
 		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return "", ErrInvalidPath
+		var st unix.Stat_t
+		err := unix.Fstatat(dirfd, comp, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if errors.Is(err, unix.ENOENT) {
+			return dest, nil
 		}
-		if probe == repo {
-			return "", ErrInvalidPath
+		if err != nil {
+			return "", err
 		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFLNK:
+			if links++; links > maxSymlinks {
+				return "", unix.ELOOP
+			}
+			target, err := readlinkat(dirfd, comp)
+			if err != nil {
+				return "", err
+			}
+			if strings.HasPrefix(target, "/") {
+				fd, err := unix.Open("/", dirFlags, 0)
+				if err != nil {
+					return "", err
+				}
+				unix.Close(dirfd)
+				dirfd, dest = fd, "/"
+			}
+			if rest != "" {
+				target += "/" + rest
+			}
+			rest = target
+		case unix.S_IFDIR:
+			if err := enter(comp, dirFlags|unix.O_NOFOLLOW); err != nil {
+				return "", err
+			}
+			dest = filepath.Join(dest, comp)
+		default:
+			// A file ends the path: nothing can exist below it.
+			return filepath.Join(dest, comp), nil
+		}
+	}
+	return dest, nil
+}
+
+// readlinkat reads the target of the symbolic link name in dirfd.
+func readlinkat(dirfd int, name string) (string, error) {
+	buf := make([]byte, 256)
+	for {
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		if len(buf) >= 1<<16 {
+			return "", unix.ENAMETOOLONG
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }

@@ -16,6 +16,10 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
 
 // Boot creates a sandbox directory, builds the boot plan for it and runs every step,
@@ -66,13 +70,13 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 		Metadata:          meta,
 		SandboxMCPCommand: p.o.SandboxMCP,
 		SidecarEnv: map[string]string{
-			"SANDBOX_MCP_ADDR":          "127.0.0.1:" + strconv.Itoa(port),
-			"SANDBOX_MCP_STATE_DIR":     paths.SidecarStateDir(),
-			"SANDBOX_MCP_PREVIEW_ADDR":  "127.0.0.1:0",
-			"SANDBOX_MCP_CADDY_SNIPPET": paths.UserCaddyFile(),
-			"SANDBOX_MCP_CADDYFILE":     paths.Caddyfile(),
+			rules.EnvAddr:         "127.0.0.1:" + strconv.Itoa(port),
+			rules.EnvStateDir:     paths.SidecarStateDir(),
+			rules.EnvPreviewAddr:  "127.0.0.1:0",
+			rules.EnvCaddySnippet: paths.UserCaddyFile(),
+			rules.EnvCaddyfile:    paths.Caddyfile(),
 			// Never the host's own Caddy: an admin socket inside the sandbox.
-			"SANDBOX_MCP_CADDY_ADMIN": "unix/" + filepath.Join(paths.Tmp, "caddy-admin.sock"),
+			rules.EnvCaddyAdmin: "unix/" + filepath.Join(paths.Tmp, "caddy-admin.sock"),
 		},
 	})
 	if err != nil {
@@ -405,25 +409,5 @@ func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.WriteFile(path, data, mode)
 }

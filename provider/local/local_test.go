@@ -24,6 +24,9 @@ import (
 var sandboxMCP string
 
 func TestMain(m *testing.M) {
+	if testHelper() {
+		return
+	}
 	dir, err := os.MkdirTemp("", "local-provider-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
