@@ -85,6 +85,7 @@ func (p *Provider) boot(ctx context.Context, sb *modalsdk.Sandbox, opts provider
 	if err := ex.steps(ctx, plan.Blocking); err != nil {
 		return provider.CreateResult{}, err
 	}
+	openCode := ex.ran("start opencode") // read before the background phase writes the map
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
@@ -94,7 +95,7 @@ func (p *Provider) boot(ctx context.Context, sb *modalsdk.Sandbox, opts provider
 			p.log.Warn("background boot failed", "sandbox", sb.SandboxID, "err", provider.RedactSecrets(err.Error()))
 		}
 	}()
-	if t.OpenCodeURL != "" && ex.ran("start opencode") {
+	if t.OpenCodeURL != "" && openCode {
 		if _, err := provider.WaitForOpenCodeReady(ctx, t.OpenCodeURL, provider.ReadyOptions{Client: p.o.HTTPClient, MaxWait: p.o.ReadyWait}); err != nil {
 			p.log.Warn("OpenCode is not ready", "sandbox", sb.SandboxID, "err", provider.RedactSecrets(err.Error()))
 		}
