@@ -126,9 +126,9 @@ func (s *Server) ImageGetOrCreate(ctx context.Context, req *pb.ImageGetOrCreateR
 	}
 	key := next.tag + "\x00" + next.snapshot + "\x00" + strings.Join(next.commands, "\x00")
 	next.id = stableID("im", key)
-	s.mu.Lock()
-	s.images[next.id] = next
-	s.mu.Unlock()
+	if err := s.addImage(next); err != nil {
+		return nil, status.Errorf(codes.Internal, "saving image: %v", err)
+	}
 	return pb.ImageGetOrCreateResponse_builder{ImageId: next.id,
 		Result:   pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_SUCCESS}.Build(),
 		Metadata: pb.ImageMetadata_builder{ImageBuilderVersion: proto.String(imageBuilderVersion)}.Build()}.Build(), nil

@@ -109,24 +109,44 @@ func (s *Server) fsTool(ctx context.Context, sb *sandbox, arg string, stdin io.R
 	return 0
 }
 
-func (s *Server) fsRun(ctx context.Context, id, arg string, stdin io.Reader) ([]byte, error) {
+// parseFSCommand reads the tool's one JSON argument: exactly one command with an
+// absolute path, which it returns cleaned.
+func parseFSCommand(arg string) (string, fsPathArgs, error) {
 	var c fsCommand
 	if err := json.Unmarshal([]byte(arg), &c); err != nil {
-		return nil, &fsError{Kind: "InvalidArgument", Message: "bad command: " + err.Error()}
+		return "", fsPathArgs{}, &fsError{Kind: "InvalidArgument", Message: "bad command: " + err.Error()}
+	}
+	var op string
+	var a *fsPathArgs
+	for name, v := range map[string]*fsPathArgs{"ReadFile": c.ReadFile, "WriteFile": c.WriteFile, "ListFiles": c.ListFiles,
+		"Stat": c.Stat, "MakeDirectory": c.MakeDirectory, "Remove": c.Remove} {
+		if v != nil {
+			if a != nil {
+				return "", fsPathArgs{}, &fsError{Kind: "InvalidArgument", Message: "more than one command"}
+			}
+			op, a = name, v
+		}
+	}
+	if a == nil {
+		return "", fsPathArgs{}, &fsError{Kind: "NotSupported", Message: "command not supported by the local Modal server: " + arg}
+	}
+	if !strings.HasPrefix(a.Path, "/") {
+		return "", fsPathArgs{}, &fsError{Kind: "InvalidArgument", Message: "path must be absolute"}
+	}
+	out := *a
+	out.Path = path.Clean(a.Path)
+	return op, out, nil
+}
+
+func (s *Server) fsRun(ctx context.Context, id, arg string, stdin io.Reader) ([]byte, error) {
+	op, a, err := parseFSCommand(arg)
+	if err != nil {
+		return nil, err
 	}
 	e := s.o.Engine
-	abs := func(a *fsPathArgs) (string, error) {
-		if !strings.HasPrefix(a.Path, "/") {
-			return "", &fsError{Kind: "InvalidArgument", Message: "path must be absolute"}
-		}
-		return path.Clean(a.Path), nil
-	}
-	switch {
-	case c.ReadFile != nil:
-		p, err := abs(c.ReadFile)
-		if err != nil {
-			return nil, err
-		}
+	p := a.Path
+	switch op {
+	case "ReadFile":
 		fi, err := e.Stat(ctx, id, p)
 		if err != nil {
 			return nil, classify(err, "read")
@@ -142,11 +162,7 @@ func (s *Server) fsRun(ctx context.Context, id, arg string, stdin io.Reader) ([]
 			return nil, classify(err, "read")
 		}
 		return data, nil
-	case c.WriteFile != nil:
-		p, err := abs(c.WriteFile)
-		if err != nil {
-			return nil, err
-		}
+	case "WriteFile":
 		data, err := io.ReadAll(stdin)
 		if err != nil {
 			return nil, &fsError{Kind: "Other", Message: "reading stdin: " + err.Error()}
@@ -158,11 +174,7 @@ func (s *Server) fsRun(ctx context.Context, id, arg string, stdin io.Reader) ([]
 			return nil, classify(err, "write")
 		}
 		return nil, nil
-	case c.ListFiles != nil:
-		p, err := abs(c.ListFiles)
-		if err != nil {
-			return nil, err
-		}
+	case "ListFiles":
 		fi, err := e.Stat(ctx, id, p)
 		if err != nil {
 			return nil, classify(err, "list")
@@ -179,22 +191,14 @@ func (s *Server) fsRun(ctx context.Context, id, arg string, stdin io.Reader) ([]
 			out = append(out, toFSInfo(f))
 		}
 		return json.Marshal(out)
-	case c.Stat != nil:
-		p, err := abs(c.Stat)
-		if err != nil {
-			return nil, err
-		}
+	case "Stat":
 		fi, err := e.Stat(ctx, id, p)
 		if err != nil {
 			return nil, classify(err, "stat")
 		}
 		return json.Marshal(toFSInfo(fi))
-	case c.MakeDirectory != nil:
-		p, err := abs(c.MakeDirectory)
-		if err != nil {
-			return nil, err
-		}
-		if !c.MakeDirectory.Parents {
+	case "MakeDirectory":
+		if !a.Parents {
 			if _, err := e.Stat(ctx, id, p); err == nil {
 				return nil, &fsError{Kind: "PathAlreadyExists", Message: "File exists"}
 			}
@@ -208,16 +212,12 @@ func (s *Server) fsRun(ctx context.Context, id, arg string, stdin io.Reader) ([]
 			return nil, classify(err, "mkdir")
 		}
 		return nil, nil
-	case c.Remove != nil:
-		p, err := abs(c.Remove)
-		if err != nil {
-			return nil, err
-		}
+	case "Remove":
 		fi, err := e.Stat(ctx, id, p)
 		if err != nil {
 			return nil, classify(err, "remove")
 		}
-		if fi.IsDir && !c.Remove.Recursive {
+		if fi.IsDir && !a.Recursive {
 			list, err := e.ListFiles(ctx, id, p)
 			if err != nil {
 				return nil, classify(err, "remove")

@@ -1,6 +1,8 @@
 package modalserver
 
 import (
+	"errors"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -80,4 +82,53 @@ func TestIDShapes(t *testing.T) {
 	if stableID("ap", "x") != stableID("ap", "x") || stableID("ap", "x") == stableID("ap", "y") {
 		t.Errorf("stableID is not a function of its key")
 	}
+}
+
+func TestParseFSCommand(t *testing.T) {
+	for _, tc := range []struct {
+		arg, op, path string
+		recursive     bool
+		wantErr       string
+	}{
+		{`{"ReadFile":{"path":"/a/../b"}}`, "ReadFile", "/b", false, ""},
+		{`{"Remove":{"path":"/x/","recursive":true}}`, "Remove", "/x", true, ""},
+		{`{"MakeDirectory":{"path":"/d","parents":false}}`, "MakeDirectory", "/d", false, ""},
+		{`{"ReadFile":{"path":"rel"}}`, "", "", false, "InvalidArgument"},
+		{`{"ReadFile":{"path":"/a"},"Stat":{"path":"/b"}}`, "", "", false, "InvalidArgument"},
+		{`{"Watch":{"path":"/a"}}`, "", "", false, "NotSupported"},
+		{`not json`, "", "", false, "InvalidArgument"},
+	} {
+		op, a, err := parseFSCommand(tc.arg)
+		if tc.wantErr != "" {
+			var fe *fsError
+			if !errors.As(err, &fe) || fe.Kind != tc.wantErr {
+				t.Errorf("parseFSCommand(%s) = %v, want %s", tc.arg, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || op != tc.op || a.Path != tc.path || a.Recursive != tc.recursive {
+			t.Errorf("parseFSCommand(%s) = %q, %+v, %v", tc.arg, op, a, err)
+		}
+	}
+}
+
+// FuzzParseFSCommand: the filesystem tool's argument comes from the client; a parse
+// either fails with a tool error or yields one command on a clean absolute path.
+func FuzzParseFSCommand(f *testing.F) {
+	f.Add(`{"ReadFile":{"path":"/a"}}`)
+	f.Add(`{"WriteFile":{"path":"/../../etc/x"}}`)
+	f.Add(`{"Remove":{"path":"/","recursive":true}}`)
+	f.Fuzz(func(t *testing.T, arg string) {
+		op, a, err := parseFSCommand(arg)
+		if err != nil {
+			var fe *fsError
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %v is not a tool error", err)
+			}
+			return
+		}
+		if op == "" || !strings.HasPrefix(a.Path, "/") || path.Clean(a.Path) != a.Path {
+			t.Fatalf("parseFSCommand(%q) = %q, %q", arg, op, a.Path)
+		}
+	})
 }

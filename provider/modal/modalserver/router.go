@@ -436,12 +436,14 @@ func (r *routerServer) TaskSnapshotFilesystem(ctx context.Context, req *pb.TaskS
 	}
 	s.mu.Lock()
 	parent := s.images[sb.imageID]
+	s.mu.Unlock()
 	img := &image{id: newID("im"), snapshot: snap}
 	if parent != nil {
 		img.tag = parent.tag
 	}
-	s.images[img.id] = img
-	s.mu.Unlock()
+	if err := s.addImage(img); err != nil {
+		return nil, status.Errorf(codes.Internal, "saving image: %v", err)
+	}
 	return pb.TaskSnapshotFilesystemResponse_builder{ImageId: img.id}.Build(), nil
 }
 

@@ -49,6 +49,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// StateDir, when set, keeps the server's images (registry stand-ins and
+	// snapshots) in StateDir/modal-images.json, so image ids outlive a restart.
+	StateDir string
 }
 
 // Server is the local Modal-compatible server. Its state (apps, images, secrets,
@@ -145,6 +148,9 @@ func New(o Options) (*Server, error) {
 		apps: map[string]*app{}, images: map[string]*image{}, secrets: map[string]*secret{},
 		sandboxes: map[string]*sandbox{}, tasks: map[string]string{}, tunnels: map[tunnelKey]*tunnel{},
 		done: make(chan struct{})}
+	if err := s.loadImages(); err != nil {
+		return nil, fmt.Errorf("modalserver: %w", err)
+	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.router.s = s
 	s.grpc = grpc.NewServer(
