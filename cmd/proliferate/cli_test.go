@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/version"
 )
 
 func TestMain(m *testing.M) {
@@ -94,6 +96,10 @@ func TestUsageAndExitCodes(t *testing.T) {
 		{"start timeout without probe", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--ready-timeout", "5s"}, 2, "Error: --ready-timeout needs --ready-tcp, --ready-http or --ready-log"},
 		{"start bad signal", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--stop-signal", "KILL"}, 2, "Error: --stop-signal must be one of SIGTERM, SIGINT, SIGHUP, SIGQUIT"},
 		{"start bad duration", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--stop-timeout", "soon"}, 2, `prefix:Error: invalid argument "soon" for "--stop-timeout" flag`},
+		{"settle without wait", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--settle", "2s"}, 2, "Error: --settle and --stop-on-timeout need --wait"},
+		{"stop on timeout without wait", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--stop-on-timeout"}, 2, "Error: --settle and --stop-on-timeout need --wait"},
+		{"settle with a probe", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--ready-tcp", "80", "--wait", "--settle", "2s"}, 2, "Error: --settle applies only without --ready-tcp, --ready-http or --ready-log"},
+		{"negative settle", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--wait", "--settle", "-1s"}, 2, "Error: --settle must not be negative"},
 		{"start negative max restarts", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--max-restarts", "-1"}, 2, "Error: --max-restarts must be a non-negative integer"},
 		{"start max restarts over", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--max-restarts", "1001"}, 2, "Error: --max-restarts: maxRestarts must be from 0 to 1000, got 1001"},
 		{"start stop timeout over", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--stop-timeout", "6m"}, 2, "Error: --stop-timeout: stopTimeoutMs must be from 0 to 300000 (5 minutes), got 360000"},
@@ -184,9 +190,12 @@ func decodeLine(t *testing.T, out string) map[string]any {
 }
 
 func TestVersion(t *testing.T) {
-	r := cli(t, t.Context(), nil, nil, "version")
-	if r.code != 0 || r.stdout != `{"version":"dev"}`+"\n" {
-		t.Errorf("version = %d %q, want 0 {\"version\":\"dev\"}", r.code, r.stdout)
+	want := `{"version":"` + version.String() + `"}` + "\n"
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := cli(t, t.Context(), nil, nil, args...)
+		if r.code != 0 || r.stdout != want {
+			t.Errorf("%q = %d %q, want 0 %q", args, r.code, r.stdout, want)
+		}
 	}
 }
 

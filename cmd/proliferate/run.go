@@ -25,10 +25,11 @@ import (
 	"syscall"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules"
-)
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+	"strings"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/version"
+)
 
 // Exit codes: the only place they are decided.
 const (
@@ -96,7 +97,7 @@ func (f *Factory) config() (config.Config, error) {
 }
 
 // errNoToken is the contract's message when neither token variable is set.
-const errNoToken = "Auth token not set. Set SANDBOX_MCP_AUTH_TOKEN or SERVICE_TO_SERVICE_AUTH_TOKEN."
+const errNoToken = rules.NoToken
 
 // Sidecar returns the sidecar client; no token or a URL that is not
 // http(s)://host[:port] is a usage error. While a refused connection is
@@ -226,7 +227,11 @@ workspace's env files, and runs platform actions through the gateway.
 
 Every command prints one line of JSON on stdout. Errors go to stderr as
 "Error: <message>". Exit codes: 0 ok, 1 runtime or HTTP failure, 2 usage error,
-130 interrupted (Ctrl-C).`,
+130 interrupted (Ctrl-C).
+
+Environment:
+` + strings.TrimRight(settingsHelp(), "\n"),
+		Version:       version.String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          groupArgs,
@@ -234,6 +239,7 @@ Every command prints one line of JSON on stdout. Errors go to stderr as
 
 		SuggestionsMinimumDistance: 2,
 	}
+	root.SetVersionTemplate(`{"version":{{printf "%q" .Version}}}` + "\n")
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
 	root.SetIn(f.IO.In)
@@ -330,13 +336,20 @@ func isTerminal(w io.Writer) bool {
 func NewCmdVersion(f *Factory, runF func() error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the CLI version",
+		Short: "Print the CLI version (also --version)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if runF != nil {
 				return runF()
 			}
-			return printValue(f.IO.Out, map[string]string{"version": version})
+			return printValue(f.IO.Out, map[string]string{"version": version.String()})
 		},
 	}
+}
+
+// settingsHelp lists the environment the CLI reads, from config.Settings.
+func settingsHelp() string {
+	var b strings.Builder
+	config.WriteSettings(&b, false)
+	return b.String()
 }

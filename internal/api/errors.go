@@ -18,8 +18,10 @@ type Error struct {
 	Err error
 }
 
+// Error is the message, then the cause unless the message already says it,
+// so a logged line carries the cause once.
 func (e *Error) Error() string {
-	if e.Err != nil {
+	if e.Err != nil && !strings.Contains(e.Msg, e.Err.Error()) {
 		return fmt.Sprintf("%s: %v", e.Msg, e.Err)
 	}
 	return e.Msg

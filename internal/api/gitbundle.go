@@ -114,7 +114,11 @@ func (s *Server) gitApplyBundle(w http.ResponseWriter, r *http.Request) error {
 // gitBundleError maps the bundle failures of the git leaf to statuses.
 func gitBundleError(err error) error {
 	var tl *gitrepo.TooLargeError
+	var mbe *http.MaxBytesError
 	switch {
+	case errors.As(err, &mbe):
+		return &Error{Status: http.StatusRequestEntityTooLarge, Msg: "Bundle too large",
+			Fields: map[string]any{"limit": mbe.Limit}, Err: err}
 	case errors.As(err, &tl):
 		return &Error{Status: http.StatusRequestEntityTooLarge, Msg: "Bundle too large",
 			Fields: map[string]any{"limit": tl.Limit}, Err: err}

@@ -1,10 +1,13 @@
 package api
 
 import (
+	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -156,6 +159,42 @@ func TestGitBundleTooLarge(t *testing.T) {
 	resp, body = send(t, "POST", u+"/api/git/bundle?repo="+id(ws), BundleContentType, strings.NewReader(strings.Repeat("x", 65)))
 	if resp.StatusCode != 413 {
 		t.Errorf("POST 65 bytes over a 64-byte cap = %d %s, want 413", resp.StatusCode, body)
+	}
+}
+
+// TestGitApplyBundleOverJSONCap posts a bundle larger than the 1 MiB cap of
+// JSON requests: the route is exempt, the git leaf's own limit applies.
+func TestGitApplyBundleOverJSONCap(t *testing.T) {
+	u, ws, base := bundleServer(t, 0)
+	data := make([]byte, 3<<19) // 1.5 MiB that does not compress
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	runGit(t, other, "clone", "-q", ws, ".")
+	runGit(t, other, "update-ref", "refs/remotes/origin/main", base)
+	if err := os.WriteFile(filepath.Join(ws, "big.bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runGit(t, ws, "add", "-A")
+	runGit(t, ws, "commit", "-q", "-m", "big")
+	resp, bundle := send(t, "GET", u+"/api/git/bundle?repo="+id(ws)+"&base="+base, "", nil)
+	if resp.StatusCode != 200 || len(bundle) < 1<<20 {
+		t.Fatalf("GET bundle = %d, %d bytes; want 200 and over 1 MiB", resp.StatusCode, len(bundle))
+	}
+	g, err := gitrepo.New(gitrepo.Options{Dir: other, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u2 := newTestServer(t, Options{Token: testToken, Git: g}).URL
+	resp, body := send(t, "POST", u2+"/api/git/bundle?repo="+id(other), BundleContentType, bytes.NewReader(bundle))
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST %d-byte bundle = %d %s, want 200", len(bundle), resp.StatusCode, body)
+	}
+	// JSON routes keep the 1 MiB cap.
+	resp, _ = send(t, "POST", u2+"/api/expose", "application/json", bytes.NewReader(bundle))
+	if resp.StatusCode == 200 {
+		t.Error("POST /api/expose took a 1.5 MiB body")
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // routes registers every endpoint. Everything but GET /api/health sits behind
@@ -42,13 +44,16 @@ func (s *Server) routes() http.Handler {
 		r.Get("/api/git/status", s.handle(s.gitStatus))
 		r.Get("/api/git/diff", s.handle(s.gitDiff))
 		r.Get("/api/git/bundle", s.handle(s.gitBundle))
-		r.Post("/api/git/bundle", s.handle(s.gitApplyBundle))
+		// A bundle is no JSON request: the git leaf bounds it (413), not the 1 MiB cap.
+		r.With(s.allowBody(rules.MaxGitBundleBytes+1)).Post("/api/git/bundle", s.handle(s.gitApplyBundle))
 		r.Get("/api/git/changeset", s.handle(s.gitChangeset))
 
 		r.Get("/api/ports", s.handle(s.ports))
 
 		r.Get("/api/terminal", s.handle(s.terminal))
 		r.Get("/api/terminal/sessions", s.handle(s.terminalSessions))
+
+		r.Get("/api/debug/stats", s.handle(s.debugStats))
 	})
 	return r
 }

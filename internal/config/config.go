@@ -10,8 +10,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
@@ -57,21 +57,35 @@ var Settings = []Setting{
 	{rules.EnvCaddyfile, DefaultCaddyfile, "main Caddyfile loaded when Caddy does not route to the preview proxy", true, false},
 	{rules.EnvPreviewAddr, DefaultPreviewAddr, "loopback listener of the preview proxy", true, false},
 	{rules.EnvLogLevel, DefaultLogLevel, "log level: info or debug", true, false},
+	{rules.EnvMaxTerminals, strconv.Itoa(rules.DefaultMaxTerminals), "live terminal sessions at most (1-" + strconv.Itoa(rules.MaxTerminalsCeiling) + "); past it the terminal answers 503", true, false},
 	{rules.EnvSidecarURL, DefaultSidecarURL + " (from " + rules.EnvAddr + " when set)", "where the CLI and `mcp` reach the API", true, true},
 	{rules.EnvGatewayURL, "—", "platform actions gateway (`proliferate actions`)", false, true},
 	{rules.EnvSessionID, "—", "platform session of the actions", false, true},
 }
 
 // WriteSettings prints the settings one binary reads (server: sandbox-mcp,
-// else proliferate) as an aligned table for --help.
+// else proliferate) for --help: the name, then what it sets and its default.
 func WriteSettings(w io.Writer, server bool) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, s := range Settings {
 		if (server && s.Server) || (!server && s.CLI) {
-			fmt.Fprintf(tw, "  %s\t%s (default: %s)\n", s.Env, s.Help, s.Default)
+			fmt.Fprintf(w, "  %s\n      %s; default: %s\n", s.Env, s.Help, s.Default)
 		}
 	}
-	tw.Flush()
+}
+
+// WriteSettingsMarkdown prints Settings as the Markdown table of the README.
+func WriteSettingsMarkdown(w io.Writer) {
+	fmt.Fprint(w, "| variable | what | default | read by |\n|---|---|---|---|\n")
+	for _, s := range Settings {
+		var by []string
+		if s.Server {
+			by = append(by, "sandbox-mcp")
+		}
+		if s.CLI {
+			by = append(by, "proliferate")
+		}
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", s.Env, s.Help, s.Default, strings.Join(by, ", "))
+	}
 }
 
 // Config is every setting the sidecar and the CLI take from the environment.
@@ -106,6 +120,9 @@ type Config struct {
 	// GatewayURL and SessionID locate the platform's actions gateway.
 	GatewayURL string
 	SessionID  string
+	// MaxTerminals caps live terminal sessions (SANDBOX_MCP_MAX_TERMINALS);
+	// 0 means the terminal package's default (64).
+	MaxTerminals int
 }
 
 // StateFile is the path of the JSON state file.
@@ -138,6 +155,13 @@ func Load(getenv func(string) string, cwd string) (Config, error) {
 		c.SidecarURL, c.SidecarURLFrom = urlForAddr(getenv(rules.EnvAddr)), rules.EnvAddr
 	default:
 		c.SidecarURL = DefaultSidecarURL
+	}
+	if v := getenv(rules.EnvMaxTerminals); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > rules.MaxTerminalsCeiling {
+			return Config{}, fmt.Errorf("%s=%q: want a number from 1 to %d", rules.EnvMaxTerminals, v, rules.MaxTerminalsCeiling)
+		}
+		c.MaxTerminals = n
 	}
 	c.SidecarURL = strings.TrimRight(c.SidecarURL, "/")
 	ws, err := WorkspaceDir(getenv, cwd)
@@ -189,8 +213,10 @@ func EnvWorkspaceDir(getenv func(string) string, cwd string) (string, error) {
 	return WorkspaceDir(getenv, cwd)
 }
 
-// urlForAddr is the loopback URL of an API listening on addr (wildcard hosts
+// URLForAddr is the loopback URL of an API listening on addr (wildcard hosts
 // become loopback); the default URL when addr is empty or unusable.
+func URLForAddr(addr string) string { return urlForAddr(addr) }
+
 func urlForAddr(addr string) string {
 	if addr == "" {
 		return DefaultSidecarURL

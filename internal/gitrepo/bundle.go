@@ -14,10 +14,11 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // DefaultMaxBundleBytes bounds a bundle made or taken by the sidecar.
-const DefaultMaxBundleBytes = 256 << 20
+const DefaultMaxBundleBytes = rules.MaxGitBundleBytes
 
 // maxRevisionLen bounds a base revision given by a caller.
 const maxRevisionLen = 256

@@ -437,3 +437,31 @@ func (b *syncBuf) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// TestAdoptedRunWhoseMonitorDies: a run adopted from a sidecar killed with
+// SIGKILL (watched by polling, not through the monitor's pipe) is stopped
+// entirely when its monitor dies, and reported as such.
+func TestAdoptedRunWhoseMonitorDies(t *testing.T) {
+	stateDir := t.TempDir()
+	name := uniqueName("adm")
+	startHelperSidecar(t, stateDir, name+"=sleep 1; setsid sleep 300 & kill -9 $PPID; exec sleep 300")
+	m := newTestManager(t, Config{StateDir: stateDir, PollInterval: 20 * time.Millisecond, StopTimeout: 300 * time.Millisecond})
+	if s := get(t, m, name); s.Status != apitype.StatusRunning {
+		t.Fatalf("adopted %+v, want running", s)
+	}
+	waitFor(t, name+" to be reported ended", 20*time.Second, func() bool { return status(m, name) == apitype.StatusError })
+	if s := get(t, m, name); !strings.Contains(s.Reason, "monitor died") {
+		t.Errorf("reason = %q, want the monitor's death", s.Reason)
+	}
+	waitFor(t, "no process of "+name, 10*time.Second, func() bool { return len(markedWith(ServiceEnv, name)) == 0 })
+}
+
+// TestNeverSignalsInitOrOwnGroup: whatever a target says, the group of pid 1
+// (kill(-1) would signal every process) and the caller's own group are never signalled.
+func TestNeverSignalsInitOrOwnGroup(t *testing.T) {
+	for _, pgid := range []int{-1, 0, 1, syscall.Getpgrp()} {
+		if _, groupOK := findProcs(target{pgid: pgid}); groupOK {
+			t.Errorf("findProcs(pgid %d) allows signalling the group", pgid)
+		}
+	}
+}

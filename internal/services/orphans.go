@@ -143,6 +143,21 @@ func (m *Manager) sweepOrphans() {
 			claimed[r.Instance] = true
 		}
 	}
+	// First the monitors, so none of them starts a process behind the
+	// sweep's back: a SIGKILL pending stops a fork half-way, and once the
+	// monitor is dead everything it started is visible and stays put.
+	for id, procs := range markedProcs(m.prefix) {
+		if claimed[id] {
+			continue
+		}
+		for _, p := range procs {
+			if p.monitor {
+				m.log.Warn("stopping the monitor of an unrecorded run", "instance", id, "pid", p.pid)
+				_ = syscall.Kill(p.pid, syscall.SIGKILL)
+				waitDead(p.pid, p.start, 2*time.Second)
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	for id, procs := range markedProcs(m.prefix) {
 		if claimed[id] {
@@ -154,9 +169,7 @@ func (m *Manager) sweepOrphans() {
 		for _, p := range procs {
 			pids = append(pids, p.pid)
 			cmds = append(cmds, p.cmdline)
-			if p.monitor {
-				t.monitor, t.monStart = p.pid, p.start
-			} else if p.pid == p.pgid {
+			if p.pid == p.pgid && !p.monitor {
 				t.pgid, t.pgidStart = p.pid, p.start
 			}
 		}
@@ -167,13 +180,17 @@ func (m *Manager) sweepOrphans() {
 			if err := killTree(context.Background(), t, syscall.SIGTERM, sweepGrace); err != nil {
 				m.log.Error("stop orphaned processes", "instance", id, "err", err)
 			}
-			if t.monitor != 0 && alive(t.monitor, t.monStart) {
-				_ = syscall.Kill(t.monitor, syscall.SIGKILL)
-			}
 			os.Remove(m.exitFile(id))
 		}()
 	}
 	wg.Wait()
+}
+
+// waitDead polls until pid (started at start) is gone or a zombie, at most d.
+func waitDead(pid int, start uint64, d time.Duration) {
+	for deadline := time.Now().Add(d); alive(pid, start) && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // ProtectSidecar lowers the OOM score of the calling process (the API

@@ -35,8 +35,10 @@ func TestFromBuildInfo(t *testing.T) {
 	}
 }
 
-// A `go build` from a git checkout prints a version that names its commit.
-// GOFLAGS may carry -buildvcs=false (CI sets it); the flag here wins.
+// A `go build` in a fresh clone prints a version that names its commit. The
+// test clones the current checkout (a linked worktree, whose .git is a file, is
+// not recognised by the go command) and builds there; GOFLAGS may carry
+// -buildvcs=false (CI sets it), the flag here wins.
 func TestGoBuildFromCheckoutIsStamped(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("no git")
@@ -49,9 +51,13 @@ func TestGoBuildFromCheckoutIsStamped(t *testing.T) {
 	if err != nil {
 		t.Skipf("git rev-parse HEAD: %v", err)
 	}
+	clone := filepath.Join(t.TempDir(), "clone")
+	if out, err := exec.Command("git", "clone", "-q", strings.TrimSpace(string(root)), clone).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
 	bin := filepath.Join(t.TempDir(), "sandbox-mcp")
 	build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, "./cmd/sandbox-mcp")
-	build.Dir = strings.TrimSpace(string(root))
+	build.Dir = clone
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -27,13 +27,15 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Defaults.
 const (
 	DefaultTimeout        = 5 * time.Minute
 	DefaultUsername       = "x-access-token"
-	DefaultMaxBundleBytes = 256 << 20
+	DefaultMaxBundleBytes = rules.MaxGitBundleBytes
 	// maxOutput bounds what is read of one git command's standard output.
 	maxOutput = 64 << 20
 )

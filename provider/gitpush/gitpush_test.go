@@ -436,3 +436,50 @@ func TestPolicyDenied(t *testing.T) {
 		t.Error("bad glob accepted")
 	}
 }
+
+// PushSandbox and SyncSandbox drive a sandbox through its sidecar only.
+func TestPushSandboxAndSyncSandbox(t *testing.T) {
+	e := newEnv(t, Policy{})
+	// Nothing committed yet: nothing to push.
+	res, err := e.m.PushSandbox(t.Context(), e.sc, e.id, e.remote, e.session)
+	if err != nil || !res.UpToDate {
+		t.Fatalf("PushSandbox with no work = %+v, %v; want up to date", res, err)
+	}
+	e.write("work.txt", "agent work\n", 0o644)
+	first := e.commit("agent work")
+	res, err = e.m.PushSandbox(t.Context(), e.sc, e.id, e.remote, e.session)
+	if err != nil || res.SHA != first || e.srv.Rev(t, "app", e.target()) != first {
+		t.Fatalf("PushSandbox = %+v, %v; want %s on the remote", res, err, first)
+	}
+	e.write("work.txt", "more agent work\n", 0o644)
+	second := e.commit("more")
+	res, err = e.m.PushSandbox(t.Context(), e.sc, e.id, e.remote, e.session)
+	if err != nil || res.SHA != second || res.Old != first || res.Commits != 1 {
+		t.Fatalf("second PushSandbox = %+v, %v; want %s over %s, 1 commit", res, err, second, first)
+	}
+	res, err = e.m.PushSandbox(t.Context(), e.sc, e.id, e.remote, e.session)
+	if err != nil || !res.UpToDate || res.SHA != second {
+		t.Errorf("repeated PushSandbox = %+v, %v", res, err)
+	}
+	e.write(".env", "X=1\n", 0o644)
+	e.commit("secret")
+	if _, err := e.m.PushSandbox(t.Context(), e.sc, e.id, e.remote, e.session); err == nil {
+		t.Error("PushSandbox pushed a .env")
+	} else {
+		wantRefused(t, err, RuleDenyGlob, ".env")
+	}
+
+	sr, err := e.m.SyncSandbox(t.Context(), e.sc, e.id, e.remote)
+	if err != nil || !sr.UpToDate {
+		t.Errorf("SyncSandbox before the remote moved = %+v, %v; want up to date", sr, err)
+	}
+	upstream := e.srv.Commit(t, "app", "main", "upstream", map[string]string{"up.txt": "u\n"})
+	sr, err = e.m.SyncSandbox(t.Context(), e.sc, e.id, e.remote)
+	if err != nil || sr.SHA != upstream || len(sr.Updated) != 1 {
+		t.Fatalf("SyncSandbox = %+v, %v", sr, err)
+	}
+	if got := e.git("rev-parse", "origin/main"); got != upstream {
+		t.Errorf("sandbox origin/main = %s, want %s", got, upstream)
+	}
+	assertNoToken(t, e.repo)
+}

@@ -5,15 +5,17 @@ import (
 	"path"
 	"regexp"
 	"strings"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // DefaultDenyGlobs are the file names a push refuses unless configured otherwise.
-var DefaultDenyGlobs = []string{".env", ".env.*", "*.pem", "id_rsa*"}
+var DefaultDenyGlobs = rules.GitPushDenyGlobs()
 
 // Default size caps.
 const (
-	DefaultMaxFileBytes  = 10 << 20
-	DefaultMaxTotalBytes = 100 << 20
+	DefaultMaxFileBytes  = rules.GitPushMaxFileBytes
+	DefaultMaxTotalBytes = rules.GitPushMaxTotalBytes
 )
 
 // Policy decides what a push may carry.
@@ -112,5 +114,5 @@ func TargetRef(sessionID string) (string, error) {
 		strings.HasSuffix(sessionID, ".") {
 		return "", fmt.Errorf("gitpush: session id %q cannot name a branch", sessionID)
 	}
-	return "refs/heads/session/" + sessionID, nil
+	return rules.SessionBranchPrefix + sessionID, nil
 }

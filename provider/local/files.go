@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -319,5 +318,17 @@ func removeAllAt(dirfd int, name string) error {
 	return err
 }
 
-// hostPath is for tests and diagnostics: the host path of a sandbox directory.
-func (e *Engine) hostPath(id, name string) string { return filepath.Join(e.sandboxDir(id), name) }
+// chmod sets a path's permission bits inside the sandbox.
+func (e *Engine) chmod(id, p string, mode uint32) error {
+	return e.withRoot(id, p, func(root int, p string) error {
+		f, err := openIn(root, p, unix.O_PATH, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), mode&0o7777, 0); err != nil {
+			return &fs.PathError{Op: "chmod", Path: p, Err: err}
+		}
+		return nil
+	})
+}
