@@ -266,7 +266,9 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 		sb.tags[t.GetTagName()] = t.GetTagValue()
 	}
 	var portLabels []string
-	spec := engine.Spec{Snapshot: img.snapshot, Network: !def.GetBlockNetwork(),
+	// A Modal sandbox has its own network and reaches the outside unless blocked: the
+	// engine's Egress (its own ports, outside through a proxy), never the host's network.
+	spec := engine.Spec{Snapshot: img.snapshot, Egress: !def.GetBlockNetwork(),
 		Labels: map[string]string{labelID: sb.id, labelTask: sb.taskID, labelApp: sb.appID, labelName: sb.name, labelImage: sb.imageID}}
 	for _, p := range sb.ports {
 		spec.Ports = append(spec.Ports, int(p.GetPort()))
