@@ -282,3 +282,21 @@ func BenchmarkCreateToHealthy(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkExecRoundTripLocalEngine is one `true` through the SDK, the server and the
+// isolated local engine (exec start, stdio to EOF, wait).
+func BenchmarkExecRoundTripLocalEngine(b *testing.B) {
+	p, _ := e2eProvider(b)
+	e := p.Engine()
+	ctx := context.Background()
+	info, err := e.Create(ctx, engine.Spec{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Terminate(ctx, info.ID)
+	for b.Loop() {
+		if code, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"true"}}); err != nil || code != 0 {
+			b.Fatalf("exec = %d, %v", code, err)
+		}
+	}
+}

@@ -79,7 +79,8 @@ func TestIDShapes(t *testing.T) {
 	if id := newV2SandboxID(time.UnixMilli(0)); id != "sb-00000000000000000000000000"[:3+10]+id[13:] {
 		t.Errorf("V2 id %q does not start with a zero timestamp", id)
 	}
-	if stableID("ap", "x") != stableID("ap", "x") || stableID("ap", "x") == stableID("ap", "y") {
+	a, b := stableID("ap", "x"), stableID("ap", "x")
+	if a != b || a == stableID("ap", "y") {
 		t.Errorf("stableID is not a function of its key")
 	}
 }

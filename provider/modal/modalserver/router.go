@@ -196,16 +196,6 @@ func (s *Server) start(sb *sandbox, execID string, fn func(ctx context.Context, 
 	return p, nil
 }
 
-func (sb *sandbox) process(execID string) (*process, error) {
-	sb.execMu.Lock()
-	defer sb.execMu.Unlock()
-	p := sb.execs[execID]
-	if p == nil {
-		return nil, status.Errorf(codes.NotFound, "exec %s not found", execID)
-	}
-	return p, nil
-}
-
 // cancelExecs kills every process of a sandbox that ended.
 func (sb *sandbox) cancelExecs() {
 	sb.execMu.Lock()
