@@ -134,10 +134,10 @@ func (p *Provider) connect(ctx context.Context, op provider.Operation) (*modalsd
 		return p.client, p.app, nil
 	}
 	id, secret := p.env("MODAL_TOKEN_ID"), p.env("MODAL_TOKEN_SECRET")
-	if err := provider.ModalAuthPreflight(id, secret); err != nil {
-		var pe *provider.ProviderError
-		errors.As(err, &pe)
-		return nil, nil, provider.NewProviderError(provider.KindModal, op, pe.Message, false, nil)
+	if provider.ModalAuthPreflight(id, secret) != nil {
+		// No call is made with a mis-shaped pair; the hint says what is wrong. (With
+		// neither set, the SDK uses ~/.modal.toml.)
+		return nil, nil, provider.NewProviderError(provider.KindModal, op, provider.ModalAuthConfigHint(id, secret), false, nil)
 	}
 	name, err := provider.ModalAppName(p.o.Getenv)
 	if err != nil {

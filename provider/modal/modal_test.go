@@ -89,6 +89,9 @@ func TestPreflight(t *testing.T) {
 			if !errors.As(err, &pe) || pe.Retryable || !strings.Contains(pe.Message, tc.wantInHint) {
 				t.Fatalf("CreateSandbox = %v, want a non-retryable ProviderError containing %q", err, tc.wantInHint)
 			}
+			if strings.Count(pe.Message, "[modal:") != 1 {
+				t.Errorf("message %q is not prefixed exactly once", pe.Message)
+			}
 			if strings.Contains(pe.Message, addr) || strings.Contains(pe.Message, "connection refused") {
 				t.Errorf("the preflight made a call: %q", pe.Message)
 			}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,7 +21,7 @@ import (
 
 // TestJSSDK runs Modal's official JS SDK (npm `modal`, pinned in testdata/js with its
 // package-lock.json) against the server: create, exec echo, write+read a file,
-// tunnels, terminate. It installs the SDK with `npm ci` (from the npm registry) and is
+// tunnels, snapshot and create from its image id, list, terminate. It installs the SDK with `npm ci` (from the npm registry) and is
 // skipped only when node or npm is missing.
 func TestJSSDK(t *testing.T) {
 	for _, tool := range []string{"node", "npm"} {
@@ -78,6 +79,9 @@ func TestJSSDK(t *testing.T) {
 		ReadBack           string
 		TunnelURL          string
 		TunnelBody         string
+		SnapshotImageID    string
+		RestoredRead       string
+		Listed             []string
 		ExitAfterTerminate int
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
@@ -89,6 +93,12 @@ func TestJSSDK(t *testing.T) {
 	}
 	if !strings.HasPrefix(got.SandboxID, "sb-") || got.Stdout != "hello yes\n" || got.ExitCode != 0 || got.ReadBack != "written from js\n" || got.TunnelBody != "js tunnel ok" {
 		t.Errorf("JS SDK results = %+v", got)
+	}
+	if !strings.HasPrefix(got.SnapshotImageID, "im-") || got.RestoredRead != "written from js\n" {
+		t.Errorf("JS SDK snapshot: image %q, restored file %q", got.SnapshotImageID, got.RestoredRead)
+	}
+	if len(got.Listed) != 2 || !slices.Contains(got.Listed, got.SandboxID) {
+		t.Errorf("JS SDK list = %v, want the two running sandboxes incl. %s", got.Listed, got.SandboxID)
 	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}, Timeout: 10 * time.Second}
 	// The sandbox is terminated, so its tunnel is closed: a GET must fail.

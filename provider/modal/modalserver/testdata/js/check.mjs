@@ -1,6 +1,8 @@
 // Runs Modal's official JS SDK against the local Modal-compatible server. The Go test
 // (../../js_test.go) starts the server and sets MODAL_SERVER_URL, the token pair and
-// TUNNEL_PORT (a port with an HTTP server behind it). Prints one JSON line.
+// TUNNEL_PORT (a port with an HTTP server behind it). Covers create from a registry
+// name and from an image id, exec, files, tunnels, snapshot, list and terminate.
+// Prints one JSON line.
 import { ModalClient } from "modal";
 
 const port = Number(process.env.TUNNEL_PORT);
@@ -23,6 +25,16 @@ try {
   out.tunnelUrl = tunnels[port].url;
   out.tunnelBody = await (await fetch(out.tunnelUrl)).text();
 
+  // Snapshot, then a sandbox from the snapshot's image id has the file.
+  const snap = await sb.snapshotFilesystem();
+  out.snapshotImageId = snap.imageId;
+  const sb2 = await modal.sandboxes.create(app, await modal.images.fromId(snap.imageId));
+  out.restoredRead = await sb2.filesystem.readText("/home/user/js/note.txt");
+
+  out.listed = [];
+  for await (const s of modal.sandboxes.list({ appId: app.appId })) out.listed.push(s.sandboxId);
+
+  await sb2.terminate();
   await sb.terminate();
   out.exitAfterTerminate = await sb.wait();
   out.ok = true;
