@@ -13,7 +13,7 @@ import (
 )
 
 // BaseImage is the sandbox image defined in Go: a Debian base, the packages the boot
-// needs, the platform's user and paths, and our static binaries fetched by URL. It
+// needs, the platform's user and paths, and our static binaries fetched by URL (curl, installed by the apt step). It
 // replaces the Python deploy.py/get_image_id step: the SDK builds it on Modal (cached
 // by Modal under the same definition), and its Definition feeds the base snapshot
 // version key.
@@ -51,7 +51,8 @@ func (b BaseImage) Commands() []string {
 	}
 	for _, name := range slices.Sorted(maps.Keys(b.Binaries)) {
 		if url := b.Binaries[name]; url != "" {
-			cmds = append(cmds, "ADD --chmod=755 "+url+" /usr/local/bin/"+name)
+			dst := "/usr/local/bin/" + name
+			cmds = append(cmds, "RUN curl -fsSL "+provider.ShellEscape(url)+" -o "+dst+" && chmod 755 "+dst)
 		}
 	}
 	return append(cmds, "WORKDIR "+p.Home)

@@ -198,7 +198,7 @@ func TestBaseImage(t *testing.T) {
 	img := DefaultBaseImage(getenv)
 	def := img.Definition()
 	for _, want := range []string{"FROM debian:bookworm-slim\n", " git ", " caddy ", "useradd", "/home/user/workspace",
-		"ADD --chmod=755 https://example.invalid/sandbox-mcp /usr/local/bin/sandbox-mcp"} {
+		"RUN curl -fsSL 'https://example.invalid/sandbox-mcp' -o /usr/local/bin/sandbox-mcp && chmod 755 /usr/local/bin/sandbox-mcp"} {
 		if !strings.Contains(def, want) {
 			t.Errorf("base image definition lacks %q:\n%s", want, def)
 		}
