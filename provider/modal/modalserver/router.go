@@ -94,6 +94,32 @@ type process struct {
 	done   chan struct{}
 	code   int32
 	err    error
+
+	// forget drops the exec's record (and its kept output) from its sandbox.
+	forget   func()
+	seenMu   sync.Mutex
+	seen     int // stdout EOF, stderr EOF and a wait answered: 3 means forget
+	seenOnce [3]bool
+}
+
+// execRetention is how long a finished exec's output stays for a reader that has not
+// taken it all: the record goes when stdout and stderr were read to the end and the
+// exit code was answered, or this long after the exec ended.
+const execRetention = 2 * time.Minute
+
+// delivered records one of the three things a client takes from an exec (0 stdout
+// EOF, 1 stderr EOF, 2 the exit code); with all three the record is dropped.
+func (p *process) delivered(what int) {
+	p.seenMu.Lock()
+	if !p.seenOnce[what] {
+		p.seenOnce[what] = true
+		p.seen++
+	}
+	all := p.seen == 3
+	p.seenMu.Unlock()
+	if all {
+		p.forget()
+	}
 }
 
 // stdinWrite appends data at offset; bytes before the written count are ones the
@@ -163,6 +189,13 @@ func (s *Server) start(sb *sandbox, execID string, fn func(ctx context.Context, 
 	}
 	sb.execs[execID] = p
 	sb.execMu.Unlock()
+	p.forget = func() {
+		sb.execMu.Lock()
+		if sb.execs[execID] == p {
+			delete(sb.execs, execID)
+		}
+		sb.execMu.Unlock()
+	}
 
 	queue := p.stdinQueue
 	s.wg.Add(2)
@@ -192,6 +225,7 @@ func (s *Server) start(sb *sandbox, execID string, fn func(ctx context.Context, 
 		p.stdout.close()
 		p.stderr.close()
 		close(p.done)
+		time.AfterFunc(execRetention, p.forget)
 	}()
 	return p, nil
 }
@@ -296,11 +330,11 @@ func (r *routerServer) TaskExecStdioRead(req *pb.TaskExecStdioReadRequest, strea
 	if err != nil {
 		return err
 	}
-	out := p.stdout
+	out, which := p.stdout, 0
 	switch req.GetFileDescriptor() {
 	case pb.TaskExecStdioFileDescriptor_TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDOUT:
 	case pb.TaskExecStdioFileDescriptor_TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDERR:
-		out = p.stderr
+		out, which = p.stderr, 1
 	default:
 		return status.Error(codes.InvalidArgument, "unsupported file descriptor")
 	}
@@ -311,6 +345,7 @@ func (r *routerServer) TaskExecStdioRead(req *pb.TaskExecStdioReadRequest, strea
 			return status.FromContextError(err).Err()
 		}
 		if eof {
+			p.delivered(which)
 			return nil
 		}
 		if err := stream.Send(pb.TaskExecStdioReadResponse_builder{Data: chunk}.Build()); err != nil {
@@ -392,6 +427,7 @@ func (r *routerServer) TaskExecWait(ctx context.Context, req *pb.TaskExecWaitReq
 	if p.err != nil {
 		return nil, engineError("exec", p.err)
 	}
+	p.delivered(2)
 	return pb.TaskExecWaitResponse_builder{Code: &p.code}.Build(), nil
 }
 
@@ -405,6 +441,7 @@ func (r *routerServer) TaskExecPoll(ctx context.Context, req *pb.TaskExecPollReq
 		if p.err != nil {
 			return nil, engineError("exec", p.err)
 		}
+		p.delivered(2)
 		return pb.TaskExecPollResponse_builder{Code: &p.code}.Build(), nil
 	default:
 		return pb.TaskExecPollResponse_builder{}.Build(), nil

@@ -289,3 +289,38 @@ func TestBadToken(t *testing.T) {
 		t.Errorf("call with a malformed token = %v, want Unauthenticated with the token hint", err)
 	}
 }
+
+// TestExecRecordsForgotten: once a client has both streams to EOF and the exit code,
+// the server drops the exec and the output it kept.
+func TestExecRecordsForgotten(t *testing.T) {
+	eng := hostengine.New(t.TempDir())
+	defer eng.Close()
+	url, srv := startServer(t, eng)
+	sdkEnv(t, url, true)
+	c := newSDK(t)
+	ctx := t.Context()
+	app, err := c.Apps.FromName(ctx, "forget", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Sandboxes.Create(ctx, app, c.Images.FromRegistry("debian:bookworm-slim", nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Terminate(context.Background(), nil)
+	for range 3 {
+		if out, _, code := execOut(t, ctx, sb, []string{"echo", "x"}, nil); out != "x\n" || code != 0 {
+			t.Fatalf("exec = %q, %d", out, code)
+		}
+	}
+	rec, err := srv.lookup(ctx, sb.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.execMu.Lock()
+	n := len(rec.execs)
+	rec.execMu.Unlock()
+	if n != 0 {
+		t.Errorf("%d exec records kept after their output and exit codes were taken", n)
+	}
+}
