@@ -1,0 +1,302 @@
+package modal
+
+// End to end through real gRPC: provider/modal → the local Modal-compatible server →
+// the isolated local engine, booting real sandboxes (git clone, sandbox-mcp, caddy,
+// proliferate services).
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/provider/providertest"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binaries builds sandbox-mcp and proliferate once per test binary.
+func binaries(t testing.TB) string {
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "modal-e2e-bin-")
+		if buildErr != nil {
+			return
+		}
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		for _, b := range []string{"sandbox-mcp", "proliferate"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b), "./cmd/"+b)
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = errors.New("go build ./cmd/" + b + ": " + err.Error() + "\n" + string(out))
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+// isolatedEngine is the local engine in isolated mode; the test is skipped where
+// namespaces are not permitted (unisolated sandboxes would write the boot's absolute
+// paths on the host). Every sandbox it made is terminated at cleanup.
+func isolatedEngine(t testing.TB) *local.Engine {
+	t.Helper()
+	bin := binaries(t)
+	eng, err := local.NewEngine(local.EngineOptions{DataDir: t.TempDir(),
+		SandboxMCP: filepath.Join(bin, "sandbox-mcp"), Proliferate: filepath.Join(bin, "proliferate")})
+	if errors.Is(err, engine.ErrNotIsolated) {
+		t.Skip("namespaces are not permitted here: the end-to-end Modal test needs the isolated local engine")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		infos, _ := eng.List(context.Background())
+		for _, in := range infos {
+			eng.Terminate(context.Background(), in.ID)
+		}
+		eng.Close()
+	})
+	return eng
+}
+
+// originRepo makes a git repo the sandboxes can clone by file:// URL. It lives under
+// the package directory: the isolated engine gives each sandbox its own /tmp and
+// /home, and shows the rest of the host read-only.
+func originRepo(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(".", ".e2e-origin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, _ := filepath.Abs(dir)
+	t.Cleanup(func() { os.RemoveAll(abs) })
+	git := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@e", "-c", "commit.gpgsign=false"}, args...)...)
+		cmd.Dir = abs
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git("init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(abs, "README.md"), []byte("hello from the origin\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("add", ".")
+	git("commit", "-q", "-m", "first")
+	return abs
+}
+
+// sidecarHealthy polls the sidecar's health through the preview tunnel (Caddy routes
+// /_proliferate/mcp/* to sandbox-mcp) until it answers 200.
+func sidecarHealthy(ctx context.Context, c *http.Client, previewURL string) error {
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", previewURL+"/_proliferate/mcp/api/health", nil)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = errors.New(resp.Status)
+			}
+			return errors.Join(ctx.Err(), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func e2eProvider(t testing.TB) (*Provider, *http.Client) {
+	eng := isolatedEngine(t)
+	srv, env := localServer(t, eng)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}, Timeout: 5 * time.Second}
+	t.Cleanup(hc.CloseIdleConnections)
+	p := New(Options{Getenv: func(k string) string { return env[k] }, HTTPClient: hc, ReadyWait: time.Second})
+	t.Cleanup(p.Close)
+	return p, hc
+}
+
+// TestEndToEnd: create from the Go-defined base image with a real git repo cloned,
+// sidecar healthy through the preview tunnel, a service command started, ensure
+// recovers by name, snapshot → create from it, terminate twice.
+func TestEndToEnd(t *testing.T) {
+	if _, err := exec.LookPath("caddy"); err != nil {
+		t.Skip("caddy is not installed: the sidecar is reached through Caddy's preview site")
+	}
+	p, hc := e2eProvider(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	origin := originRepo(t)
+	opts := provider.CreateOptions{SessionID: "e2e-session", Repos: []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "app"}},
+		EnvVars: map[string]string{provider.EnvSandboxMCPAuthToken: "e2e-token"}, SnapshotHasDeps: true,
+		ServiceCommands: []provider.ConfigurationServiceCommand{{Name: "sleeper", Command: "sleep 600", WorkspacePath: "app"}}}
+
+	first, err := p.EnsureSandbox(ctx, opts)
+	if err != nil {
+		t.Fatalf("EnsureSandbox: %v", err)
+	}
+	t.Cleanup(func() { p.Terminate(context.Background(), opts.SessionID, first.SandboxID) })
+	if first.Recovered || !strings.HasPrefix(first.SandboxID, "sb-") || !strings.HasPrefix(first.PreviewURL, "https://127.0.0.1:") ||
+		!strings.HasPrefix(first.TunnelURL, "https://") || first.SSHPort == 0 {
+		t.Errorf("EnsureSandbox = %+v", first)
+	}
+	hctx, hcancel := context.WithTimeout(ctx, 60*time.Second)
+	if err := sidecarHealthy(hctx, hc, first.PreviewURL); err != nil {
+		t.Errorf("sidecar not healthy through %s: %v", first.PreviewURL, err)
+	}
+	hcancel()
+	r, err := p.ExecCommand(ctx, first.SandboxID, []string{"cat", "README.md"}, provider.ExecOptions{Cwd: "/home/user/workspace/app"})
+	if err != nil || r.Stdout != "hello from the origin\n" {
+		t.Errorf("cloned README = %+v, %v", r, err)
+	}
+	files, err := p.ReadFiles(ctx, first.SandboxID, "/home/user/workspace/app/")
+	if err != nil || !slices.ContainsFunc(files, func(f provider.FileContent) bool { return f.Path == "README.md" }) {
+		t.Errorf("ReadFiles = %d files, %v", len(files), err)
+	}
+	// The service starts in the background phase through `proliferate services start`.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r, err := p.ExecCommand(ctx, first.SandboxID, []string{"cat", "/tmp/proliferate/state.json"}, provider.ExecOptions{})
+		if err == nil && strings.Contains(r.Stdout, `"sleeper"`) && strings.Contains(r.Stdout, "running") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("service sleeper not running: %+v, %v", r, err)
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	res, err := p.TestServiceCommands(ctx, first.SandboxID, []provider.ConfigurationServiceCommand{{Name: "probe", Command: "cat README.md", WorkspacePath: "app"}},
+		provider.ServiceTestOptions{TimeoutMs: 10000, RunID: "e2e"})
+	if err != nil || len(res) != 1 || res[0].ExitCode == nil || *res[0].ExitCode != 0 || !strings.Contains(res[0].Output, "hello from the origin") {
+		t.Errorf("TestServiceCommands = %+v, %v", res, err)
+	}
+
+	recovered := opts
+	recovered.CurrentSandboxID = first.SandboxID
+	again, err := p.EnsureSandbox(ctx, recovered)
+	if err != nil || !again.Recovered || again.SandboxID != first.SandboxID || again.PreviewURL != first.PreviewURL {
+		t.Errorf("EnsureSandbox (recover) = %+v, %v", again, err)
+	}
+
+	snap, err := p.Snapshot(ctx, opts.SessionID, first.SandboxID)
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	restoreOpts := opts
+	restoreOpts.SessionID, restoreOpts.SnapshotID = "e2e-restored", snap.SnapshotID
+	restored, err := p.CreateSandbox(ctx, restoreOpts)
+	if err != nil {
+		t.Fatalf("CreateSandbox from snapshot: %v", err)
+	}
+	t.Cleanup(func() { p.Terminate(context.Background(), restoreOpts.SessionID, restored.SandboxID) })
+	r, err = p.ExecCommand(ctx, restored.SandboxID, []string{"cat", "/home/user/workspace/app/README.md"}, provider.ExecOptions{})
+	if err != nil || r.Stdout != "hello from the origin\n" {
+		t.Errorf("restored README = %+v, %v", r, err)
+	}
+	for range 2 {
+		if err := p.Terminate(ctx, "", first.SandboxID); err != nil {
+			t.Errorf("Terminate(%s): %v", first.SandboxID, err)
+		}
+	}
+	// With the first sandbox gone, the restored one answers through its own tunnel
+	// (each sandbox has its own network: ports 4000 and 20000 are its own).
+	hctx, hcancel = context.WithTimeout(ctx, 60*time.Second)
+	if err := sidecarHealthy(hctx, hc, restored.PreviewURL); err != nil {
+		t.Errorf("restored sidecar not healthy: %v", err)
+	}
+	hcancel()
+	if err := p.Terminate(ctx, "", restored.SandboxID); err != nil {
+		t.Errorf("Terminate(%s): %v", restored.SandboxID, err)
+	}
+	if alive, err := p.CheckSandboxes(ctx, []string{first.SandboxID, restored.SandboxID}); err != nil || len(alive) != 0 {
+		t.Errorf("CheckSandboxes after Terminate = %v, %v", alive, err)
+	}
+}
+
+// TestContractLifecycle runs the contract suite's lifecycle (ensure, recover by name,
+// env file, snapshot, terminate twice, ensure after terminate) on booted sandboxes.
+func TestContractLifecycle(t *testing.T) {
+	eng := isolatedEngine(t)
+	srv, env := localServer(t, eng)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}, Timeout: 5 * time.Second}
+	providertest.Run(t, func(t *testing.T) provider.SandboxProvider {
+		p := New(Options{Getenv: func(k string) string { return env[k] }, HTTPClient: hc, ReadyWait: time.Second})
+		t.Cleanup(p.Close)
+		return p
+	}, providertest.Options{Kind: provider.KindModal, Timeout: 4 * time.Minute,
+		CreateOptions: func(t *testing.T) provider.CreateOptions {
+			return provider.CreateOptions{SessionID: "contract", Repos: []provider.RepoSpec{}}
+		}})
+}
+
+// BenchmarkCreateToHealthy: CreateSandbox (scratch session) until sandbox-mcp answers
+// through the preview tunnel, then terminate; through real gRPC and the isolated engine.
+func BenchmarkCreateToHealthy(b *testing.B) {
+	if _, err := exec.LookPath("caddy"); err != nil {
+		b.Skip("caddy is not installed")
+	}
+	p, hc := e2eProvider(b)
+	ctx := context.Background()
+	opts := provider.CreateOptions{SessionID: "bench", Repos: []provider.RepoSpec{},
+		EnvVars: map[string]string{provider.EnvSandboxMCPAuthToken: "t"}}
+	for b.Loop() {
+		res, err := p.CreateSandbox(ctx, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		hctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err = sidecarHealthy(hctx, hc, res.PreviewURL)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := p.Terminate(ctx, "", res.SandboxID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+// BenchmarkExecRoundTripLocalEngine is one `true` through the SDK, the server and the
+// isolated local engine (exec start, stdio to EOF, wait).
+func BenchmarkExecRoundTripLocalEngine(b *testing.B) {
+	p, _ := e2eProvider(b)
+	e := p.Engine()
+	ctx := context.Background()
+	info, err := e.Create(ctx, engine.Spec{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Terminate(ctx, info.ID)
+	for b.Loop() {
+		if code, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"true"}}); err != nil || code != 0 {
+			b.Fatalf("exec = %d, %v", code, err)
+		}
+	}
+}

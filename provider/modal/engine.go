@@ -1,0 +1,323 @@
+package modal
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	modalsdk "github.com/modal-labs/modal-client/go"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+)
+
+// Engine is engine.Engine on Modal (or the local Modal-compatible server): what
+// `sandboxctl --provider modal` drives for list, exec, cp, snapshot and terminate. It
+// uses the Provider's client and app.
+type Engine struct {
+	p *Provider
+	// TLS dials encrypted tunnels in DialPort; nil means the system roots.
+	TLS *tls.Config
+}
+
+// Engine returns the engine view of this provider.
+func (p *Provider) Engine() *Engine { return &Engine{p: p} }
+
+var _ engine.Engine = (*Engine)(nil)
+
+// Capabilities: Modal isolates sandboxes and snapshots filesystems; no pause.
+func (e *Engine) Capabilities() engine.Capabilities {
+	return engine.Capabilities{Isolated: true, Snapshot: true}
+}
+
+func (e *Engine) sandbox(ctx context.Context, id string) (*modalsdk.Sandbox, error) {
+	return e.p.sandbox(ctx, provider.OpExecCommand, id)
+}
+
+// notFound maps the SDK's "gone" answers to engine.ErrNotFound.
+func notFound(err error) error {
+	if err == nil {
+		return nil
+	}
+	var nf modalsdk.NotFoundError
+	if errors.As(err, &nf) {
+		return fmt.Errorf("%w: %v", engine.ErrNotFound, err)
+	}
+	return err
+}
+
+// Create starts a sandbox from spec.Snapshot (an image id) or the base image.
+func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
+	c, app, err := e.p.connect(ctx, provider.OpCreateSandbox)
+	if err != nil {
+		return engine.Info{}, err
+	}
+	img := e.p.image.Image(c)
+	if spec.Snapshot != "" {
+		if img, err = c.Images.FromID(ctx, spec.Snapshot, nil); err != nil {
+			return engine.Info{}, notFound(err)
+		}
+	}
+	env := map[string]string{}
+	for _, kv := range spec.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	params := &modalsdk.SandboxCreateParams{Name: spec.Name, Env: env, EncryptedPorts: spec.Ports,
+		Timeout: wholeSeconds(spec.Timeout), BlockNetwork: !spec.Network, Tags: maps.Clone(spec.Labels)}
+	if spec.Limits.MemoryBytes > 0 {
+		params.MemoryLimitMiB = int(spec.Limits.MemoryBytes >> 20)
+	}
+	sb, err := c.Sandboxes.Create(ctx, app, img, params)
+	if err != nil {
+		var ae modalsdk.AlreadyExistsError
+		if errors.As(err, &ae) {
+			return engine.Info{}, fmt.Errorf("%w: %v", engine.ErrNameTaken, err)
+		}
+		return engine.Info{}, err
+	}
+	return e.Get(ctx, sb.SandboxID)
+}
+
+// Get describes a sandbox: running until Modal reports its result.
+func (e *Engine) Get(ctx context.Context, id string) (engine.Info, error) {
+	sb, err := e.sandbox(ctx, id)
+	if err != nil {
+		return engine.Info{}, err
+	}
+	code, err := sb.Poll(ctx, nil)
+	if err != nil {
+		return engine.Info{}, notFound(err)
+	}
+	info := engine.Info{ID: id, State: engine.StateRunning, Isolated: true, ExitCode: code}
+	if code != nil {
+		info.State = engine.StateDead
+		return info, nil
+	}
+	if tags, err := sb.GetTags(ctx, nil); err == nil {
+		info.Labels = tags
+	}
+	if ts, err := sb.Tunnels(ctx, TunnelTimeout, nil); err == nil {
+		for port, t := range ts {
+			info.Tunnels = append(info.Tunnels, engine.Tunnel{Port: port, Host: t.Host, HostPort: t.Port})
+		}
+	}
+	return info, nil
+}
+
+// List returns the app's running sandboxes (Modal does not list finished ones).
+func (e *Engine) List(ctx context.Context) ([]engine.Info, error) {
+	c, app, err := e.p.connect(ctx, provider.OpCheckSandboxes)
+	if err != nil {
+		return nil, err
+	}
+	seq, err := c.Sandboxes.List(ctx, &modalsdk.SandboxListParams{AppID: app.AppID})
+	if err != nil {
+		return nil, err
+	}
+	var out []engine.Info
+	for sb, err := range seq {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, engine.Info{ID: sb.SandboxID, State: engine.StateRunning, Isolated: true})
+	}
+	return out, nil
+}
+
+// Exec runs argv with streamed stdio.
+func (e *Engine) Exec(ctx context.Context, id string, req engine.ExecRequest) (int, error) {
+	sb, err := e.sandbox(ctx, id)
+	if err != nil {
+		return -1, err
+	}
+	env := map[string]string{}
+	for _, kv := range req.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	start := time.Now()
+	proc, err := sb.Exec(ctx, req.Argv, &modalsdk.SandboxExecParams{Workdir: req.Cwd, Env: env, Timeout: wholeSeconds(req.Timeout)})
+	if err != nil {
+		return -1, notFound(err)
+	}
+	var wg sync.WaitGroup
+	copyOut := func(w io.Writer, r io.Reader) {
+		defer wg.Done()
+		if w == nil {
+			w = io.Discard
+		}
+		io.Copy(w, r)
+	}
+	wg.Add(2)
+	go copyOut(req.Stdout, proc.Stdout)
+	go copyOut(req.Stderr, proc.Stderr)
+	if req.Stdin != nil {
+		go func() {
+			io.Copy(proc.Stdin, req.Stdin)
+			proc.Stdin.Close()
+		}()
+	}
+	code, err := proc.Wait(ctx, nil)
+	wg.Wait()
+	var te modalsdk.ExecTimeoutError
+	if errors.As(err, &te) {
+		return 124, fmt.Errorf("%w: %v", engine.ErrTimeout, err)
+	}
+	if err == nil && code == 124 && req.Timeout > 0 && time.Since(start) >= req.Timeout {
+		// Killed at its timeout: 124 is what the server reports, as `timeout` does.
+		return 124, fmt.Errorf("exec: %w", engine.ErrTimeout)
+	}
+	return code, err
+}
+
+func (e *Engine) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+	sb, err := e.sandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	data, err := sb.Filesystem.ReadBytes(ctx, path, nil)
+	return data, fsErr(err)
+}
+
+func (e *Engine) WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) error {
+	sb, err := e.sandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := sb.Filesystem.WriteBytes(ctx, data, path, nil); err != nil {
+		return fsErr(err)
+	}
+	if perm := fs.FileMode(mode).Perm(); perm != 0 && perm != 0o644 {
+		_, err := e.Exec(ctx, id, engine.ExecRequest{Argv: []string{"chmod", strconv.FormatUint(uint64(perm), 8), path}})
+		return err
+	}
+	return nil
+}
+
+func toInfo(f modalsdk.FileInfo) engine.FileInfo {
+	mode := fs.FileMode(f.Mode).Perm()
+	if f.Type == modalsdk.FileTypeDirectory {
+		mode |= fs.ModeDir
+	}
+	if f.Type == modalsdk.FileTypeSymlink {
+		mode |= fs.ModeSymlink
+	}
+	sec := int64(f.ModifiedTime)
+	return engine.FileInfo{Name: f.Name, Path: f.Path, Size: f.Size, Mode: uint32(mode), IsDir: f.Type == modalsdk.FileTypeDirectory,
+		ModTime: time.Unix(sec, int64((f.ModifiedTime-float64(sec))*1e9))}
+}
+
+func (e *Engine) ListFiles(ctx context.Context, id, dir string) ([]engine.FileInfo, error) {
+	sb, err := e.sandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	list, err := sb.Filesystem.ListFiles(ctx, dir, nil)
+	if err != nil {
+		return nil, fsErr(err)
+	}
+	out := make([]engine.FileInfo, 0, len(list))
+	for _, f := range list {
+		out = append(out, toInfo(f))
+	}
+	return out, nil
+}
+
+func (e *Engine) Stat(ctx context.Context, id, path string) (engine.FileInfo, error) {
+	sb, err := e.sandbox(ctx, id)
+	if err != nil {
+		return engine.FileInfo{}, err
+	}
+	f, err := sb.Filesystem.Stat(ctx, path, nil)
+	if err != nil {
+		return engine.FileInfo{}, fsErr(err)
+	}
+	return toInfo(*f), nil
+}
+
+func (e *Engine) MkdirAll(ctx context.Context, id, path string) error {
+	sb, err := e.sandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	return fsErr(sb.Filesystem.MakeDirectory(ctx, path, nil))
+}
+
+func (e *Engine) Remove(ctx context.Context, id, path string) error {
+	sb, err := e.sandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	return fsErr(sb.Filesystem.Remove(ctx, path, &modalsdk.SandboxFilesystemRemoveParams{Recursive: true}))
+}
+
+// fsErr maps a missing path to fs.ErrNotExist.
+func fsErr(err error) error {
+	var fnf modalsdk.SandboxFilesystemNotFoundError
+	if errors.As(err, &fnf) {
+		return fmt.Errorf("%w: %v", fs.ErrNotExist, err)
+	}
+	return notFound(err)
+}
+
+func (e *Engine) Snapshot(ctx context.Context, id string) (string, error) {
+	sb, err := e.sandbox(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	img, err := sb.SnapshotFilesystem(ctx, nil)
+	if err != nil {
+		return "", notFound(err)
+	}
+	return img.ImageID, nil
+}
+
+func (e *Engine) Pause(ctx context.Context, id string) error {
+	return fmt.Errorf("modal: %w", engine.ErrUnsupported)
+}
+
+func (e *Engine) Resume(ctx context.Context, id string) error {
+	return fmt.Errorf("modal: %w", engine.ErrUnsupported)
+}
+
+func (e *Engine) Terminate(ctx context.Context, id string) error {
+	return e.p.Terminate(ctx, "", id)
+}
+
+// DialPort connects to a sandbox port through its tunnel (TLS for encrypted ports).
+func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	sb, err := e.sandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := sb.Tunnels(ctx, TunnelTimeout, nil)
+	if err != nil {
+		return nil, notFound(err)
+	}
+	t := ts[port]
+	if t == nil {
+		return nil, fmt.Errorf("modal: port %d has no tunnel: %w", port, engine.ErrUnsupported)
+	}
+	if h, p, err := t.TCPSocket(); err == nil {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", net.JoinHostPort(h, strconv.Itoa(p)))
+	}
+	d := tls.Dialer{Config: e.TLS}
+	return d.DialContext(ctx, "tcp", net.JoinHostPort(t.Host, strconv.Itoa(t.Port)))
+}
+
+// Close closes the provider's client; sandboxes keep running.
+func (e *Engine) Close() error {
+	e.p.Close()
+	return nil
+}

@@ -1,0 +1,115 @@
+package modal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/hostengine"
+)
+
+// TestEngine drives the engine view of the provider (what `sandboxctl --provider
+// modal` uses) through the local server.
+func TestEngine(t *testing.T) {
+	host := hostengine.New(t.TempDir())
+	defer host.Close()
+	srv, env := localServer(t, host)
+	e := newProvider(t, env).Engine()
+	e.TLS = srv.TLSConfig()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "via DialPort") })}
+	go hs.Serve(l)
+	defer hs.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+
+	img := BaseImage{From: "debian:bookworm-slim"}
+	e.p.image = img
+	info, err := e.Create(ctx, engine.Spec{Name: "eng-1", Env: []string{"A=1"}, Ports: []int{port}, Network: true,
+		Labels: map[string]string{"owner": "test"}})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if info.State != engine.StateRunning || info.Labels["owner"] != "test" || len(info.Tunnels) != 1 {
+		t.Errorf("Create = %+v", info)
+	}
+	if _, err := e.Create(ctx, engine.Spec{Name: "eng-1"}); !errors.Is(err, engine.ErrNameTaken) {
+		t.Errorf("Create with a taken name = %v, want ErrNameTaken", err)
+	}
+	var out bytes.Buffer
+	code, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"sh", "-c", "cat; echo $A $B"}, Env: []string{"B=2"},
+		Stdin: strings.NewReader("in:"), Stdout: &out})
+	if err != nil || code != 0 || out.String() != "in:1 2\n" {
+		t.Errorf("Exec = %d, %v, %q", code, err, out.String())
+	}
+	if code, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"sleep", "5"}, Timeout: time.Second}); !errors.Is(err, engine.ErrTimeout) || code != 124 {
+		t.Errorf("Exec past its timeout = %d, %v, want 124, ErrTimeout", code, err)
+	}
+	if err := e.WriteFile(ctx, info.ID, "/home/user/a/b.txt", []byte("bee"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := e.ReadFile(ctx, info.ID, "/home/user/a/b.txt"); err != nil || string(data) != "bee" {
+		t.Errorf("ReadFile = %q, %v", data, err)
+	}
+	if list, err := e.ListFiles(ctx, info.ID, "/home/user/a"); err != nil || len(list) != 1 || list[0].Name != "b.txt" || list[0].Size != 3 {
+		t.Errorf("ListFiles = %+v, %v", list, err)
+	}
+	if _, err := e.Stat(ctx, info.ID, "/home/user/none"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Stat(missing) = %v, want fs.ErrNotExist", err)
+	}
+	if err := e.MkdirAll(ctx, info.ID, "/home/user/x/y"); err != nil {
+		t.Errorf("MkdirAll: %v", err)
+	}
+	if fi, err := e.Stat(ctx, info.ID, "/home/user/x/y"); err != nil || !fi.IsDir {
+		t.Errorf("Stat(dir) = %+v, %v", fi, err)
+	}
+	c, err := e.DialPort(ctx, info.ID, port)
+	if err != nil {
+		t.Fatalf("DialPort: %v", err)
+	}
+	io.WriteString(c, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+	resp, _ := io.ReadAll(c)
+	c.Close()
+	if !strings.HasSuffix(string(resp), "via DialPort") {
+		t.Errorf("DialPort answered %q", resp)
+	}
+	snap, err := e.Snapshot(ctx, info.ID)
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	restored, err := e.Create(ctx, engine.Spec{Snapshot: snap})
+	if err != nil {
+		t.Fatalf("Create from snapshot: %v", err)
+	}
+	if data, err := e.ReadFile(ctx, restored.ID, "/home/user/a/b.txt"); err != nil || string(data) != "bee" {
+		t.Errorf("restored ReadFile = %q, %v", data, err)
+	}
+	list, err := e.List(ctx)
+	if err != nil || len(list) != 2 {
+		t.Errorf("List = %+v, %v", list, err)
+	}
+	if err := e.Pause(ctx, info.ID); !errors.Is(err, engine.ErrUnsupported) {
+		t.Errorf("Pause = %v, want ErrUnsupported", err)
+	}
+	for _, id := range []string{info.ID, restored.ID, info.ID} {
+		if err := e.Terminate(ctx, id); err != nil {
+			t.Errorf("Terminate(%s): %v", id, err)
+		}
+	}
+	if got, err := e.Get(ctx, info.ID); err != nil || got.State != engine.StateDead {
+		t.Errorf("Get after Terminate = %+v, %v", got, err)
+	}
+}

@@ -1,0 +1,303 @@
+// Package modalserver is a local server that speaks Modal's gRPC protocol — the
+// control plane (modal.client.ModalClient) and the task command router
+// (modal.task_command_router.TaskCommandRouter) on one plaintext listener — and runs
+// the sandboxes on an engine.Engine. Modal's own SDKs (Go and JS) work against it
+// with MODAL_SERVER_URL=http://127.0.0.1:PORT and any ak-…/as-… token pair.
+//
+// It implements the calls the SDKs make to create a sandbox from an image, exec
+// with streamed stdio, use the filesystem, get tunnels, snapshot, list, tag, wait
+// and terminate. What it cannot do locally it refuses the way Modal refuses, with a
+// message that says what is local-only: registry images other than the ones the host
+// stands in for, GPUs, volumes, memory snapshots. See docs/modal.md.
+package modalserver
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	pb "github.com/modal-labs/modal-client/go/proto/modal_proto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+)
+
+// DefaultHostImages are the registry images the host's userland stands in for: a
+// sandbox created from one of them (plus any build commands, which are recorded but
+// not run) runs on the engine with the programs the host has.
+var DefaultHostImages = []string{"debian:bookworm-slim", "debian:bookworm", "debian:12", "python:3.12-slim-bookworm"}
+
+// Options configure a Server.
+type Options struct {
+	// Engine runs the sandboxes; required.
+	Engine engine.Engine
+	// HostImages are the registry tags accepted as "the host"; nil means
+	// DefaultHostImages.
+	HostImages []string
+	// Logger receives request errors; nil discards.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// StateDir, when set, keeps the server's images (registry stand-ins and
+	// snapshots) in StateDir/modal-images.json, so image ids outlive a restart.
+	StateDir string
+}
+
+// Server is the local Modal-compatible server. Its state (apps, images, secrets,
+// exec processes) is in memory; sandboxes live in the engine and are found again
+// through their labels after a restart.
+type Server struct {
+	pb.UnimplementedModalClientServer
+	router routerServer
+
+	o      Options
+	log    *slog.Logger
+	tokens *tokens
+	tls    *tls.Config
+
+	mu        sync.Mutex
+	apps      map[string]*app     // by id
+	images    map[string]*image   // by id
+	secrets   map[string]*secret  // by id
+	sandboxes map[string]*sandbox // by Modal sandbox id
+	tasks     map[string]string   // task id -> sandbox id
+	tunnels   map[tunnelKey]*tunnel
+
+	grpc *grpc.Server
+	wg   sync.WaitGroup
+	done chan struct{}
+	// base is cancelled by Close; exec processes and tunnels run under it.
+	base       context.Context
+	cancelBase context.CancelFunc
+}
+
+type app struct {
+	id, name, env string
+	created       time.Time
+}
+
+type image struct {
+	id string
+	// Tag is the registry image the chain starts from; empty for a snapshot.
+	tag string
+	// Snapshot is the engine snapshot the image restores; empty for a registry image.
+	snapshot string
+	commands []string
+}
+
+type secret struct {
+	id  string
+	env map[string]string
+}
+
+type sandbox struct {
+	id, taskID, engineID string
+	appID, name, imageID string
+	workdir              string
+	created              time.Time
+	ports                []*pb.PortSpec
+	tags                 map[string]string
+	// result is set once the sandbox has ended.
+	result *pb.GenericResult
+
+	execMu sync.Mutex
+	execs  map[string]*process
+}
+
+// Label keys the server keeps on engine sandboxes.
+const (
+	labelID    = "modal.sandbox_id"
+	labelTask  = "modal.task_id"
+	labelApp   = "modal.app_id"
+	labelName  = "modal.name"
+	labelImage = "modal.image_id"
+	labelPorts = "modal.ports"
+)
+
+// New returns a Server; call Serve to answer on a listener.
+func New(o Options) (*Server, error) {
+	if o.Engine == nil {
+		return nil, errors.New("modalserver: Engine is required")
+	}
+	if o.HostImages == nil {
+		o.HostImages = DefaultHostImages
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	cfg, err := selfSignedTLS()
+	if err != nil {
+		return nil, fmt.Errorf("modalserver: %w", err)
+	}
+	s := &Server{o: o, log: log, tokens: newTokens(time.Hour, o.Now), tls: cfg,
+		apps: map[string]*app{}, images: map[string]*image{}, secrets: map[string]*secret{},
+		sandboxes: map[string]*sandbox{}, tasks: map[string]string{}, tunnels: map[tunnelKey]*tunnel{},
+		done: make(chan struct{})}
+	if err := s.loadImages(); err != nil {
+		return nil, fmt.Errorf("modalserver: %w", err)
+	}
+	s.base, s.cancelBase = context.WithCancel(context.Background())
+	s.router.s = s
+	s.grpc = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.unaryAuth),
+		grpc.ChainStreamInterceptor(s.streamAuth),
+		grpc.MaxRecvMsgSize(100<<20), grpc.MaxSendMsgSize(100<<20),
+	)
+	pb.RegisterModalClientServer(s.grpc, s)
+	pb.RegisterTaskCommandRouterServer(s.grpc, &s.router)
+	return s, nil
+}
+
+// TLSConfig is the client side of the certificate the encrypted tunnels present
+// (self-signed, generated at New): a client that trusts it reaches the tunnels' https
+// URLs.
+func (s *Server) TLSConfig() *tls.Config {
+	return &tls.Config{RootCAs: s.tls.RootCAs, ServerName: "127.0.0.1"}
+}
+
+// Serve answers on l until Close. It returns nil after Close.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.grpc.Serve(l)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Close stops the server, its tunnels and its exec processes (the engine's
+// sandboxes keep running; the engine is not closed).
+func (s *Server) Close() error {
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
+	close(s.done)
+	s.cancelBase()
+	s.grpc.Stop()
+	s.mu.Lock()
+	ts := make([]*tunnel, 0, len(s.tunnels))
+	for _, t := range s.tunnels {
+		ts = append(ts, t)
+	}
+	s.tunnels = map[tunnelKey]*tunnel{}
+	sbs := make([]*sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		sbs = append(sbs, sb)
+	}
+	s.mu.Unlock()
+	for _, t := range ts {
+		t.close()
+	}
+	for _, sb := range sbs {
+		sb.cancelExecs()
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// --- authentication -----------------------------------------------------------------
+
+const routerPrefix = "/modal.task_command_router.TaskCommandRouter/"
+
+func (s *Server) authenticate(ctx context.Context, method string) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	first := func(k string) string {
+		if v := md.Get(k); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	if strings.HasPrefix(method, routerPrefix) {
+		tok, ok := strings.CutPrefix(first("authorization"), "Bearer ")
+		if !ok {
+			return status.Error(codes.Unauthenticated, "missing command router token")
+		}
+		if _, err := s.tokens.check(tok); err != nil {
+			return status.Error(codes.Unauthenticated, "command router token: "+err.Error())
+		}
+		return nil
+	}
+	id, secret := first("x-modal-token-id"), first("x-modal-token-secret")
+	if !strings.HasPrefix(id, "ak-") || !strings.HasPrefix(secret, "as-") {
+		// The local server accepts any well-shaped pair: it has no accounts.
+		return status.Error(codes.Unauthenticated, "Token missing or malformed: the local Modal server accepts any MODAL_TOKEN_ID=ak-… and MODAL_TOKEN_SECRET=as-… pair")
+	}
+	return nil
+}
+
+func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := s.authenticate(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	resp, err := handler(ctx, req)
+	if err != nil {
+		s.log.Debug("modal call failed", "method", info.FullMethod, "err", err)
+	}
+	return resp, err
+}
+
+func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := s.authenticate(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+// routerURL is where the SDK reaches the command router: this same listener, named
+// as the client named it. The SDKs require https and, for a localhost server URL,
+// dial it without TLS.
+func routerURL(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	host := "127.0.0.1"
+	if v := md.Get(":authority"); len(v) > 0 && v[0] != "" {
+		host = v[0]
+	} else if v := md.Get("x-modal-host"); len(v) > 0 && v[0] != "" {
+		host = v[0]
+	}
+	return "https://" + host
+}
+
+// --- errors ---------------------------------------------------------------------------
+
+// engineError maps an engine error to the status Modal answers with.
+func engineError(what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, engine.ErrNotFound):
+		return status.Errorf(codes.NotFound, "%s not found", what)
+	case errors.Is(err, engine.ErrNameTaken):
+		return status.Errorf(codes.AlreadyExists, "%s: %v", what, err)
+	case errors.Is(err, engine.ErrUnsupported), errors.Is(err, engine.ErrNotIsolated):
+		return status.Errorf(codes.FailedPrecondition, "%s: %v (local Modal server)", what, err)
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Errorf(codes.Internal, "%s: %v", what, err)
+}
+
+func localOnly(format string, args ...any) error {
+	return status.Errorf(codes.FailedPrecondition, "local Modal server: "+format, args...)
+}
+
+func (s *Server) ctx() context.Context { return s.base }
+
+func (s *Server) hostImage(tag string) bool { return slices.Contains(s.o.HostImages, tag) }

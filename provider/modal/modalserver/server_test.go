@@ -1,0 +1,326 @@
+package modalserver
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	modal "github.com/modal-labs/modal-client/go"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/hostengine"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+)
+
+// startServer serves a Server on a loopback port and returns its URL.
+func startServer(t testing.TB, eng engine.Engine) (string, *Server) {
+	t.Helper()
+	srv, err := New(Options{Engine: eng})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return "http://" + l.Addr().String(), srv
+}
+
+// sdkEnv points Modal's Go SDK at url with a well-shaped token pair and no config
+// file. v2 selects the SDK's V2 sandbox calls (its default) or the V1 ones.
+func sdkEnv(t testing.TB, url string, v2 bool) {
+	t.Setenv("MODAL_SERVER_URL", url)
+	t.Setenv("MODAL_TOKEN_ID", "ak-localtest")
+	t.Setenv("MODAL_TOKEN_SECRET", "as-localtest")
+	t.Setenv("MODAL_CONFIG_PATH", filepath.Join(t.TempDir(), "none.toml"))
+	t.Setenv("MODAL_PROFILE", "")
+	t.Setenv("MODAL_ENVIRONMENT", "")
+	t.Setenv("MODAL_SANDBOX_V2", fmt.Sprint(v2))
+}
+
+func newSDK(t testing.TB) *modal.Client {
+	t.Helper()
+	c, err := modal.NewClientWithOptions(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func execOut(t *testing.T, ctx context.Context, sb *modal.Sandbox, argv []string, p *modal.SandboxExecParams) (string, string, int) {
+	t.Helper()
+	proc, err := sb.Exec(ctx, argv, p)
+	if err != nil {
+		t.Fatalf("Exec %q: %v", argv, err)
+	}
+	out, err := io.ReadAll(proc.Stdout)
+	if err != nil {
+		t.Fatalf("stdout of %q: %v", argv, err)
+	}
+	errOut, err := io.ReadAll(proc.Stderr)
+	if err != nil {
+		t.Fatalf("stderr of %q: %v", argv, err)
+	}
+	code, err := proc.Wait(ctx, nil)
+	if err != nil {
+		t.Fatalf("Wait %q: %v", argv, err)
+	}
+	return string(out), string(errOut), code
+}
+
+// TestGoSDK drives the server with Modal's own Go SDK, through both its V1 and V2
+// sandbox calls.
+func TestGoSDK(t *testing.T) {
+	for _, v2 := range []bool{true, false} {
+		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {
+			eng := hostengine.New(t.TempDir())
+			defer eng.Close()
+			url, srv := startServer(t, eng)
+			sdkEnv(t, url, v2)
+			testSDKLifecycle(t, newSDK(t), srv)
+		})
+	}
+}
+
+func testSDKLifecycle(t *testing.T, c *modal.Client, srv *Server) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	app, err := c.Apps.FromName(ctx, "sdk-test", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatalf("Apps.FromName: %v", err)
+	}
+	if _, err := c.Apps.FromName(ctx, "never-created", nil); err == nil {
+		t.Errorf("Apps.FromName of a missing app without CreateIfMissing succeeded")
+	}
+
+	// A port inside the sandbox: the host engine shares the host's loopback.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello through the tunnel") })}
+	go hs.Serve(l)
+	defer hs.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+
+	img := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands([]string{"RUN echo recorded"}, nil)
+	sb, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{Name: "box-1", EncryptedPorts: []int{port},
+		Env: map[string]string{"GREETING": "hi"}, Tags: map[string]string{"k": "v"}})
+	if err != nil {
+		t.Fatalf("Sandboxes.Create: %v", err)
+	}
+	if !strings.HasPrefix(sb.SandboxID, "sb-") {
+		t.Errorf("sandbox id %q does not have Modal's shape", sb.SandboxID)
+	}
+	if _, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{Name: "box-1"}); err == nil {
+		t.Errorf("a second running sandbox named box-1 was created")
+	}
+
+	out, errOut, code := execOut(t, ctx, sb, []string{"sh", "-c", "echo $GREETING $EXTRA; echo oops >&2; exit 3"},
+		&modal.SandboxExecParams{Env: map[string]string{"EXTRA": "there"}})
+	if out != "hi there\n" || errOut != "oops\n" || code != 3 {
+		t.Errorf("exec = %q, %q, %d; want %q, %q, 3", out, errOut, code, "hi there\n", "oops\n")
+	}
+
+	proc, err := sb.Exec(ctx, []string{"cat"}, nil)
+	if err != nil {
+		t.Fatalf("Exec cat: %v", err)
+	}
+	io.WriteString(proc.Stdin, "through stdin")
+	proc.Stdin.Close()
+	got, _ := io.ReadAll(proc.Stdout)
+	if string(got) != "through stdin" {
+		t.Errorf("cat echoed %q", got)
+	}
+
+	if err := sb.Filesystem.WriteText(ctx, "written by the sdk\n", "/home/user/dir/note.txt", nil); err != nil {
+		t.Fatalf("WriteText: %v", err)
+	}
+	text, err := sb.Filesystem.ReadText(ctx, "/home/user/dir/note.txt", nil)
+	if err != nil || text != "written by the sdk\n" {
+		t.Errorf("ReadText = %q, %v", text, err)
+	}
+	files, err := sb.Filesystem.ListFiles(ctx, "/home/user/dir", nil)
+	if err != nil || len(files) != 1 || files[0].Name != "note.txt" || files[0].Type != modal.FileTypeFile {
+		t.Errorf("ListFiles = %+v, %v", files, err)
+	}
+	if _, err := sb.Filesystem.ReadText(ctx, "/home/user/missing", nil); err == nil {
+		t.Errorf("ReadText of a missing file succeeded")
+	} else if _, ok := err.(modal.SandboxFilesystemNotFoundError); !ok {
+		t.Errorf("ReadText of a missing file = %T %v, want SandboxFilesystemNotFoundError", err, err)
+	}
+	if err := sb.Filesystem.Remove(ctx, "/home/user/dir", nil); err == nil {
+		t.Errorf("non-recursive Remove of a non-empty dir succeeded")
+	}
+	if err := sb.Filesystem.Remove(ctx, "/home/user/dir", &modal.SandboxFilesystemRemoveParams{Recursive: true}); err != nil {
+		t.Errorf("Remove: %v", err)
+	}
+
+	tunnels, err := sb.Tunnels(ctx, 10*time.Second, nil)
+	if err != nil || tunnels[port] == nil {
+		t.Fatalf("Tunnels = %v, %v", tunnels, err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}, Timeout: 10 * time.Second}
+	resp, err := hc.Get(tunnels[port].URL())
+	if err != nil {
+		t.Fatalf("GET %s: %v", tunnels[port].URL(), err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "hello through the tunnel" {
+		t.Errorf("tunnel answered %q", body)
+	}
+	if _, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{}}}).Get(tunnels[port].URL()); err == nil {
+		t.Errorf("the tunnel's certificate was trusted without the server's CA")
+	}
+
+	// Snapshot, then a new sandbox from the snapshot image has the file.
+	if err := sb.Filesystem.WriteText(ctx, "kept", "/home/user/kept.txt", nil); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := sb.SnapshotFilesystem(ctx, nil)
+	if err != nil {
+		t.Fatalf("SnapshotFilesystem: %v", err)
+	}
+	snapImg, err := c.Images.FromID(ctx, snap.ImageID, nil)
+	if err != nil {
+		t.Fatalf("Images.FromID(%s): %v", snap.ImageID, err)
+	}
+	sb2, err := c.Sandboxes.Create(ctx, app, snapImg, nil)
+	if err != nil {
+		t.Fatalf("Create from snapshot: %v", err)
+	}
+	if text, err := sb2.Filesystem.ReadText(ctx, "/home/user/kept.txt", nil); err != nil || text != "kept" {
+		t.Errorf("restored file = %q, %v", text, err)
+	}
+
+	ids := func() []string {
+		seq, err := c.Sandboxes.List(ctx, &modal.SandboxListParams{AppID: app.AppID})
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		var out []string
+		for s, err := range seq {
+			if err != nil {
+				t.Fatalf("List: %v", err)
+			}
+			out = append(out, s.SandboxID)
+		}
+		return out
+	}
+	if got := ids(); !slices.Contains(got, sb.SandboxID) || !slices.Contains(got, sb2.SandboxID) {
+		t.Errorf("List = %v, want %s and %s", got, sb.SandboxID, sb2.SandboxID)
+	}
+	byName, err := c.Sandboxes.FromName(ctx, "sdk-test", "box-1", nil)
+	if err != nil || byName.SandboxID != sb.SandboxID {
+		t.Errorf("FromName = %v, %v, want %s", byName, err, sb.SandboxID)
+	}
+	tags, err := sb.GetTags(ctx, nil)
+	if err != nil || tags["k"] != "v" {
+		t.Errorf("GetTags = %v, %v", tags, err)
+	}
+
+	if _, err := sb.Terminate(ctx, nil); err != nil {
+		t.Fatalf("Terminate: %v", err)
+	}
+	if _, err := sb.Wait(ctx, nil); err != nil {
+		t.Errorf("Wait after Terminate: %v", err)
+	}
+	if got := ids(); slices.Contains(got, sb.SandboxID) {
+		t.Errorf("List after Terminate still has %s", sb.SandboxID)
+	}
+	if _, err := c.Sandboxes.FromName(ctx, "sdk-test", "box-1", nil); err == nil {
+		t.Errorf("FromName found a terminated sandbox")
+	}
+	if _, err := sb.Exec(ctx, []string{"true"}, nil); err == nil {
+		t.Errorf("Exec in a terminated sandbox succeeded")
+	}
+	if _, err := sb2.Terminate(ctx, nil); err != nil {
+		t.Errorf("Terminate sb2: %v", err)
+	}
+}
+
+// TestRegistryImageRefused: an image the engine cannot stand in for is refused the
+// way Modal refuses a failed build, and the message says what is local-only.
+func TestRegistryImageRefused(t *testing.T) {
+	eng := hostengine.New(t.TempDir())
+	defer eng.Close()
+	url, _ := startServer(t, eng)
+	sdkEnv(t, url, true)
+	c := newSDK(t)
+	ctx := t.Context()
+	app, err := c.Apps.FromName(ctx, "refuse", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Sandboxes.Create(ctx, app, c.Images.FromRegistry("nvidia/cuda:12.4.0-runtime-ubuntu22.04", nil), nil)
+	if err == nil || !strings.Contains(err.Error(), "local Modal server") || !strings.Contains(err.Error(), "nvidia/cuda") {
+		t.Errorf("Create from an unpullable image = %v, want a local-only refusal naming the image", err)
+	}
+}
+
+// TestBadToken: a token pair without Modal's shapes is refused before anything runs.
+func TestBadToken(t *testing.T) {
+	eng := hostengine.New(t.TempDir())
+	defer eng.Close()
+	url, _ := startServer(t, eng)
+	sdkEnv(t, url, true)
+	t.Setenv("MODAL_TOKEN_ID", "not-a-token")
+	c := newSDK(t)
+	_, err := c.Apps.FromName(t.Context(), "x", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err == nil || !strings.Contains(err.Error(), "ak-") {
+		t.Errorf("call with a malformed token = %v, want Unauthenticated with the token hint", err)
+	}
+}
+
+// TestExecRecordsForgotten: once a client has both streams to EOF and the exit code,
+// the server drops the exec and the output it kept.
+func TestExecRecordsForgotten(t *testing.T) {
+	eng := hostengine.New(t.TempDir())
+	defer eng.Close()
+	url, srv := startServer(t, eng)
+	sdkEnv(t, url, true)
+	c := newSDK(t)
+	ctx := t.Context()
+	app, err := c.Apps.FromName(ctx, "forget", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Sandboxes.Create(ctx, app, c.Images.FromRegistry("debian:bookworm-slim", nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Terminate(context.Background(), nil)
+	for range 3 {
+		if out, _, code := execOut(t, ctx, sb, []string{"echo", "x"}, nil); out != "x\n" || code != 0 {
+			t.Fatalf("exec = %q, %d", out, code)
+		}
+	}
+	rec, err := srv.lookup(ctx, sb.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.execMu.Lock()
+	n := len(rec.execs)
+	rec.execMu.Unlock()
+	if n != 0 {
+		t.Errorf("%d exec records kept after their output and exit codes were taken", n)
+	}
+}

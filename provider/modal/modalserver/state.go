@@ -1,0 +1,75 @@
+package modalserver
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+const imagesFile = "modal-images.json"
+
+type imageRecord struct {
+	ID       string   `json:"id"`
+	Tag      string   `json:"tag,omitempty"`
+	Snapshot string   `json:"snapshot,omitempty"`
+	Commands []string `json:"commands,omitempty"`
+}
+
+func (s *Server) loadImages() error {
+	if s.o.StateDir == "" {
+		return nil
+	}
+	data, err := os.ReadFile(filepath.Join(s.o.StateDir, imagesFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var recs []imageRecord
+	if err := json.Unmarshal(data, &recs); err != nil {
+		return err
+	}
+	for _, r := range recs {
+		s.images[r.ID] = &image{id: r.ID, tag: r.Tag, snapshot: r.Snapshot, commands: r.Commands}
+	}
+	return nil
+}
+
+// addImage records an image and, with a StateDir, writes the images file (a temp
+// file renamed over the old one).
+func (s *Server) addImage(img *image) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.images[img.id] = img
+	if s.o.StateDir == "" {
+		return nil
+	}
+	recs := make([]imageRecord, 0, len(s.images))
+	for _, i := range s.images {
+		recs = append(recs, imageRecord{ID: i.id, Tag: i.tag, Snapshot: i.snapshot, Commands: i.commands})
+	}
+	data, err := json.Marshal(recs)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.o.StateDir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(s.o.StateDir, imagesFile+".*")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return os.Rename(f.Name(), filepath.Join(s.o.StateDir, imagesFile))
+}
