@@ -24,6 +24,8 @@ const (
 	EnvPreviewAddr = "SANDBOX_MCP_PREVIEW_ADDR"
 	// EnvLogLevel is the sidecar's log level (info, debug).
 	EnvLogLevel = "SANDBOX_MCP_LOG_LEVEL"
+	// EnvMaxTerminals caps the live terminal sessions (1-4096).
+	EnvMaxTerminals = "SANDBOX_MCP_MAX_TERMINALS"
 	// EnvSidecarURL is where the CLI and the MCP mode reach the API.
 	EnvSidecarURL = "PROLIFERATE_SANDBOX_MCP_URL"
 	// EnvGatewayURL is the platform's actions gateway.

@@ -29,6 +29,12 @@ const (
 	// MaxServices bounds the services recorded in one sidecar's state,
 	// stopped ones included: a start under a new name beyond it is refused.
 	MaxServices = 256
+	// MaxTotalBytes bounds what all recorded services hold together of the
+	// above (Start.Bytes): 4 MiB. Every service at every bound would make a
+	// 37 MB state file that each start, stop and restart reads and rewrites;
+	// this keeps it under about 5 MB while any one service may still use its
+	// full bounds.
+	MaxTotalBytes = 4 << 20
 )
 
 // LimitError is a request value outside its bound. Field is the request field
@@ -116,6 +122,26 @@ func CheckReadyLog(pattern string) error {
 	return nil
 }
 
+// TotalTooLarge is the message refusing a start of size bytes (Start.Bytes)
+// that would take the recorded services past MaxTotalBytes: total is what
+// they hold without it. stopped is as for TooManyServices.
+func TotalTooLarge(size, total int, stopped []string) string {
+	msg := fmt.Sprintf("cannot record this service: its command, cwd, env and probe (%d bytes) and those of the services recorded would hold %d bytes together; the limit is %d bytes (4 MiB)",
+		size, total+size, MaxTotalBytes)
+	if len(stopped) == 0 {
+		return msg + "; shorten the command or env, or stop a service and start this one under its name (a start under an existing name replaces it)"
+	}
+	return msg + fmt.Sprintf("; shorten the command or env, or start it under the name of a stopped service (%s) to replace it", quoteSome(stopped))
+}
+
+func quoteSome(names []string) string {
+	q := make([]string, 0, 3)
+	for _, s := range names[:min(len(names), 3)] {
+		q = append(q, fmt.Sprintf("%q", s))
+	}
+	return strings.Join(q, ", ")
+}
+
 // TooManyServices is the message refusing a new service name when count
 // services are recorded already. stopped names some stopped services (up to
 // three are quoted), whose names a new start may reuse.
@@ -124,11 +150,7 @@ func TooManyServices(count int, stopped []string) string {
 	if len(stopped) == 0 {
 		return msg + "; stop one, then start the new command under its name (a start under an existing name replaces it)"
 	}
-	q := make([]string, 0, 3)
-	for _, s := range stopped[:min(len(stopped), 3)] {
-		q = append(q, fmt.Sprintf("%q", s))
-	}
-	return msg + fmt.Sprintf("; start the new command under the name of a stopped service (%s) to replace it", strings.Join(q, ", "))
+	return msg + fmt.Sprintf("; start the new command under the name of a stopped service (%s) to replace it", quoteSome(stopped))
 }
 
 // Start is what the bounds apply to in a service start request, whichever
@@ -143,6 +165,16 @@ type Start struct {
 	ReadyHTTP      string
 	ReadyLog       string
 	ReadyTimeoutMs int
+}
+
+// Bytes is what s counts against MaxTotalBytes: the bytes of the command,
+// cwd, env keys and values, and readiness URL and pattern.
+func (s Start) Bytes() int {
+	n := len(s.Command) + len(s.Cwd) + len(s.ReadyHTTP) + len(s.ReadyLog)
+	for k, v := range s.Env {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // Check returns the first bound s breaks, as a *LimitError, or nil.
@@ -162,3 +194,10 @@ func (s Start) Check() error {
 	}
 	return nil
 }
+
+// Terminal sessions: DefaultMaxTerminals live at once unless EnvMaxTerminals says
+// otherwise (1 to MaxTerminalsCeiling).
+const (
+	DefaultMaxTerminals = 64
+	MaxTerminalsCeiling = 4096
+)

@@ -84,3 +84,15 @@ func TestTooManyServices(t *testing.T) {
 		}
 	}
 }
+
+func TestStartBytesAndTotalTooLarge(t *testing.T) {
+	s := Start{Command: "abc", Cwd: "/w", Env: map[string]string{"K": "vv"}, ReadyHTTP: "http://x", ReadyLog: "up"}
+	if got, want := s.Bytes(), 3+2+3+8+2; got != want {
+		t.Errorf("Bytes() = %d, want %d", got, want)
+	}
+	got := TotalTooLarge(100, MaxTotalBytes-50, []string{"old"})
+	want := `cannot record this service: its command, cwd, env and probe (100 bytes) and those of the services recorded would hold 4194354 bytes together; the limit is 4194304 bytes (4 MiB); shorten the command or env, or start it under the name of a stopped service ("old") to replace it`
+	if got != want {
+		t.Errorf("TotalTooLarge = %q, want %q", got, want)
+	}
+}

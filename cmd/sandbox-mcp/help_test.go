@@ -120,9 +120,9 @@ func TestGeneratedTokenHandOff(t *testing.T) {
 	}
 	out, err := exec.Command("bash", "-c", script).CombinedOutput()
 	// The binary's own build, which is not this test's (go test stamps no VCS data).
-	v, err := exec.Command(bin, "--version").Output()
-	if err != nil {
-		t.Fatal(err)
+	v, verr := exec.Command(bin, "--version").Output()
+	if verr != nil {
+		t.Fatal(verr)
 	}
 	want := `{"status":"ok"}` + "\n" + `{"status":"ok","version":"` + strings.TrimPrefix(strings.TrimSpace(string(v)), "sandbox-mcp ") + `"}`
 	if err != nil || !strings.HasPrefix(string(out), want) {

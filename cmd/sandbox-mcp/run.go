@@ -167,7 +167,7 @@ func serveAPIAnnounce(ctx context.Context, cfg config.Config, log *slog.Logger, 
 		}()
 		opts.Expose = exp
 	}
-	term, err := terminal.New(terminal.Options{Dir: cfg.WorkspaceDir, Logger: log})
+	term, err := terminal.New(terminal.Options{Dir: cfg.WorkspaceDir, MaxSessions: cfg.MaxTerminals, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -297,4 +298,41 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// GET /api/debug/stats counts what is open: streams and connections.
+func TestDebugStats(t *testing.T) {
+	ev := &fakeEvents{ch: make(chan apitype.Event)}
+	_, addr := serveHardened(t, Options{Token: testToken, Events: ev, MaxConns: 50})
+	stats := func() apitype.DebugStats {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+"/api/debug/stats", nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st apitype.DebugStats
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /api/debug/stats = %d, %v", resp.StatusCode, err)
+		}
+		return st
+	}
+	st := stats()
+	if st.Goroutines < 1 || st.OpenFDs < 3 || st.RSSBytes <= 0 || st.ConnectionLimit != 50 || st.Connections < 1 || st.AuthenticatedConnections < 1 {
+		t.Fatalf("stats = %+v, want counts from a live process", st)
+	}
+	if st.Streams != 0 {
+		t.Fatalf("streams = %d before any stream opened", st.Streams)
+	}
+	c, br := rawRequest(t, addr, "GET /api/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+testToken+"\r\n\r\n")
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /api/events: %v", err)
+	}
+	if got := stats().Streams; got != 1 {
+		t.Errorf("streams = %d with one event stream open, want 1", got)
+	}
+	c.Close()
+	waitFor(t, func() bool { return stats().Streams == 0 }, "the stream count to drop")
 }

@@ -52,6 +52,8 @@ func (s *Server) routes() http.Handler {
 
 		r.Get("/api/terminal", s.handle(s.terminal))
 		r.Get("/api/terminal/sessions", s.handle(s.terminalSessions))
+
+		r.Get("/api/debug/stats", s.handle(s.debugStats))
 	})
 	return r
 }

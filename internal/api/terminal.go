@@ -13,10 +13,11 @@ import (
 
 // Terminal runs PTY sessions for WebSocket clients (internal/terminal).
 type Terminal interface {
-	// ServeV1 serves a connection that negotiated no subprotocol.
-	ServeV1(ctx context.Context, c terminal.Conn) error
-	// ServeV2 serves a connection that negotiated terminal.SubprotocolV2.
-	ServeV2(ctx context.Context, c terminal.Conn) error
+	// Reserve takes room for one more session before the upgrade; it fails
+	// with terminal.ErrTooManySessions at the cap. The reservation serves
+	// the connection: ServeV1 for one that negotiated no subprotocol, ServeV2
+	// for terminal.SubprotocolV2.
+	Reserve() (*terminal.Reservation, error)
 	// Sessions lists the live sessions.
 	Sessions() []apitype.TerminalSession
 }
@@ -30,6 +31,12 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
 	if !wantsWebSocket(r) {
 		return errorf(http.StatusUpgradeRequired, "GET /api/terminal is a WebSocket: send Upgrade: websocket")
 	}
+	// Refused before the upgrade, so the client reads why.
+	res, err := s.opts.Terminal.Reserve()
+	if err != nil {
+		return &Error{Status: http.StatusServiceUnavailable, Msg: err.Error(), Err: err}
+	}
+	defer res.Release()
 	// After the upgrade the connection is the terminal's: lift the read
 	// deadline before the WebSocket library takes it over.
 	defer s.stream(w)()
@@ -54,9 +61,9 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	conn := wsConn{c}
 	if c.Subprotocol() == terminal.SubprotocolV2 {
-		err = s.opts.Terminal.ServeV2(ctx, conn)
+		err = res.ServeV2(ctx, conn)
 	} else {
-		err = s.opts.Terminal.ServeV1(ctx, conn)
+		err = res.ServeV1(ctx, conn)
 	}
 	if err != nil {
 		s.log.Debug("terminal connection ended", "err", err)

@@ -18,12 +18,17 @@ import (
 )
 
 func newTerminalServer(t *testing.T) (base, wsURL string) {
+	return newTerminalServerMax(t, 0)
+}
+
+func newTerminalServerMax(t *testing.T, maxSessions int) (base, wsURL string) {
 	t.Helper()
 	term, err := terminal.New(terminal.Options{
-		Dir:     t.TempDir(),
-		Command: []string{"bash", "--norc", "--noprofile"},
-		Env:     append(os.Environ(), "PS1=$ "),
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Dir:         t.TempDir(),
+		Command:     []string{"bash", "--norc", "--noprofile"},
+		Env:         append(os.Environ(), "PS1=$ "),
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		MaxSessions: maxSessions,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -173,5 +178,49 @@ func TestTerminalBadHandshakeIsJSON(t *testing.T) {
 		if resp.StatusCode != tt.wantStatus || resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(b, &e) != nil || e.Error == "" {
 			t.Errorf("%s: GET /api/terminal = %d %s %q, want %d with a JSON error", tt.name, resp.StatusCode, resp.Header.Get("Content-Type"), b, tt.wantStatus)
 		}
+	}
+}
+
+// Finding 12.8: past the session cap the upgrade is refused with a JSON 503
+// naming the cap; room comes back when a session ends.
+func TestTerminalSessionCap(t *testing.T) {
+	_, url := newTerminalServerMax(t, 2)
+	var open []*websocket.Conn
+	for range 2 {
+		c, _, err := dialTerminal(t, url, authHeader())
+		if err != nil {
+			t.Fatalf("dial under the cap: %v", err)
+		}
+		open = append(open, c)
+	}
+	for _, proto := range [][]string{nil, {terminal.SubprotocolV2}} {
+		_, resp, err := dialTerminal(t, url, authHeader(), proto...)
+		if err == nil {
+			t.Fatalf("dial %v past the cap upgraded, want 503", proto)
+		}
+		if resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("dial %v past the cap: %v, want 503", proto, resp)
+		}
+		var body struct{ Error string }
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || !strings.Contains(body.Error, "limit is 2") {
+			t.Errorf("503 body error = %q (%v), want one naming the limit 2", body.Error, err)
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("503 Content-Type = %q", ct)
+		}
+	}
+	// One shell exits; its room is free again once it is gone.
+	_ = open[0].Write(t.Context(), websocket.MessageText, []byte("exit\r"))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, _, err := dialTerminal(t, url, authHeader())
+		if err == nil {
+			c.CloseNow()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no room after a shell exited: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -56,6 +57,7 @@ var Settings = []Setting{
 	{rules.EnvCaddyfile, DefaultCaddyfile, "main Caddyfile loaded when Caddy does not route to the preview proxy", true, false},
 	{rules.EnvPreviewAddr, DefaultPreviewAddr, "loopback listener of the preview proxy", true, false},
 	{rules.EnvLogLevel, DefaultLogLevel, "log level: info or debug", true, false},
+	{rules.EnvMaxTerminals, strconv.Itoa(rules.DefaultMaxTerminals), "live terminal sessions at most (1-" + strconv.Itoa(rules.MaxTerminalsCeiling) + "); past it the terminal answers 503", true, false},
 	{rules.EnvSidecarURL, DefaultSidecarURL + " (from " + rules.EnvAddr + " when set)", "where the CLI and `mcp` reach the API", true, true},
 	{rules.EnvGatewayURL, "—", "platform actions gateway (`proliferate actions`)", false, true},
 	{rules.EnvSessionID, "—", "platform session of the actions", false, true},
@@ -118,6 +120,9 @@ type Config struct {
 	// GatewayURL and SessionID locate the platform's actions gateway.
 	GatewayURL string
 	SessionID  string
+	// MaxTerminals caps live terminal sessions (SANDBOX_MCP_MAX_TERMINALS);
+	// 0 means the terminal package's default (64).
+	MaxTerminals int
 }
 
 // StateFile is the path of the JSON state file.
@@ -150,6 +155,13 @@ func Load(getenv func(string) string, cwd string) (Config, error) {
 		c.SidecarURL, c.SidecarURLFrom = urlForAddr(getenv(rules.EnvAddr)), rules.EnvAddr
 	default:
 		c.SidecarURL = DefaultSidecarURL
+	}
+	if v := getenv(rules.EnvMaxTerminals); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > rules.MaxTerminalsCeiling {
+			return Config{}, fmt.Errorf("%s=%q: want a number from 1 to %d", rules.EnvMaxTerminals, v, rules.MaxTerminalsCeiling)
+		}
+		c.MaxTerminals = n
 	}
 	c.SidecarURL = strings.TrimRight(c.SidecarURL, "/")
 	ws, err := WorkspaceDir(getenv, cwd)

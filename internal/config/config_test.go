@@ -125,3 +125,30 @@ func TestSettingsCoverLoad(t *testing.T) {
 		}
 	}
 }
+
+func TestMaxTerminals(t *testing.T) {
+	tests := []struct {
+		env     string
+		want    int
+		wantErr bool
+	}{
+		{"", 0, false},
+		{"1", 1, false},
+		{"200", 200, false},
+		{"0", 0, true},
+		{"-3", 0, true},
+		{"many", 0, true},
+		{"5000", 0, true},
+	}
+	for _, tt := range tests {
+		c, err := Load(func(k string) string {
+			if k == "SANDBOX_MCP_MAX_TERMINALS" {
+				return tt.env
+			}
+			return ""
+		}, t.TempDir())
+		if (err != nil) != tt.wantErr || c.MaxTerminals != tt.want {
+			t.Errorf("Load(SANDBOX_MCP_MAX_TERMINALS=%q) = %d, %v; want %d, error %v", tt.env, c.MaxTerminals, err, tt.want, tt.wantErr)
+		}
+	}
+}

@@ -854,11 +854,11 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 	t = target{pgid: pid, pgidStart: msg.StartTime, instance: id, monitor: cmd.Process.Pid, monStart: msg.MonitorStartTime}
 	var info apitype.ServiceInfo
 	err = m.updateDurable(func(st *stateFile) error {
+		if err := admit(st, req); err != nil {
+			return err
+		}
 		r := st.Services[req.Name]
 		if r == nil {
-			if err := admit(st, req.Name); err != nil {
-				return err
-			}
 			r = &record{Order: nextOrder(st)}
 			st.Services[req.Name] = r
 		}

@@ -25,6 +25,15 @@ func (e limitError) Unwrap() error        { return e.LimitError }
 // command, cwd, env and probes, and the ranges of the timeouts and restarts.
 // It runs before anything is resolved or started.
 func checkLimits(req apitype.StartServiceRequest) error {
+	var le *rules.LimitError
+	if errors.As(startOf(req).Check(), &le) {
+		return limitError{le}
+	}
+	return nil
+}
+
+// startOf is what rules bounds of req.
+func startOf(req apitype.StartServiceRequest) rules.Start {
 	b := rules.Start{
 		Command: req.Command, Cwd: req.Cwd, Env: req.Env,
 		StopTimeoutMs: req.StopTimeoutMs, MaxRestarts: req.MaxRestarts,
@@ -32,21 +41,41 @@ func checkLimits(req apitype.StartServiceRequest) error {
 	if rd := req.Readiness; rd != nil {
 		b.ReadyHTTP, b.ReadyLog, b.ReadyTimeoutMs = rd.HTTP, rd.Log, rd.TimeoutMs
 	}
-	var le *rules.LimitError
-	if errors.As(b.Check(), &le) {
-		return limitError{le}
+	return b
+}
+
+// admit refuses req when recording it would take st past rules.MaxServices
+// (a new name) or rules.MaxTotalBytes (a request larger than the record it
+// replaces; a state already past the budget still lets every service
+// restart). It runs twice: on the cached state before a start does
+// anything, and under the state lock where the record is written, so
+// concurrent starts cannot overshoot.
+func admit(st *stateFile, req apitype.StartServiceRequest) error {
+	cur, exists := st.Services[req.Name]
+	if !exists && len(st.Services) >= rules.MaxServices {
+		return &userError{kind: ErrConflict, msg: rules.TooManyServices(len(st.Services), stoppedNames(st))}
+	}
+	size := startOf(req).Bytes()
+	old := 0
+	if exists {
+		old = startOf(requestOf(cur)).Bytes()
+	}
+	if size <= old {
+		return nil
+	}
+	total := 0
+	for _, r := range st.Services {
+		total += startOf(requestOf(r)).Bytes()
+	}
+	if total-old+size > rules.MaxTotalBytes {
+		return &userError{kind: ErrConflict, msg: rules.TotalTooLarge(size, total-old, stoppedNames(st))}
 	}
 	return nil
 }
 
-// admit refuses a name new to st when st holds rules.MaxServices services
-// already. It runs twice: on the cached state before a start does anything,
-// and under the state lock where the record is created, so concurrent starts
-// of new names cannot overshoot.
-func admit(st *stateFile, name string) error {
-	if _, ok := st.Services[name]; ok || len(st.Services) < rules.MaxServices {
-		return nil
-	}
+// stoppedNames lists the services that neither run nor wait to restart, the
+// longest stopped first: names a new start may take over.
+func stoppedNames(st *stateFile) []string {
 	type old struct {
 		name string
 		at   int64
@@ -61,7 +90,6 @@ func admit(st *stateFile, name string) error {
 			stopped = append(stopped, old{n, at})
 		}
 	}
-	// The longest stopped first: the likeliest to be free to reuse.
 	slices.SortFunc(stopped, func(a, b old) int {
 		return cmp.Or(cmp.Compare(a.at, b.at), strings.Compare(a.name, b.name))
 	})
@@ -69,11 +97,11 @@ func admit(st *stateFile, name string) error {
 	for i, s := range stopped {
 		names[i] = s.name
 	}
-	return &userError{kind: ErrConflict, msg: rules.TooManyServices(len(st.Services), names)}
+	return names
 }
 
 // checkStart is the bounds check of a start request: its limits, then
-// whether its name fits in the state as last read.
+// whether it fits in the state as last read.
 func (m *Manager) checkStart(req apitype.StartServiceRequest) error {
 	if err := checkLimits(req); err != nil {
 		return err
@@ -81,5 +109,5 @@ func (m *Manager) checkStart(req apitype.StartServiceRequest) error {
 	m.refresh()
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return admit(m.st, req.Name)
+	return admit(m.st, req)
 }

@@ -1,6 +1,7 @@
 package services
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -114,8 +116,12 @@ func writeStoppedServices(t *testing.T, dir string, n int) {
 func TestServiceCap(t *testing.T) {
 	dir := t.TempDir()
 	writeStoppedServices(t, dir, rules.MaxServices-2)
-	m := newTestManager(t, Config{StateDir: dir})
 	const tries = 6
+	names := []string{"old-000"}
+	for i := range tries {
+		names = append(names, fmt.Sprintf("new-%d", i))
+	}
+	m := managerStopping(t, Config{StateDir: dir}, names...)
 	var wg sync.WaitGroup
 	errs := make([]error, tries)
 	for i := range tries {
@@ -145,4 +151,62 @@ func TestServiceCap(t *testing.T) {
 	if _, err := m.Restart(t.Context(), "old-000"); err != nil {
 		t.Errorf("Restart(old-000) at the cap: %v", err)
 	}
+}
+
+// TestTotalBudget: a start that would take the recorded services past
+// rules.MaxTotalBytes is ErrConflict; a small service, a replacement that
+// fits, and a restart of a service as recorded (even past the budget) are not.
+func TestTotalBudget(t *testing.T) {
+	st := newState()
+	for i := range 40 {
+		name := fmt.Sprintf("old-%03d", i)
+		st.Services[name] = &record{Order: int64(i + 1), ServiceInfo: apitype.ServiceInfo{
+			Name: name, Command: strings.Repeat("c", 60<<10), Cwd: "/w", Status: apitype.StatusStopped,
+			StartedAt: int64(i), Env: map[string]string{"E": strings.Repeat("e", 40<<10-1)},
+		}}
+	}
+	// 40 × 100 KiB recorded; the budget leaves 96 KiB.
+	big := apitype.StartServiceRequest{Name: "big", Command: strings.Repeat("c", rules.MaxCommandBytes), Cwd: "/w",
+		Env: map[string]string{"E": strings.Repeat("e", rules.MaxEnvBytes-1)}}
+	err := admit(st, big)
+	want := `cannot record this service: its command, cwd, env and probe (131074 bytes) and those of the services recorded would hold 4227154 bytes together; the limit is 4194304 bytes (4 MiB); shorten the command or env, or start it under the name of a stopped service ("old-000", "old-001", "old-002") to replace it`
+	if !errors.Is(err, ErrConflict) || err.Error() != want {
+		t.Errorf("admit(big) = %v, want ErrConflict %q", err, want)
+	}
+	if err := admit(st, apitype.StartServiceRequest{Name: "small", Command: "sleep 60"}); err != nil {
+		t.Errorf("admit(small) = %v, want nil", err)
+	}
+	big.Name = "old-000" // replaces 100 KiB: fits
+	if err := admit(st, big); err != nil {
+		t.Errorf("admit(big as old-000) = %v, want nil", err)
+	}
+	// Past the budget (a state from before it), a restart as recorded is admitted.
+	st.Services["huge"] = &record{ServiceInfo: apitype.ServiceInfo{Name: "huge", Command: strings.Repeat("c", 1<<20)}}
+	if err := admit(st, requestOf(st.Services["old-001"])); err != nil {
+		t.Errorf("admit(old-001 as recorded) past the budget = %v, want nil", err)
+	}
+}
+
+// managerStopping is newTestManager for a state with many stopped services:
+// the cleanup stops only the named ones (stopping each recorded service
+// rewrites the whole state, which is slow under -race).
+func managerStopping(t *testing.T, cfg Config, names ...string) *Manager {
+	t.Helper()
+	if cfg.WorkspaceDir == "" {
+		cfg.WorkspaceDir = t.TempDir()
+	}
+	cfg.StopTimeout = 2 * time.Second
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		for _, n := range names {
+			if err := m.Stop(context.Background(), n); err != nil && !errors.Is(err, ErrNotFound) {
+				t.Errorf("cleanup: Stop(%q): %v", n, err)
+			}
+		}
+		m.Close()
+	})
+	return m
 }

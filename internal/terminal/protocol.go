@@ -42,6 +42,7 @@ const (
 	closeProtocolError = 1002
 	closeUnsupported   = 1003
 	closeInternalError = 1011
+	closeTryAgainLater = 1013
 )
 
 // MaxMessage is the largest message a client may send: a 1 MiB paste plus

@@ -68,8 +68,9 @@ type viewer struct {
 	blockedSince time.Time
 }
 
-// spawn starts a shell for session id at cols×rows and registers it.
-func (m *Manager) spawn(id string, cols, rows uint16, v2 bool) (*session, error) {
+// spawn starts a shell for session id at cols×rows in the room r reserved
+// and registers it.
+func (m *Manager) spawn(id string, cols, rows uint16, v2 bool, r *Reservation) (*session, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -77,6 +78,10 @@ func (m *Manager) spawn(id string, cols, rows uint16, v2 bool) (*session, error)
 	}
 	if _, ok := m.sessions[id]; ok {
 		return nil, errExists
+	}
+	if r.used {
+		// Already spent (cannot happen: one reservation, one spawn).
+		return nil, ErrTooManySessions
 	}
 	cmd := exec.Command(m.opts.Command[0], m.opts.Command[1:]...)
 	cmd.Dir = m.opts.Dir
@@ -96,6 +101,7 @@ func (m *Manager) spawn(id string, cols, rows uint16, v2 bool) (*session, error)
 		inputc: make(chan []byte, 4), space: make(chan struct{}, 1), killed: make(chan struct{}), exiting: make(chan struct{}), done: make(chan struct{}),
 	}
 	m.sessions[id] = s
+	r.useLocked()
 	m.wg.Add(1)
 	go s.run()
 	m.log.Info("terminal session started", "session", id, "pid", s.pid, "cols", cols, "rows", rows, "v2", v2)

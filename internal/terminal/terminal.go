@@ -15,6 +15,8 @@
 package terminal
 
 import (
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -69,6 +71,10 @@ type Options struct {
 	StallTimeout time.Duration
 	// InitTimeout bounds the wait for the v2 init frame; default 10s.
 	InitTimeout time.Duration
+	// MaxSessions caps the live sessions (v1 and v2, detached v2 sessions
+	// included); default DefaultMaxSessions. Past it Reserve fails with
+	// ErrTooManySessions, so a client cannot fill the sandbox with shells.
+	MaxSessions int
 	// Logger is required.
 	Logger *slog.Logger
 }
@@ -80,6 +86,8 @@ type Manager struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	// reserved counts reservations not yet turned into a session.
+	reserved int
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -128,6 +136,12 @@ func New(opts Options) (*Manager, error) {
 	if opts.InitTimeout <= 0 {
 		opts.InitTimeout = 10 * time.Second
 	}
+	if opts.MaxSessions == 0 {
+		opts.MaxSessions = DefaultMaxSessions
+	}
+	if opts.MaxSessions < 0 {
+		return nil, fmt.Errorf("terminal: MaxSessions %d is negative", opts.MaxSessions)
+	}
 	return &Manager{
 		opts:     opts,
 		log:      opts.Logger.With("component", "terminal"),
@@ -135,7 +149,70 @@ func New(opts Options) (*Manager, error) {
 	}, nil
 }
 
+// DefaultMaxSessions is the default cap on live sessions.
+const DefaultMaxSessions = rules.DefaultMaxTerminals
+
 var errClosed = errors.New("terminal manager is closed")
+
+// ErrTooManySessions is the error of Reserve at the session cap.
+var ErrTooManySessions = errors.New("too many terminal sessions")
+
+// ErrClosed is the error of Reserve after Close.
+var ErrClosed = errClosed
+
+// Reservation is room for one session, taken before a connection is
+// accepted so that a client over the cap is refused before any upgrade.
+// Serving a connection turns it into the session (or gives it back when a
+// v2 connection resumes an existing one); Release gives back an unused one.
+type Reservation struct {
+	m    *Manager
+	used bool // guarded by m.mu
+}
+
+// Reserve takes room for one more session, or fails with ErrTooManySessions
+// when MaxSessions sessions (live, detached or being set up) exist.
+func (m *Manager) Reserve() (*Reservation, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errClosed
+	}
+	if len(m.sessions)+m.reserved >= m.opts.MaxSessions {
+		return nil, fmt.Errorf("%w: the limit is %d; end a session (exit its shell) and retry", ErrTooManySessions, m.opts.MaxSessions)
+	}
+	m.reserved++
+	return &Reservation{m: m}, nil
+}
+
+// refuse closes a connection that got no reservation.
+func (m *Manager) refuse(c Conn, err error) {
+	code := closeTryAgainLater
+	if errors.Is(err, errClosed) {
+		code = closeGoingAway
+	}
+	_ = c.Close(code, closeReason(err.Error()))
+}
+
+// Release gives the room back unless a session took it; it may be called
+// more than once.
+func (r *Reservation) Release() {
+	r.m.mu.Lock()
+	r.useLocked()
+	r.m.mu.Unlock()
+}
+
+func (r *Reservation) useLocked() {
+	if !r.used {
+		r.used = true
+		r.m.reserved--
+	}
+}
+
+// ServeV1 is Manager.ServeV1 in the reserved room.
+func (r *Reservation) ServeV1(ctx context.Context, c Conn) error { return r.m.serveV1(ctx, c, r) }
+
+// ServeV2 is Manager.ServeV2 in the reserved room.
+func (r *Reservation) ServeV2(ctx context.Context, c Conn) error { return r.m.serveV2(ctx, c, r) }
 
 // Close kills every session and waits until their shells are reaped.
 func (m *Manager) Close() error {
@@ -178,8 +255,18 @@ func (m *Manager) Sessions() []apitype.TerminalSession {
 // long as the connection. It returns when the connection is over and the
 // shell is gone.
 func (m *Manager) ServeV1(ctx context.Context, c Conn) error {
+	r, err := m.Reserve()
+	if err != nil {
+		m.refuse(c, err)
+		return err
+	}
+	return r.ServeV1(ctx, c)
+}
+
+func (m *Manager) serveV1(ctx context.Context, c Conn, r *Reservation) error {
+	defer r.Release()
 	id := "v1-" + randomID()
-	s, err := m.spawn(id, 80, 24, false)
+	s, err := m.spawn(id, 80, 24, false, r)
 	if err != nil {
 		_ = c.Close(closeInternalError, "spawn shell")
 		return err
@@ -196,6 +283,16 @@ func (m *Manager) ServeV1(ctx context.Context, c Conn) error {
 // the named session (spawning it at the requested size if it does not exist)
 // and serves until the connection ends or the shell exits.
 func (m *Manager) ServeV2(ctx context.Context, c Conn) error {
+	r, err := m.Reserve()
+	if err != nil {
+		m.refuse(c, err)
+		return err
+	}
+	return r.ServeV2(ctx, c)
+}
+
+func (m *Manager) serveV2(ctx context.Context, c Conn, r *Reservation) error {
+	defer r.Release()
 	ictx, cancel := context.WithTimeout(ctx, m.opts.InitTimeout)
 	binary, p, err := c.Read(ictx)
 	cancel()
@@ -212,7 +309,7 @@ func (m *Manager) ServeV2(ctx context.Context, c Conn) error {
 		_ = c.Close(closeProtocolError, closeReason(err.Error()))
 		return err
 	}
-	s, resumed, err := m.session(in)
+	s, resumed, err := m.session(in, r)
 	if err != nil {
 		code := closeInternalError
 		if errors.Is(err, errClosed) {
@@ -229,7 +326,7 @@ func (m *Manager) ServeV2(ctx context.Context, c Conn) error {
 }
 
 // session returns the live session in.Session or spawns it.
-func (m *Manager) session(in Init) (s *session, resumed bool, err error) {
+func (m *Manager) session(in Init, r *Reservation) (s *session, resumed bool, err error) {
 	m.mu.Lock()
 	s, ok := m.sessions[in.Session]
 	m.mu.Unlock()
@@ -242,12 +339,14 @@ func (m *Manager) session(in Init) (s *session, resumed bool, err error) {
 		case <-s.exiting:
 			<-s.done
 		default:
+			// A resume takes no new room.
+			r.Release()
 			return s, true, nil
 		}
 	}
-	s, err = m.spawn(in.Session, in.Cols, in.Rows, true)
+	s, err = m.spawn(in.Session, in.Cols, in.Rows, true, r)
 	if errors.Is(err, errExists) {
-		return m.session(in)
+		return m.session(in, r)
 	}
 	return s, false, err
 }

@@ -2,6 +2,7 @@ package terminal
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"regexp"
 	"runtime"
@@ -310,4 +311,43 @@ func tail(cl *client) string {
 	defer cl.mu.Unlock()
 	b := cl.out.Bytes()
 	return string(b[max(0, len(b)-256):])
+}
+
+// Reservations count against MaxSessions with the live sessions; a v2
+// connection that resumes its session gives its reservation back.
+func TestSessionCap(t *testing.T) {
+	opts := testOptions(t)
+	opts.MaxSessions = 2
+	m, url := newTestServer(t, opts)
+	a := attachV2(t, url, Init{Session: "a", Cols: 80, Rows: 24})
+	a.send("echo A-$((1+1))\r")
+	a.waitFor("A-2")
+	r, err := m.Reserve()
+	if err != nil {
+		t.Fatalf("Reserve with 1 of 2 sessions: %v", err)
+	}
+	if _, err := m.Reserve(); !errors.Is(err, ErrTooManySessions) {
+		t.Fatalf("Reserve past the cap = %v, want ErrTooManySessions", err)
+	}
+	// A refused connection is closed with 1013 naming the limit.
+	c := dial(t, url, true)
+	_, _, err = c.Read(t.Context())
+	var ce websocket.CloseError
+	if !asCloseError(err, &ce) || ce.Code != 1013 || !strings.Contains(ce.Reason, "limit is 2") {
+		t.Fatalf("connection past the cap ended with %v, want close 1013 naming the limit", err)
+	}
+	r.Release()
+	r.Release() // twice is harmless
+	if len(m.Sessions()) != 1 {
+		t.Fatalf("sessions = %d, want 1", len(m.Sessions()))
+	}
+	// Resuming "a" at the cap's edge leaves room for one more.
+	b := attachV2(t, url, Init{Session: "a", Cols: 80, Rows: 24})
+	b.send("echo B-$((2+2))\r")
+	b.waitFor("B-4")
+	r, err = m.Reserve()
+	if err != nil {
+		t.Fatalf("Reserve after a resume: %v", err)
+	}
+	r.Release()
 }

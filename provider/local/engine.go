@@ -27,12 +27,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Production paths of the binaries bound into every isolated sandbox.
 const (
-	SandboxMCPPath  = "/usr/local/bin/sandbox-mcp"
-	ProliferatePath = "/usr/local/bin/proliferate"
+	SandboxMCPPath  = rules.SandboxMCPBin
+	ProliferatePath = rules.ProliferateBin
 )
 
 // sandboxPATH is the PATH of every command in an isolated sandbox.
@@ -74,6 +75,8 @@ var _ engine.Engine = (*Engine)(nil)
 type box struct {
 	mu sync.Mutex
 	st boxState
+	// pending is set while this Engine creates the sandbox.
+	pending bool
 	// done is closed when init, started by this Engine, has been reaped; nil for a
 	// sandbox re-adopted from the data dir.
 	done chan struct{}
@@ -155,6 +158,17 @@ func probeNamespaces() error {
 func (e *Engine) Capabilities() engine.Capabilities { return e.caps }
 
 func (e *Engine) sandboxDir(id string) string { return filepath.Join(e.dir, "sandboxes", id) }
+
+// hostDir maps a path under the sandbox's home, /tmp or /var/tmp to its host path in
+// the sandbox directory sd.
+func (e *Engine) hostDir(sd, p string) string {
+	for _, m := range [][2]string{{rules.HomeDir, dirHome}, {"/var/tmp", dirVarTmp}, {"/tmp", dirTmp}, {"/run", dirRun}} {
+		if rest, ok := strings.CutPrefix(p, m[0]); ok && (rest == "" || rest[0] == '/') {
+			return filepath.Join(sd, m[1], rest)
+		}
+	}
+	panic("hostDir: " + p + " is not in a writable directory")
+}
 
 func newEngineID(prefix string) string {
 	b := make([]byte, 8)
@@ -266,14 +280,77 @@ func (e *Engine) info(bx *box) engine.Info {
 		Home: filepath.Join(e.sandboxDir(st.ID), dirHome), Applied: st.Applied, ExitCode: st.ExitCode}
 }
 
+// lookup finds a sandbox in memory or, made by another Engine on the same data dir,
+// on disk. A sandbox whose directory is gone (terminated elsewhere) is forgotten.
 func (e *Engine) lookup(id string) (*box, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	bx, ok := e.boxes[id]
-	if !ok {
+	if !validEngineID(id) {
 		return nil, fmt.Errorf("sandbox %q: %w", id, engine.ErrNotFound)
 	}
+	bx, ok := e.boxes[id]
+	if _, err := os.Stat(filepath.Join(e.sandboxDir(id), fileState)); err != nil {
+		if ok && !e.creating(bx) {
+			delete(e.boxes, id)
+		}
+		if ok && e.creating(bx) {
+			return bx, nil
+		}
+		return nil, fmt.Errorf("sandbox %q: %w", id, engine.ErrNotFound)
+	}
+	if ok {
+		return bx, nil
+	}
+	bx, err := e.load(id)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, engine.ErrNotFound)
+	}
+	e.boxes[id] = bx
 	return bx, nil
+}
+
+// creating reports whether bx is a Create of this Engine still under way.
+func (e *Engine) creating(bx *box) bool {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	return bx.pending
+}
+
+// load reads a sandbox's state from its directory.
+func (e *Engine) load(id string) (*box, error) {
+	b, err := os.ReadFile(filepath.Join(e.sandboxDir(id), fileState))
+	if err != nil {
+		return nil, err
+	}
+	var st boxState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, err
+	}
+	if st.ID != id {
+		return nil, errors.New("state of another sandbox")
+	}
+	return &box{st: st}, nil
+}
+
+// sync brings the in-memory set in line with the data dir (other Engines may create
+// and terminate sandboxes there).
+func (e *Engine) sync() {
+	entries, err := os.ReadDir(filepath.Join(e.dir, "sandboxes"))
+	if err != nil {
+		return
+	}
+	seen := map[string]bool{}
+	for _, ent := range entries {
+		seen[ent.Name()] = true
+		_, _ = e.lookup(ent.Name())
+	}
+	e.mu.Lock()
+	for id, bx := range e.boxes {
+		if !seen[id] && !e.creating(bx) {
+			delete(e.boxes, id)
+		}
+	}
+	e.mu.Unlock()
 }
 
 // running returns the sandbox when it is alive (running or paused).
@@ -301,6 +378,7 @@ func (e *Engine) Get(ctx context.Context, id string) (engine.Info, error) {
 
 // List describes every known sandbox, oldest first, each checked for life.
 func (e *Engine) List(ctx context.Context) ([]engine.Info, error) {
+	e.sync()
 	e.mu.Lock()
 	boxes := make([]*box, 0, len(e.boxes))
 	for _, bx := range e.boxes {
@@ -344,9 +422,13 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	}
 	// Reserved under the name; dead until init runs.
 	bx.st.Dead = true
+	bx.pending = true
 	e.boxes[id] = bx
 	e.mu.Unlock()
 	info, err := e.create(ctx, bx, sd)
+	bx.mu.Lock()
+	bx.pending = false
+	bx.mu.Unlock()
 	if err != nil {
 		e.mu.Lock()
 		delete(e.boxes, id)
@@ -375,13 +457,12 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 		}
 	}
 	if !e.o.Unisolated {
-		for _, d := range []string{"workspace", ".proliferate"} {
-			if err := os.MkdirAll(filepath.Join(sd, dirHome, d), 0o755); err != nil {
+		// The production layout: the workspace, the home's .proliferate and the
+		// sidecar's state dir exist from the start.
+		for _, d := range []string{rules.WorkspaceDir, rules.HomeDir + "/.proliferate", rules.StateDir} {
+			if err := os.MkdirAll(e.hostDir(sd, d), 0o755); err != nil {
 				return engine.Info{}, err
 			}
-		}
-		if err := os.MkdirAll(filepath.Join(sd, dirTmp, "proliferate"), 0o755); err != nil {
-			return engine.Info{}, err
 		}
 	}
 	cfg := initConfig{ID: bx.st.ID, Dir: sd, Isolated: bx.st.Isolated, NetNS: bx.st.NetNS,
@@ -428,6 +509,14 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 		lns = append(lns, f)
 		cfg.Tunnels = append(cfg.Tunnels, p)
 		bx.st.Tunnels = append(bx.st.Tunnels, engine.Tunnel{Port: p, Host: "127.0.0.1", HostPort: ln.Addr().(*net.TCPAddr).Port})
+	}
+	if spec.Egress && bx.st.NetNS {
+		f, err := os.Open("/proc/self/ns/net")
+		if err != nil {
+			return engine.Info{}, fmt.Errorf("egress: %w", err)
+		}
+		lns = append(lns, f)
+		cfg.HostNetFd = 5 + len(cfg.Tunnels)
 	}
 	if err := e.startInit(ctx, bx, cfg, lns); err != nil {
 		return engine.Info{}, err
@@ -492,7 +581,15 @@ func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig, tunnels
 	bx.mu.Lock()
 	bx.done = done
 	bx.st.Pid, bx.st.PidStart, bx.st.PidNS = pid, start, pidns
+	bx.st.Dead = false
+	// Saved at once: whoever finds the directory can end this init.
+	err = e.saveState(bx.st)
+	bx.st.Dead = true
 	bx.mu.Unlock()
+	if err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		return err
+	}
 	// Limits and the freezer apply before init starts anything.
 	applied, groups := e.cg.join(bx.st.ID, pid, bx.st.Spec.Limits)
 	bx.mu.Lock()
@@ -605,14 +702,12 @@ func procLeft(st boxState) bool {
 // Terminate kills everything in the sandbox and removes its tunnels, cgroups and
 // directory; an unknown sandbox is success.
 func (e *Engine) Terminate(ctx context.Context, id string) error {
-	e.mu.Lock()
-	bx, ok := e.boxes[id]
-	e.mu.Unlock()
-	if !ok {
+	bx, err := e.lookup(id)
+	if err != nil {
 		if !validEngineID(id) {
 			return nil
 		}
-		// A directory without a state (a crash mid-create) is removed too.
+		// A directory without a state (a crash before init started) is removed too.
 		sd := e.sandboxDir(id)
 		if _, err := os.Stat(sd); err == nil {
 			return os.RemoveAll(sd)
@@ -652,6 +747,13 @@ func (e *Engine) environ(st boxState, extra []string) []string {
 		for _, kv := range list {
 			k, v, _ := strings.Cut(kv, "=")
 			if k != "" {
+				m[k] = v
+			}
+		}
+	}
+	if st.Spec.Egress && st.NetNS {
+		for k, v := range proxyEnv() {
+			if _, set := m[k]; !set {
 				m[k] = v
 			}
 		}

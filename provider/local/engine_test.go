@@ -9,7 +9,9 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -45,6 +47,23 @@ func testHelper() bool {
 				for sc.Scan() {
 					fmt.Fprintf(c, "%s %s\n", host, sc.Text())
 				}
+			}()
+		}
+	case "sink":
+		// Reads every connection to its end, then answers with the byte count.
+		ln, err := net.Listen("tcp", "127.0.0.1:"+os.Args[len(os.Args)-1])
+		if err != nil {
+			os.Exit(1)
+		}
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				os.Exit(1)
+			}
+			go func() {
+				defer c.Close()
+				n, _ := io.Copy(io.Discard, c)
+				fmt.Fprintf(c, "%d\n", n)
 			}()
 		}
 	}
@@ -257,7 +276,6 @@ func TestEngineTerminateLeavesNothing(t *testing.T) {
 	if _, err := e.Get(t.Context(), info.ID); !errors.Is(err, engine.ErrNotFound) {
 		t.Errorf("Get after terminate = %v", err)
 	}
-	_ = io.Discard
 }
 
 func TestEngineTwoSandboxesKillAll(t *testing.T) {
@@ -439,5 +457,188 @@ func TestEngineUnisolated(t *testing.T) {
 	}
 	if pids := markedPIDs(info.ID); len(pids) > 0 {
 		t.Errorf("processes %v of the unisolated sandbox remain", pids)
+	}
+}
+
+func TestEngineSpecOptions(t *testing.T) {
+	e := newTestEngine(t)
+	t.Run("timeout ends the sandbox with 124", func(t *testing.T) {
+		info := createBox(t, e, engine.Spec{Timeout: 300 * time.Millisecond})
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, err := e.Get(t.Context(), info.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State == engine.StateDead {
+				if got.ExitCode == nil || *got.ExitCode != 124 {
+					t.Errorf("exit code after the timeout = %v, want 124", got.ExitCode)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the sandbox outlived its timeout")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	t.Run("network shares the host's", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte("host\n"))
+				c.Close()
+			}
+		}()
+		port := ln.Addr().(*net.TCPAddr).Port
+		script := fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && head -1 <&3", port)
+		shared := createBox(t, e, engine.Spec{Network: true})
+		if out, _ := sh(t, e, shared.ID, "bash", "-c", script); out != "host\n" {
+			t.Errorf("a Network sandbox cannot reach the host's loopback: %q", out)
+		}
+		own := createBox(t, e, engine.Spec{})
+		if out, code := sh(t, e, own.ID, "bash", "-c", script+" 2>/dev/null"); code == 0 {
+			t.Errorf("a sandbox without Network reached the host's loopback: %q", out)
+		}
+		if out, _ := sh(t, e, own.ID, "bash", "-c", "ls /sys/class/net"); out != "lo\n" {
+			t.Errorf("interfaces of a sandbox without Network = %q, want lo only", out)
+		}
+	})
+	t.Run("cancel kills the command", func(t *testing.T) {
+		info := createBox(t, e, engine.Spec{})
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		_, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"sleep", "100"}})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("exec past its context = %v", err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			out, _ := sh(t, e, info.ID, "bash", "-c", "pgrep -x sleep || true")
+			if strings.TrimSpace(out) == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sleep still runs after the cancel: %q", out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	t.Run("paths never leave the sandbox", func(t *testing.T) {
+		info := createBox(t, e, engine.Spec{})
+		sh(t, e, info.ID, "ln", "-s", "/", "/home/user/up")
+		for _, p := range []string{"/../../../../etc/hostname", "/home/user/up/etc/hostname", "/home/user/up/../../../etc/hostname"} {
+			if _, err := e.ReadFile(t.Context(), info.ID, p); err != nil {
+				t.Errorf("read %s: %v", p, err)
+			}
+		}
+		// A write through .. lands inside the sandbox, never on the host.
+		if err := e.WriteFile(t.Context(), info.ID, "/../../../../tmp/escape-"+info.ID, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat("/tmp/escape-" + info.ID); err == nil {
+			os.Remove("/tmp/escape-" + info.ID)
+			t.Error("a write through .. reached the host")
+		}
+		if _, err := e.ReadFile(t.Context(), info.ID, "relative"); err == nil {
+			t.Error("a relative path was accepted")
+		}
+	})
+}
+
+func FuzzReadFrame(f *testing.F) {
+	var buf bytes.Buffer
+	fw := &frameWriter{w: &buf}
+	fw.write(frameStdout, []byte("hello"))
+	fw.write(frameExit, []byte(`{"code":0}`))
+	f.Add(buf.Bytes())
+	f.Add([]byte{frameStdin, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := bufio.NewReader(bytes.NewReader(data))
+		var b []byte
+		for range 100 {
+			typ, p, err := readFrame(r, b)
+			if err != nil {
+				return
+			}
+			if len(p) > maxFrame {
+				t.Fatalf("frame %c of %d bytes", typ, len(p))
+			}
+			b = p[:0]
+		}
+	})
+}
+
+func FuzzReadRequest(f *testing.F) {
+	f.Add([]byte(`{"op":"exec","argv":["true"]}` + "\n"))
+	f.Add([]byte("{\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req, err := readRequest(bufio.NewReader(bytes.NewReader(data)))
+		if err == nil && req.TimeoutMs < 0 && req.Op == "" {
+			_ = req // any decoded request is only data; the server validates it
+		}
+	})
+}
+
+// hostAddr is a non-loopback address of this machine, or "" when it has none.
+func hostAddr() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
+
+func TestEngineEgress(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("no curl")
+	}
+	ip := hostAddr()
+	if ip == "" {
+		t.Skip("no non-loopback address")
+	}
+	e := newTestEngine(t)
+	serve := func(addr string) string {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "outside %s", r.URL.Path)
+		})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+		return ln.Addr().String()
+	}
+	outside := serve(net.JoinHostPort(ip, "0"))
+	loopback := serve("127.0.0.1:0")
+	info := createBox(t, e, engine.Spec{Egress: true, Ports: []int{4000}})
+	out, code := sh(t, e, info.ID, "curl", "-sS", "--max-time", "10", "http://"+outside+"/plain")
+	if code != 0 || out != "outside /plain" {
+		t.Errorf("http through the egress proxy = %d %q", code, out)
+	}
+	out, code = sh(t, e, info.ID, "curl", "-sS", "--max-time", "10", "-p", "http://"+outside+"/tunnel")
+	if code != 0 || out != "outside /tunnel" {
+		t.Errorf("CONNECT through the egress proxy = %d %q", code, out)
+	}
+	// The host's loopback (its services, other sandboxes' tunnels) stays out of reach.
+	out, code = sh(t, e, info.ID, "curl", "-sS", "--max-time", "10", "-x", "http://127.0.0.1:3128", "http://"+loopback+"/")
+	if code == 0 && strings.Contains(out, "outside") {
+		t.Errorf("the egress proxy reached the host's loopback: %q", out)
+	}
+	// Without Egress there is no way out.
+	closed := createBox(t, e, engine.Spec{})
+	if out, code := sh(t, e, closed.ID, "curl", "-sS", "--max-time", "5", "http://"+outside+"/"); code == 0 {
+		t.Errorf("a sandbox without egress reached the outside: %q", out)
 	}
 }

@@ -41,6 +41,9 @@ type initConfig struct {
 	Binds []bindMount `json:"binds,omitempty"`
 	// Tunnels are the sandbox ports served by the host listeners on fds 5, 6, ….
 	Tunnels []int `json:"tunnels,omitempty"`
+	// HostNetFd, when not zero, is the host's network namespace: init serves the
+	// egress proxy.
+	HostNetFd int `json:"hostNetFd,omitempty"`
 	// DeadlineMs ends the sandbox (exit 124) at this Unix time in ms; 0 means never.
 	DeadlineMs int64 `json:"deadlineMs,omitempty"`
 }
@@ -114,6 +117,15 @@ func sandboxInit() int {
 		if cfg.NetNS {
 			if err := loopbackUp(); err != nil {
 				return fail(fmt.Errorf("loopback: %w", err))
+			}
+			if cfg.HostNetFd > 0 {
+				g, err := newEgress(cfg.HostNetFd)
+				if err == nil {
+					err = g.serve()
+				}
+				if err != nil {
+					return fail(fmt.Errorf("egress proxy: %w", err))
+				}
 			}
 		}
 	}
