@@ -40,13 +40,23 @@ type gitTarget struct {
 	token   string
 }
 
+// gitToken reads the git token from the variable --token-env names ("" when none).
+func gitToken(a *app, tokenEnv string) (string, error) {
+	if tokenEnv == "" {
+		return "", nil
+	}
+	token := a.getenv(tokenEnv)
+	if token == "" {
+		return "", errorf("--token-env %s: the variable is empty or unset", tokenEnv)
+	}
+	return token, nil
+}
+
 func (a *app) gitTarget(ctx context.Context, b openedBackend, id string, g gitFlags) (gitTarget, error) {
 	var t gitTarget
-	if g.tokenEnv != "" {
-		t.token = a.getenv(g.tokenEnv)
-		if t.token == "" {
-			return t, errorf("--token-env %s: the variable is empty or unset", g.tokenEnv)
-		}
+	var err error
+	if t.token, err = gitToken(a, g.tokenEnv); err != nil {
+		return t, err
 	}
 	if b.Sidecar == nil {
 		return t, errorf("provider %s cannot reach a sandbox's sidecar", a.provider)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
-	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
 )
 
 // TestPushAndSyncCommands drives `sandboxctl push` and `sandboxctl sync` on a
@@ -28,19 +27,43 @@ func TestPushAndSyncCommands(t *testing.T) {
 	srv := gittest.New(t, token)
 	url := srv.CreateRepo(t, "app", map[string]string{"README.md": "private\n"})
 	dataDir := t.TempDir()
+	env := map[string]string{"SANDBOXCTL_SANDBOX_MCP": bin, "GIT_TOKEN": token}
+	ctl := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(t.Context(), append([]string{"--data-dir", dataDir}, args...), func(k string) string { return env[k] },
+			strings.NewReader(""), &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	// Created by sandboxctl from a private repo: the token stays on the host.
+	code, out, errOut := ctl("create", "--repo", url, "--token-env", "GIT_TOKEN", "--session", "sess-ctl")
+	if code != 0 {
+		t.Fatalf("create = %d %q %q", code, out, errOut)
+	}
+	id, _, _ := strings.Cut(out, "\n")
+	t.Cleanup(func() { ctl("terminate", id) })
 	p, err := local.New(local.Options{Root: dataDir, SandboxMCP: bin})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "sess-ctl", Branch: "main",
-		Repos: []provider.RepoSpec{{RepoURL: url, Token: token, WorkspacePath: "app"}}})
+	u, tok, err := p.Sidecar(t.Context(), id)
 	if err != nil {
-		t.Fatalf("Boot: %v", err)
+		t.Fatal(err)
 	}
-	id := b.SandboxID
-	t.Cleanup(func() { p.Terminate(context.Background(), "sess-ctl", id) })
-	repo := b.Paths.RepoDir("app")
+	sc, err := sidecar.New(sidecar.Options{BaseURL: u, Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repos, err := sc.GitRepos(t.Context())
+	if err != nil || len(repos) != 1 {
+		t.Fatalf("sandbox repos %+v, %v; want the one clone", repos, err)
+	}
+	repo := repos[0].Path
+	home := filepath.Dir(filepath.Dir(repo)) // <home>/workspace/<repo>
+	tmp := "/tmp"                            // the sandbox's own /tmp when isolated; unisolated, the host's (holding this test binary)
+	if !p.Engine().Capabilities().Isolated {
+		tmp = ""
+	}
 	sh := func(command string) string {
 		t.Helper()
 		var out bytes.Buffer
@@ -54,15 +77,7 @@ func TestPushAndSyncCommands(t *testing.T) {
 	sh("cd " + repo + " && echo work > work.txt && git add -A && " + commit + " work")
 	head := sh("git -C " + repo + " rev-parse HEAD")
 
-	env := map[string]string{"SANDBOXCTL_SANDBOX_MCP": bin, "GIT_TOKEN": token}
-	ctl := func(args ...string) (int, string, string) {
-		var stdout, stderr bytes.Buffer
-		code := run(t.Context(), append([]string{"--data-dir", dataDir}, args...), func(k string) string { return env[k] },
-			strings.NewReader(""), &stdout, &stderr)
-		return code, stdout.String(), stderr.String()
-	}
-
-	code, out, errOut := ctl("push", id, "--remote", url, "--token-env", "GIT_TOKEN")
+	code, out, errOut = ctl("push", id, "--remote", url, "--token-env", "GIT_TOKEN")
 	if code != 0 || !strings.Contains(out, "pushed "+head+" to refs/heads/session/sess-ctl") {
 		t.Fatalf("push = %d %q %q", code, out, errOut)
 	}
@@ -99,7 +114,7 @@ func TestPushAndSyncCommands(t *testing.T) {
 	if env := sh("cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; true"); strings.Contains(env, token) {
 		t.Error("a process environment in the sandbox holds the token after push and sync")
 	}
-	if files := sh("grep -rlF " + token + " " + b.Paths.Home + " " + b.Paths.Tmp + " 2>/dev/null; true"); files != "" {
+	if files := sh("grep -rlF " + token + " " + home + " " + tmp + " 2>/dev/null; grep -rlF " + token + " " + repo + "/.git/config 2>/dev/null; true"); files != "" {
 		t.Errorf("files in the sandbox hold the token: %s", files)
 	}
 
