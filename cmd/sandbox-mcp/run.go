@@ -104,7 +104,7 @@ func runAPI(ctx context.Context, args []string, getenv func(string) string, stde
 	// Services run at nice +10 with a raised OOM score (set by their monitor);
 	// the sidecar that answers health and stops them protects itself where permitted.
 	if err := services.ProtectSidecar(); err != nil {
-		log.Debug("oom_score_adj of the sidecar left as is", "err", err)
+		log.Info("oom_score_adj of the sidecar left as is (lowering it is not permitted here)", "err", err)
 	}
 	if getenv("GOGC") == "" {
 		// Half the default heap growth: after a burst of requests the sidecar

@@ -96,6 +96,9 @@ func newLocalBackend(ctx context.Context, o backendOptions) (*backend, error) {
 	p, err := local.New(local.Options{Root: o.DataDir, SandboxMCP: mcp,
 		Proliferate: findBinary(o.Getenv, "SANDBOXCTL_PROLIFERATE", "proliferate"),
 		Unisolated:  o.Unisolated, Getenv: o.Getenv, Logger: o.Logger, Progress: o.Stderr})
+	if errors.Is(err, engine.ErrNotIsolated) {
+		return nil, fmt.Errorf("%w\nsandboxctl --unisolated runs sandboxes as plain host processes, without isolation", err)
+	}
 	if err != nil {
 		return nil, err
 	}

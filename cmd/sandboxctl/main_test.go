@@ -246,3 +246,21 @@ func TestSandboxPath(t *testing.T) {
 		}
 	}
 }
+
+func FuzzSandboxPath(f *testing.F) {
+	for _, s := range []string{"sb-1:/home/user/x", "./a:b", "-", ":/x", "a:/"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		id, p, ok := sandboxPath(s)
+		if !ok {
+			if id != "" || p != "" {
+				t.Fatalf("sandboxPath(%q) = %q %q without ok", s, id, p)
+			}
+			return
+		}
+		if id == "" || !strings.HasPrefix(p, "/") || strings.Contains(id, "/") || id+":"+p != s {
+			t.Fatalf("sandboxPath(%q) = %q %q", s, id, p)
+		}
+	})
+}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/proliferate-ai/sandbox-mcp/internal/version"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -96,10 +98,12 @@ func newCmdRoot(a *app) *cobra.Command {
 		Long: "sandboxctl creates sandboxes with the platform's boot plan and drives them:\n" +
 			"exec, cp, snapshot, pause/resume, terminate, tunnels and an interactive terminal.\n" +
 			"The local provider runs each sandbox in its own Linux namespaces on this machine.",
+		Version:           version.String(),
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
+	root.SetVersionTemplate("sandboxctl {{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
 	pf.StringVarP(&a.provider, "provider", "p", "local", "sandbox provider: local, modal or e2b")

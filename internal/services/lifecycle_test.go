@@ -465,3 +465,80 @@ func TestNeverSignalsInitOrOwnGroup(t *testing.T) {
 		}
 	}
 }
+
+// FuzzStateFile: whatever state.json holds, reading it never panics, and
+// what survives sanitizeState names no process the sidecar must never signal
+// and round-trips through encodeState.
+func FuzzStateFile(f *testing.F) {
+	f.Add([]byte(`{"services":{"a":{"command":"x","pid":1,"pgid":1,"status":"running"}},"exposedPort":70000}`))
+	f.Add([]byte(`{"services":{"b":{"command":"y","pid":42,"pgid":42,"startTime":7,"monitorPid":41,"status":"running","instance":"p-1"}},"exposedPort":3000}`))
+	f.Add([]byte(`{"services":null}`))
+	f.Add([]byte(`not json`))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := filepath.Join(dir, "state.json")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		st, _, _, err := readStateRaw(p)
+		if err != nil {
+			return
+		}
+		sanitizeState(st)
+		for name, r := range st.Services {
+			for _, pid := range []int{r.PID, r.PGID, r.MonitorPID} {
+				if pid < 0 || pid == 1 || pid == os.Getpid() || pid == syscall.Getpgrp() {
+					t.Fatalf("%s kept pid %d after sanitizeState", name, pid)
+				}
+			}
+		}
+		if p := st.ExposedPort; p != nil && (*p < 1 || *p > 65535) {
+			t.Fatalf("kept exposedPort %d", *p)
+		}
+		enc, err := encodeState(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, enc, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		again, _, _, err := readStateRaw(p)
+		if err != nil {
+			t.Fatalf("re-read of our own encoding: %v", err)
+		}
+		if len(again.Services) != len(st.Services) {
+			t.Fatalf("round trip: %d services, want %d", len(again.Services), len(st.Services))
+		}
+	})
+}
+
+// TestStateFileReplacedWhileRunning: a state.json replaced by garbage or a
+// directory while services run is moved aside and written again from memory.
+func TestStateFileReplacedWhileRunning(t *testing.T) {
+	for _, kind := range []string{"garbage", "dir"} {
+		t.Run(kind, func(t *testing.T) {
+			m := newTestManager(t, Config{PollInterval: 20 * time.Millisecond})
+			start(t, m, apitype.StartServiceRequest{Name: "kept", Command: "sleep 300"})
+			p := filepath.Join(m.cfg.StateDir, "state.json")
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if kind == "dir" {
+				err = os.Mkdir(p, 0o755)
+			} else {
+				err = os.WriteFile(p, []byte("{garbage"), 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "state.json to be written again", 10*time.Second, func() bool {
+				st, _, err := readState(p)
+				return err == nil && st.Services["kept"] != nil && st.Services["kept"].Status == apitype.StatusRunning
+			})
+			if list, _ := m.List(); len(list) != 1 || list[0].Status != apitype.StatusRunning {
+				t.Errorf("List = %+v, want kept running", list)
+			}
+		})
+	}
+}

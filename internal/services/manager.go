@@ -391,6 +391,12 @@ func (m *Manager) refresh() {
 		return
 	}
 	st, stamp, err := readState(m.statePath)
+	if errors.Is(err, errCorrupt) {
+		// Replaced by something unusable while running: move it aside and
+		// write the state this process knows.
+		_ = m.update(func(*stateFile) error { return nil })
+		return
+	}
 	if err != nil {
 		m.log.Warn("read state file", "err", err)
 		return
@@ -624,7 +630,7 @@ func (m *Manager) stopSettings(r *record) (syscall.Signal, time.Duration) {
 	}
 	grace := m.cfg.StopTimeout
 	if r.StopTimeoutMs != nil {
-		grace = time.Duration(*r.StopTimeoutMs) * time.Millisecond
+		grace = stopGrace(*r.StopTimeoutMs)
 	}
 	return sig, grace
 }

@@ -146,6 +146,7 @@ func (m *Manager) sweepOrphans() {
 	// First the monitors, so none of them starts a process behind the
 	// sweep's back: a SIGKILL pending stops a fork half-way, and once the
 	// monitor is dead everything it started is visible and stays put.
+	var monitors []orphanProc
 	for id, procs := range markedProcs(m.prefix) {
 		if claimed[id] {
 			continue
@@ -154,9 +155,13 @@ func (m *Manager) sweepOrphans() {
 			if p.monitor {
 				m.log.Warn("stopping the monitor of an unrecorded run", "instance", id, "pid", p.pid)
 				_ = syscall.Kill(p.pid, syscall.SIGKILL)
-				waitDead(p.pid, p.start, 2*time.Second)
+				monitors = append(monitors, p)
 			}
 		}
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for _, p := range monitors {
+		waitDead(p.pid, p.start, time.Until(deadline))
 	}
 	var wg sync.WaitGroup
 	for id, procs := range markedProcs(m.prefix) {

@@ -216,3 +216,36 @@ func TestAcceptanceSnapshotRestore(t *testing.T) {
 		t.Errorf("restored sidecar health = %d", code)
 	}
 }
+
+// Unisolated mode (explicit opt-in) boots the same plan as host processes: the
+// layout is rooted in the sandbox's directory and the sidecar is on a free port.
+func TestUnisolatedBoot(t *testing.T) {
+	p, err := New(Options{Root: t.TempDir(), SandboxMCP: sandboxMCP, Unisolated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.Engine().Capabilities().Isolated {
+		t.Fatal("an unisolated provider's engine says it isolates")
+	}
+	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
+	if b.Paths.Home != b.Home {
+		t.Errorf("paths %+v, want rooted in %s", b.Paths, b.Home)
+	}
+	if code := health(t, b.SandboxMCPURL); code != http.StatusOK {
+		t.Errorf("health = %d", code)
+	}
+	if rep := report(b); rep["start caddy"].Status != StatusSkipped || rep["start opencode"].Status != StatusSkipped {
+		t.Errorf("fixed-port programs ran unisolated: %+v %+v", rep["start caddy"], rep["start opencode"])
+	}
+	if err := p.Terminate(t.Context(), "s", b.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if pids := markedPIDs(b.SandboxID); len(pids) > 0 {
+		t.Errorf("processes %v left", pids)
+	}
+}

@@ -111,6 +111,10 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 	paths := provider.DefaultPaths()
 	if !isolated {
 		paths = provider.RootedPaths(info.Home)
+		if err := p.eng.MkdirAll(ctx, id, paths.Tmp); err != nil {
+			_ = p.eng.Terminate(context.Background(), id)
+			return fail(err)
+		}
 	}
 	st := state{SandboxID: id, SessionID: opts.SessionID, Home: info.Home, Paths: paths}
 	cleanup := func() {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -62,7 +61,15 @@ func testHelper() bool {
 			}
 			go func() {
 				defer c.Close()
-				n, _ := io.Copy(io.Discard, c)
+				buf := make([]byte, 1<<20)
+				var n int64
+				for {
+					m, err := c.Read(buf)
+					n += int64(m)
+					if err != nil {
+						break
+					}
+				}
 				fmt.Fprintf(c, "%d\n", n)
 			}()
 		}
@@ -143,6 +150,11 @@ func TestEngineSandbox(t *testing.T) {
 	}
 	if _, code := sh(t, e, info.ID, "test", "-x", SandboxMCPPath); code != 0 {
 		t.Errorf("%s is not executable inside", SandboxMCPPath)
+	}
+	// Init's descriptors (its way back to the host) are out of reach.
+	if out, _ := sh(t, e, info.ID, "bash", "-c", `for f in /proc/1/fd/* /proc/1/root /proc/1/cwd; do
+		if readlink $f >/dev/null 2>&1 || ls $f/ >/dev/null 2>&1; then echo $f; fi; done; cat /proc/1/environ 2>/dev/null`); out != "" {
+		t.Errorf("init's descriptors, root or environment are reachable inside: %q", out)
 	}
 	// The host's root is read-only, even for root inside.
 	if out, code := sh(t, e, info.ID, "bash", "-c", "touch /usr/x || mount -o remount,rw /usr"); code == 0 {

@@ -108,6 +108,15 @@ func sandboxInit() int {
 	// Signals from inside the sandbox do not end it; the engine ends it with SIGKILL.
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
 	if cfg.Isolated {
+		// Not dumpable: its /proc/1/fd, /proc/1/root and /proc/1/environ need
+		// CAP_SYS_PTRACE, which no process inside has (an open descriptor of init's
+		// is a way back to the host).
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			return fail(fmt.Errorf("prctl: %w", err))
+		}
+		if cfg.HostNetFd > 0 {
+			unix.CloseOnExec(cfg.HostNetFd)
+		}
 		if err := setupRoot(cfg); err != nil {
 			return fail(fmt.Errorf("set up the sandbox root: %w", err))
 		}
