@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/gitpush"
 )
@@ -17,7 +20,7 @@ type GitBundler interface {
 }
 
 // ExecGitBundle runs a StepGitBundle step: the host makes the bundle with g
-// (the token stays on the host), ex writes it into the sandbox and clones from
+// (nil: DefaultGitMirrors; the token stays on the host), ex writes it into the sandbox and clones from
 // it there, or with Pull fetches it into refs/remotes/origin/* of the existing
 // clone and fast-forwards the branch. origin is the plain URL afterwards and
 // nothing in the sandbox holds a credential. It returns a line for the boot
@@ -28,7 +31,11 @@ func ExecGitBundle(ctx context.Context, ex Executor, g GitBundler, s Step) (stri
 		return "", fmt.Errorf("step %q is not a git-bundle step", s.Name)
 	}
 	if g == nil {
-		return "", errors.New("no host git mirror configured for git-bundle steps")
+		m, err := DefaultGitMirrors()
+		if err != nil {
+			return "", err
+		}
+		g = m
 	}
 	remote := gitpush.Remote{URL: spec.RepoURL, Token: spec.Token}
 	if spec.Pull {
@@ -55,6 +62,26 @@ func ExecGitBundle(ctx context.Context, ex Executor, g GitBundler, s Step) (stri
 		return "", fmt.Errorf("clone from bundle: exit %d: %s", out.ExitCode, CapOutput(out.Stdout+out.Stderr, 0))
 	}
 	return fmt.Sprintf("cloned %s at %s from a %d-byte host bundle", res.Branch, short(res.SHA), res.Size), nil
+}
+
+var defaultMirrors struct {
+	once sync.Once
+	m    *gitpush.Mirrors
+	err  error
+}
+
+// DefaultGitMirrors is the host's git mirror cache for providers given none:
+// $XDG_CACHE_HOME/sandbox-mcp/git-mirrors (os.UserCacheDir), made on first use.
+func DefaultGitMirrors() (*gitpush.Mirrors, error) {
+	defaultMirrors.once.Do(func() {
+		dir, err := os.UserCacheDir()
+		if err != nil {
+			defaultMirrors.err = fmt.Errorf("git mirror cache: %w", err)
+			return
+		}
+		defaultMirrors.m, defaultMirrors.err = gitpush.New(gitpush.Options{CacheDir: filepath.Join(dir, "sandbox-mcp", "git-mirrors")})
+	})
+	return defaultMirrors.m, defaultMirrors.err
 }
 
 func pullFromBundle(ctx context.Context, ex Executor, g GitBundler, s Step, remote gitpush.Remote) (string, error) {

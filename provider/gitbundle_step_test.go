@@ -121,11 +121,17 @@ func TestExecGitBundleCloneAndPull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Without a mirror, or with a wrong token, the step fails and says so without the token.
+	// Without a mirror of its own, the step uses the cache under $XDG_CACHE_HOME.
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
 	s, _ := findStep(plan, "pull app")
-	if _, err := ExecGitBundle(t.Context(), hostExecutor{}, nil, s); err == nil {
-		t.Error("ExecGitBundle without a bundler succeeded")
+	if msg, err := ExecGitBundle(t.Context(), hostExecutor{}, nil, s); err != nil || msg != "already up to date" {
+		t.Errorf("pull with the default mirrors = %q, %v", msg, err)
 	}
+	if _, err := os.Stat(filepath.Join(cache, "sandbox-mcp", "git-mirrors", "askpass.sh")); err != nil {
+		t.Errorf("default mirror cache not under XDG_CACHE_HOME: %v", err)
+	}
+	// With a wrong token the step fails and says so without the token.
 	bad := *s.Git
 	bad.Token, bad.Pull = "ghs_wrong_value", false
 	s.Git = &bad

@@ -361,9 +361,11 @@ func (b *planBuilder) workspace() {
 }
 
 // bundled reports whether r reaches the sandbox as a host-made bundle: in
-// bundle mode, every repo with a token.
+// bundle mode, every http(s) repo with a token (the only kind a token is
+// used for).
 func (b *planBuilder) bundled(r RepoSpec) bool {
-	return b.cfg.GitMode == GitModeBundle && r.Token != ""
+	u := strings.ToLower(strings.TrimSpace(r.RepoURL))
+	return b.cfg.GitMode == GitModeBundle && r.Token != "" && (strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://"))
 }
 
 // tokenRepos are the repos whose token goes into the sandbox: none in bundle mode.

@@ -387,7 +387,8 @@ func TestPlanRedacted(t *testing.T) {
 // the sandbox: it is only in the host-side Git spec of git-bundle steps.
 func TestBuildPlanBundleMode(t *testing.T) {
 	opts := freshTwoRepos()
-	opts.Repos = append(opts.Repos, RepoSpec{RepoURL: "https://github.com/acme/public", WorkspacePath: "pub"})
+	opts.Repos = append(opts.Repos, RepoSpec{RepoURL: "https://github.com/acme/public", WorkspacePath: "pub"},
+		RepoSpec{RepoURL: "file:///srv/local", Token: "unused", WorkspacePath: "loc"})
 	p, err := BuildPlan(opts, PlanConfig{Kind: KindLocal, Now: planNow})
 	if err != nil {
 		t.Fatal(err)
@@ -412,6 +413,9 @@ func TestBuildPlanBundleMode(t *testing.T) {
 	}
 	if pub, _ := findStep(p, "clone pub"); pub.Kind != StepRun || !strings.Contains(pub.Command, "https://github.com/acme/public") {
 		t.Errorf("clone pub = %+v, want a direct clone: it has no token", pub)
+	}
+	if loc, _ := findStep(p, "clone loc"); loc.Kind != StepRun || strings.Contains(loc.Command, "unused") {
+		t.Errorf("clone loc = %+v, want a direct clone of a file URL, without the token", loc)
 	}
 	for _, s := range p.Steps() {
 		for _, tok := range []string{"ghs_webtoken", "ghs_apitoken"} {

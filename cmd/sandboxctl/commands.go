@@ -15,9 +15,9 @@ import (
 
 func newCmdCreate(a *app) *cobra.Command {
 	var repos, envs []string
-	var snapshot, session string
+	var snapshot, session, tokenEnv string
 	cmd := &cobra.Command{
-		Use:   "create [--repo URL[#branch]]... [--snapshot ID] [--env K=V]... [--session ID]",
+		Use:   "create [--repo URL[#branch]]... [--token-env VAR] [--snapshot ID] [--env K=V]... [--session ID]",
 		Short: "Create a sandbox and boot it with the platform's boot plan",
 		Long: "Create a sandbox: clone the repos, write the boot plan's files, start sandbox-mcp\n" +
 			"(and OpenCode and Caddy when installed), and print its id and URLs. Progress goes\n" +
@@ -25,6 +25,10 @@ func newCmdCreate(a *app) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := provider.CreateOptions{SessionID: session, SnapshotID: snapshot, EnvVars: map[string]string{}}
+			token, err := gitToken(a, tokenEnv)
+			if err != nil {
+				return err
+			}
 			if opts.SessionID == "" {
 				opts.SessionID = "sandboxctl-" + time.Now().UTC().Format("20060102-150405")
 			}
@@ -34,7 +38,7 @@ func newCmdCreate(a *app) *cobra.Command {
 				if name == "" || name == "." || name == "/" {
 					name = fmt.Sprintf("repo%d", i+1)
 				}
-				opts.Repos = append(opts.Repos, provider.RepoSpec{RepoURL: url, Branch: branch, WorkspacePath: name})
+				opts.Repos = append(opts.Repos, provider.RepoSpec{RepoURL: url, Token: token, Branch: branch, WorkspacePath: name})
 			}
 			for _, kv := range envs {
 				k, v, ok := strings.Cut(kv, "=")
@@ -90,6 +94,7 @@ func newCmdCreate(a *app) *cobra.Command {
 	f.StringVar(&snapshot, "snapshot", "", "start from this snapshot")
 	f.StringArrayVar(&envs, "env", nil, "environment variable KEY=VALUE for the sandbox (repeatable)")
 	f.StringVar(&session, "session", "", "session id (default: generated)")
+	f.StringVar(&tokenEnv, "token-env", "", "environment variable holding the git token of the --repo URLs (used on the host only)")
 	return cmd
 }
 

@@ -352,7 +352,6 @@ func BenchmarkCreateBundle(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.SetBytes(bn.Size)
 		bn.Close()
 	}
 }

@@ -244,6 +244,12 @@ func (r *bootRun) step(ctx context.Context, s provider.Step) (status, reason str
 			r.sidecarUp = true
 		}
 		return "ok", "", nil
+	case provider.StepGitBundle:
+		// Tokenless sandboxes: the host fetches with the token, envd gets a bundle.
+		sctx, cancel := context.WithTimeout(ctx, s.Timeout())
+		defer cancel()
+		_, err := provider.ExecGitBundle(sctx, envdExecutor{r}, r.p.o.GitMirrors, s)
+		return "ok", "", err
 	case provider.StepService:
 		if !r.sidecarUp {
 			return "skipped", "sandbox-mcp is not running", nil
@@ -265,4 +271,27 @@ func tail(s string, n int) string {
 		return s
 	}
 	return s[len(s)-n:]
+}
+
+// envdExecutor is a provider.Executor over the sandbox's envd, for the helpers
+// of package provider (git-bundle steps).
+type envdExecutor struct{ r *bootRun }
+
+func (x envdExecutor) Run(ctx context.Context, command string, timeout time.Duration) (provider.ExecResult, error) {
+	res, err := x.r.e.Run(ctx, command, RunOptions{Envs: x.r.env(nil), Timeout: timeout, MaxOutput: 64 << 10})
+	if err == nil && res.TimedOut {
+		err = fmt.Errorf("timed out after %s", timeout)
+	}
+	return provider.ExecResult{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: res.ExitCode}, err
+}
+
+func (x envdExecutor) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	return x.r.e.ReadFile(ctx, p)
+}
+
+func (x envdExecutor) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
+	if err := x.r.e.WriteFile(ctx, p, data); err != nil {
+		return err
+	}
+	return x.r.chmod(ctx, p, provider.Mode(mode), 0o644)
 }

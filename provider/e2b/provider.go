@@ -40,6 +40,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// GitMirrors makes the bundles of the plan's git-bundle steps (tokenless
+	// sandboxes, docs/git-bundle.md); nil means provider.DefaultGitMirrors.
+	GitMirrors provider.GitBundler
 }
 
 // OptionsFromEnv reads E2B_API_KEY, E2B_DOMAIN, E2B_API_URL, E2B_SANDBOX_URL,

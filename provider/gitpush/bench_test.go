@@ -44,7 +44,6 @@ func BenchmarkCloneFromBundle(b *testing.B) {
 		}
 		i++
 		gittest.Git(b, dir, "clone", "-q", "-b", res.Branch, f, fmt.Sprintf("c%d", i))
-		b.SetBytes(res.Size)
 	}
 }
 

@@ -134,13 +134,15 @@ func New(opts Options) (*Mirrors, error) {
 }
 
 // baseEnv is the environment of every git command: inherited variables that
-// would redirect git or answer its prompts are dropped, prompts are off.
+// would redirect git (GIT_DIR, GIT_ASKPASS, …) or answer its prompts are
+// dropped, prompts are off. The host's TLS and config-file settings stay.
 func baseEnv(environ []string) []string {
 	env := make([]string, 0, len(environ)+2)
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "GIT_") && k != "GIT_CONFIG_GLOBAL" && k != "GIT_CONFIG_NOSYSTEM" ||
-			k == "SSH_ASKPASS" || k == tokenEnv || k == "GITPUSH_USERNAME" {
+		keep := !strings.HasPrefix(k, "GIT_") || k == "GIT_CONFIG_GLOBAL" || k == "GIT_CONFIG_NOSYSTEM" ||
+			k == "GIT_EXEC_PATH" || strings.HasPrefix(k, "GIT_SSL_")
+		if !keep || k == "SSH_ASKPASS" || k == tokenEnv || k == "GITPUSH_USERNAME" {
 			continue
 		}
 		env = append(env, kv)

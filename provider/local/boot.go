@@ -360,6 +360,12 @@ func (r *run) step(ctx context.Context, s provider.Step) (status, reason, output
 			r.sidecarUp = true
 		}
 		return StatusOK, "", "", nil
+	case provider.StepGitBundle:
+		// The host fetches with the token; the sandbox only ever sees a bundle.
+		ctx, cancel := context.WithTimeout(ctx, s.Timeout())
+		defer cancel()
+		out, err := provider.ExecGitBundle(ctx, &sandboxExecutor{p: r.p, id: r.id, paths: r.paths}, r.p.o.GitMirrors, s)
+		return StatusOK, "", out, err
 	case provider.StepService:
 		// The local equivalent of `proliferate services start`: the same request, sent
 		// to this sandbox's sandbox-mcp directly.

@@ -33,6 +33,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/gitpush"
 )
 
 // Options configure a local Provider.
@@ -72,6 +73,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Progress, when set, receives one line per boot step (sandboxctl's stderr).
 	Progress io.Writer
+	// GitMirrors makes the bundles of the plan's git-bundle steps (tokenless
+	// sandboxes, docs/git-bundle.md); nil means a gitpush.Mirrors under
+	// Root/git-mirrors.
+	GitMirrors provider.GitBundler
 }
 
 // Provider is the local SandboxProvider.
@@ -106,6 +111,13 @@ func New(o Options) (*Provider, error) {
 	o.Root = abs
 	if err := os.MkdirAll(filepath.Join(o.Root, "state"), 0o700); err != nil {
 		return nil, fmt.Errorf("new local provider: %w", err)
+	}
+	if o.GitMirrors == nil {
+		m, err := gitpush.New(gitpush.Options{CacheDir: filepath.Join(o.Root, "git-mirrors")})
+		if err != nil {
+			return nil, fmt.Errorf("new local provider: %w", err)
+		}
+		o.GitMirrors = m
 	}
 	if o.Getenv == nil {
 		o.Getenv = func(string) string { return "" }

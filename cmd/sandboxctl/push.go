@@ -1,0 +1,207 @@
+package main
+
+// push and sync: tokenless git (docs/git-bundle.md). The sandbox never holds a
+// git token; sandboxctl fetches and pushes for it from the host, through a
+// mirror under --data-dir/git-mirrors, with the token read from an environment
+// variable and given only to the git process that talks to the remote.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/gitpush"
+	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+)
+
+// gitFlags are the flags push and sync share.
+type gitFlags struct {
+	remote, tokenEnv, repo string
+}
+
+func (g *gitFlags) add(cmd *cobra.Command, remoteHelp string) {
+	f := cmd.Flags()
+	f.StringVar(&g.remote, "remote", "", remoteHelp)
+	f.StringVar(&g.tokenEnv, "token-env", "", "environment variable holding the git token (never passed to the sandbox)")
+	f.StringVar(&g.repo, "repo", "", "the sandbox repo (its path, or the last part of it) when the workspace has several")
+}
+
+// gitTarget is one repo of one sandbox, reached through its sidecar.
+type gitTarget struct {
+	sc      *sidecar.Client
+	repo    apitype.GitRepo
+	mirrors *gitpush.Mirrors
+	token   string
+}
+
+// gitToken reads the git token from the variable --token-env names ("" when none).
+func gitToken(a *app, tokenEnv string) (string, error) {
+	if tokenEnv == "" {
+		return "", nil
+	}
+	token := a.getenv(tokenEnv)
+	if token == "" {
+		return "", errorf("--token-env %s: the variable is empty or unset", tokenEnv)
+	}
+	return token, nil
+}
+
+func (a *app) gitTarget(ctx context.Context, b openedBackend, id string, g gitFlags) (gitTarget, error) {
+	var t gitTarget
+	var err error
+	if t.token, err = gitToken(a, g.tokenEnv); err != nil {
+		return t, err
+	}
+	if b.Sidecar == nil {
+		return t, errorf("provider %s cannot reach a sandbox's sidecar", a.provider)
+	}
+	u, tok, err := b.Sidecar(ctx, id)
+	if err != nil {
+		return t, err
+	}
+	if t.sc, err = sidecar.New(sidecar.Options{BaseURL: u, Token: tok, Retries: -1}); err != nil {
+		return t, err
+	}
+	repos, err := t.sc.GitRepos(ctx)
+	if err != nil {
+		return t, fmt.Errorf("list the sandbox's repos: %w", err)
+	}
+	var match []apitype.GitRepo
+	for _, r := range repos {
+		if g.repo == "" || r.Path == g.repo || strings.HasSuffix(r.Path, "/"+strings.Trim(g.repo, "/")) {
+			match = append(match, r)
+		}
+	}
+	if len(match) != 1 {
+		var paths []string
+		for _, r := range repos {
+			paths = append(paths, r.Path)
+		}
+		if len(match) == 0 {
+			return t, errorf("no repo %q in sandbox %s (repos: %s)", g.repo, id, strings.Join(paths, ", "))
+		}
+		return t, usageError{errorf("sandbox %s has several repos (%s): choose one with --repo", id, strings.Join(paths, ", "))}
+	}
+	t.repo = match[0]
+	t.mirrors, err = gitpush.New(gitpush.Options{CacheDir: filepath.Join(a.dataDir, "git-mirrors")})
+	return t, err
+}
+
+// originURL reads the repo's origin URL inside the sandbox.
+func originURL(ctx context.Context, e engine.Engine, id, repo string) (string, error) {
+	var out, errOut bytes.Buffer
+	code, err := e.Exec(ctx, id, engine.ExecRequest{Argv: []string{"git", "-C", repo, "remote", "get-url", "origin"},
+		Stdout: &out, Stderr: &errOut})
+	if err != nil {
+		return "", err
+	}
+	if code != 0 {
+		return "", errorf("read origin of %s: exit %d: %s (give --remote)", repo, code, strings.TrimSpace(errOut.String()))
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+func newCmdPush(a *app) *cobra.Command {
+	var g gitFlags
+	var session string
+	cmd := &cobra.Command{
+		Use:   "push ID --remote URL [--token-env VAR] [--session S] [--repo PATH]",
+		Short: "Push a sandbox's branch to session/<sessionId> of the remote, from the host",
+		Long: "Push the current branch of a sandbox repo to refs/heads/session/<sessionId> of the\n" +
+			"remote. The sandbox hands over a git bundle; the host checks it against its mirror\n" +
+			"(fast-forward only; no .env, .env.*, *.pem, id_rsa*; size caps) and pushes with the\n" +
+			"token from --token-env. No other ref of the remote is ever written. Exit 1 when refused.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.remote == "" {
+				return usageError{errorf("--remote is required")}
+			}
+			ctx := cmd.Context()
+			b, err := a.open(ctx, "")
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			if session == "" {
+				info, err := b.Engine.Get(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if session = info.Labels["session"]; session == "" {
+					return usageError{errorf("sandbox %s has no session label: give --session", args[0])}
+				}
+			}
+			t, err := a.gitTarget(ctx, b, args[0], g)
+			if err != nil {
+				return err
+			}
+			res, err := t.mirrors.PushSandbox(ctx, t.sc, t.repo.ID, gitpush.Remote{URL: g.remote, Token: t.token}, session)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(res)
+			}
+			if res.UpToDate {
+				fmt.Fprintf(a.stdout, "%s is up to date\n", res.Ref)
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "pushed %s to %s (%d new commits)\n", res.SHA, res.Ref, res.Commits)
+			return nil
+		},
+	}
+	g.add(cmd, "remote URL to push to (http or https, no credentials in it); required")
+	cmd.Flags().StringVar(&session, "session", "", "session id (default: the sandbox's session label)")
+	return cmd
+}
+
+func newCmdSync(a *app) *cobra.Command {
+	var g gitFlags
+	cmd := &cobra.Command{
+		Use:   "sync ID [--remote URL] [--token-env VAR] [--repo PATH]",
+		Short: "Bring a sandbox's origin/<branch> up to date, fetching on the host",
+		Long: "Fetch the remote on the host (with the token from --token-env) and hand the sandbox\n" +
+			"a bundle of what its current branch's origin/<branch> lacks. The sandbox's own\n" +
+			"branches and work tree do not move; it merges or rebases itself.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			b, err := a.open(ctx, "")
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			t, err := a.gitTarget(ctx, b, args[0], g)
+			if err != nil {
+				return err
+			}
+			remote := g.remote
+			if remote == "" {
+				if remote, err = originURL(ctx, b.Engine, args[0], t.repo.Path); err != nil {
+					return err
+				}
+			}
+			res, err := t.mirrors.SyncSandbox(ctx, t.sc, t.repo.ID, gitpush.Remote{URL: remote, Token: t.token})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(res)
+			}
+			if res.UpToDate {
+				fmt.Fprintf(a.stdout, "origin/%s is up to date at %s\n", res.Branch, res.SHA)
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "origin/%s is now %s\n", res.Branch, res.SHA)
+			return nil
+		},
+	}
+	g.add(cmd, "remote URL to fetch (default: the repo's origin in the sandbox)")
+	return cmd
+}
