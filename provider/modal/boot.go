@@ -162,6 +162,14 @@ func (e *executor) step(ctx context.Context, s provider.Step) (string, error) {
 		return e.exit(ctx, []string{"touch", s.Path}, s)
 	case provider.StepRemove:
 		return e.exit(ctx, append([]string{"rm", "-f", "--"}, s.Paths...), s)
+	case provider.StepGitBundle:
+		// Tokenless sandboxes: the host fetches with the token, the sandbox gets a bundle.
+		sctx, cancel := context.WithTimeout(ctx, s.Timeout())
+		defer cancel()
+		if _, err := provider.ExecGitBundle(sctx, sdkExecutor{e}, e.p.o.GitMirrors, s); err != nil {
+			return stepFailed, err
+		}
+		return stepOK, nil
 	}
 	if s.Requires != "" {
 		r, err := run(ctx, e.sb, []string{"sh", "-c", `command -v "$1" >/dev/null 2>&1 || test -e "$1"`, "--", s.Requires}, nil)
@@ -218,4 +226,26 @@ func wholeSeconds(d time.Duration) time.Duration {
 		return 0
 	}
 	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+// sdkExecutor is a provider.Executor over the SDK's exec and filesystem calls, for
+// the helpers of package provider (git-bundle steps).
+type sdkExecutor struct{ e *executor }
+
+func (x sdkExecutor) Run(ctx context.Context, command string, timeout time.Duration) (provider.ExecResult, error) {
+	return run(ctx, x.e.sb, []string{"bash", "-c", command}, &modalsdk.SandboxExecParams{Timeout: wholeSeconds(timeout)})
+}
+
+func (x sdkExecutor) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	return x.e.sb.Filesystem.ReadBytes(ctx, p, nil)
+}
+
+func (x sdkExecutor) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
+	if err := x.e.sb.Filesystem.WriteBytes(ctx, data, p, nil); err != nil {
+		return err
+	}
+	if perm := mode.Perm(); perm != 0 && perm != 0o644 {
+		return x.e.chmod(ctx, provider.Mode(perm), p)
+	}
+	return nil
 }

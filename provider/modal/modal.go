@@ -55,6 +55,9 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives boot steps and background failures; nil discards.
 	Logger *slog.Logger
+	// GitMirrors makes the bundles of tokenless git steps on the host; nil means
+	// provider.DefaultGitMirrors.
+	GitMirrors provider.GitBundler
 }
 
 // Provider is the Modal SandboxProvider. A Provider holds an SDK client (close it with
