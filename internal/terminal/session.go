@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
@@ -226,20 +227,19 @@ func (s *session) readLoop() {
 }
 
 // readNow reads what is waiting on the PTY without waiting for more; 0 when
-// nothing is (or on any error, which the next blocking read reports).
+// nothing is (or on any error, which the next blocking read reports). It
+// polls first: the PTY's descriptor may be in blocking mode.
 func readNow(raw syscall.RawConn, p []byte) int {
 	n := 0
-	err := raw.Read(func(fd uintptr) bool {
-		var err error
-		n, err = syscall.Read(int(fd), p)
-		if err != nil {
-			n = 0
+	_ = raw.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if k, err := unix.Poll(fds, 0); err != nil || k == 0 || fds[0].Revents&unix.POLLIN == 0 {
+			return
 		}
-		return true // never wait for readiness
+		if m, err := syscall.Read(int(fd), p); err == nil {
+			n = m
+		}
 	})
-	if err != nil {
-		return 0
-	}
 	return n
 }
 
