@@ -3,13 +3,15 @@ package provider
 import (
 	"path"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Fixed layout of a sandbox. Every path below is derived from HomeDir and TmpDir by
 // Paths, so a local provider can root the same layout in a temporary directory.
 const (
 	// HomeDir is the sandbox user's home.
-	HomeDir = "/home/user"
+	HomeDir = rules.HomeDir
 	// TmpDir is the sandbox's temporary directory (logs, credential and env files).
 	TmpDir = "/tmp"
 )
@@ -17,15 +19,15 @@ const (
 // Ports inside the sandbox.
 const (
 	// PortOpenCode is OpenCode's HTTP API; exposed through a tunnel.
-	PortOpenCode = 4096
+	PortOpenCode = rules.PortOpenCode
 	// PortPreview is Caddy's preview proxy; exposed through a tunnel.
-	PortPreview = 20000
+	PortPreview = rules.PortPreview
 	// PortSSH is sshd (Modal only, raw TCP tunnel).
-	PortSSH = 22
+	PortSSH = rules.PortSSH
 	// PortVSCode is openvscode-server, reached only through Caddy.
-	PortVSCode = 3901
+	PortVSCode = rules.PortVSCode
 	// PortSandboxMCP is the sandbox-mcp API, routed by Caddy at /_proliferate/mcp/*.
-	PortSandboxMCP = 4000
+	PortSandboxMCP = rules.PortSidecar
 	// PortSandboxDaemon is the E2B sandbox daemon, routed at other /_proliferate/* paths.
 	PortSandboxDaemon = 8470
 	// PortSandboxAgent is the sandbox-agent server of the newer E2B boot split.
@@ -33,7 +35,7 @@ const (
 )
 
 // DevServerPorts are the preview fallbacks the default Caddyfile tries, in order.
-func DevServerPorts() []int { return []int{3000, 5173, 8000, 4321} }
+func DevServerPorts() []int { return rules.FallbackPorts() }
 
 // Timeouts and sizes of the boot sequence and provider operations.
 const (

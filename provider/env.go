@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // EnvVar is one parsed KEY=VALUE line.
@@ -95,7 +97,7 @@ const (
 	EnvAnthropicAPIKey       = "ANTHROPIC_API_KEY"
 	EnvAnthropicBaseURL      = "ANTHROPIC_BASE_URL"
 	EnvLLMProxyAPIKey        = "LLM_PROXY_API_KEY"
-	EnvSandboxMCPAuthToken   = "SANDBOX_MCP_AUTH_TOKEN"
+	EnvSandboxMCPAuthToken   = rules.EnvAuthToken
 	EnvSessionID             = "SESSION_ID"
 	EnvDisableDefaultPlugins = "OPENCODE_DISABLE_DEFAULT_PLUGINS"
 )

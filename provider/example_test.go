@@ -2,6 +2,7 @@ package provider_test
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
@@ -20,14 +21,17 @@ func ExampleBuildPlan() {
 		fmt.Println(err)
 		return
 	}
-	for _, s := range plan.Blocking[:4] {
-		fmt.Printf("%s %s: %s%s\n", s.Kind, s.Name, s.Path, s.Command)
+	for _, s := range plan.Blocking[:3] {
+		fmt.Println(strings.TrimSpace(fmt.Sprintf("%s %s: %s%s", s.Kind, s.Name, s.Path, s.Command)))
+		if s.Git != nil {
+			fmt.Printf("  from the host: %s branch %s into %s\n", s.Git.RepoURL, s.Git.Branch, s.Git.Target)
+		}
 	}
 	fmt.Println("background:", len(plan.Background), "steps, repo dir", plan.RepoDir)
 	// Output:
 	// mkdir workspace: /home/user/workspace
-	// write git credentials: /tmp/.git-credentials.json
-	// run clone .: git clone --depth 1 --branch 'main' 'https://x-access-token:tok@github.com/acme/app' '/home/user/workspace'
+	// git-bundle clone .:
+	//   from the host: https://github.com/acme/app branch main into /home/user/workspace
 	// write metadata: /home/user/.proliferate/metadata.json
 	// background: 8 steps, repo dir /home/user/workspace
 }

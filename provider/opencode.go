@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // MCPVariant selects the "mcp" block of the OpenCode config.
@@ -140,7 +142,7 @@ func NewOpencodeConfig(opencodeModelID string, o OpencodeOptions) OpencodeConfig
 	}
 	if o.MCP >= MCPPlaywrightAndSandbox {
 		c.MCP["sandbox_mcp"] = MCPServer{Type: "local", Enabled: true, Command: []string{"sandbox-mcp", "mcp"},
-			Environment: map[string]string{"WORKSPACE_DIR": p.Workspace()}}
+			Environment: map[string]string{rules.EnvWorkspaceDir: p.Workspace()}}
 	}
 	for _, in := range o.Instructions {
 		if strings.TrimSpace(in) != "" {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // StepKind says what a Step does.
@@ -34,7 +36,43 @@ const (
 	// StepService starts Service through the sandbox's service manager; Command is the
 	// equivalent `proliferate services start` invocation.
 	StepService StepKind = "service"
+	// StepGitBundle gets a repo into the sandbox without a credential: the host
+	// fetches Git.RepoURL into its mirror with the token, writes a bundle to
+	// Git.BundlePath and clones (or, with Git.Pull, fetches and fast-forwards)
+	// from it inside; see ExecGitBundle.
+	StepGitBundle StepKind = "git-bundle"
 )
+
+// GitMode says how a sandbox gets its repos.
+type GitMode string
+
+// Git modes.
+const (
+	// GitModeBundle, the default: the host fetches with the token and hands the
+	// sandbox a bundle; origin is the plain URL and no credential is written.
+	// Repos without a token are cloned directly: there is nothing to protect.
+	GitModeBundle GitMode = "bundle"
+	// GitModeToken, on explicit opt-in only, is the old behaviour: clone URLs and
+	// the credentials file in the sandbox carry the tokens.
+	GitModeToken GitMode = "token"
+)
+
+// GitBundleSpec is what a StepGitBundle step needs.
+type GitBundleSpec struct {
+	RepoURL string `json:"repoUrl"`
+	// Token is used on the host only and never written into the sandbox.
+	Token string `json:"token,omitempty"`
+	// Branch is the branch to clone; "" or a missing branch means the remote's
+	// default branch.
+	Branch string `json:"branch,omitempty"`
+	// Target is the repo's directory inside the sandbox.
+	Target string `json:"target"`
+	// BundlePath is where the bundle is written inside the sandbox (removed after).
+	BundlePath string `json:"bundlePath"`
+	// Pull fetches into refs/remotes/origin/* of an existing clone and
+	// fast-forwards its branch, as pull on restore does.
+	Pull bool `json:"pull,omitempty"`
+}
 
 // StepNameSandboxMCP is the name of the step that starts the sandbox-mcp API; an
 // executor that returns the API's URL waits for its health after this step.
@@ -98,6 +136,8 @@ type Step struct {
 	IfAllOK []string `json:"ifAllOk,omitempty"`
 	// Service is set for StepService.
 	Service *ServiceStart `json:"service,omitempty"`
+	// Git is set for StepGitBundle.
+	Git *GitBundleSpec `json:"git,omitempty"`
 }
 
 // Timeout is TimeoutMs as a duration.
@@ -118,7 +158,9 @@ type Plan struct {
 	// ProxyMode says OpenCode reaches the LLM through the proxy.
 	ProxyMode bool `json:"proxyMode"`
 	// Pull says the restore pulls its repos (ShouldPullOnRestore).
-	Pull       bool     `json:"pull"`
+	Pull bool `json:"pull"`
+	// GitMode is how the repos get into the sandbox.
+	GitMode    GitMode  `json:"gitMode"`
 	Warnings   []string `json:"warnings,omitempty"`
 	Blocking   []Step   `json:"blocking"`
 	Background []Step   `json:"background"`
@@ -148,6 +190,9 @@ type PlanConfig struct {
 	// SidecarEnv is added to sandbox-mcp's environment (a local provider sets its
 	// listen address and state directory here).
 	SidecarEnv map[string]string
+	// GitMode is how repos with a token get into the sandbox; "" means
+	// GitModeBundle (no credential inside). GitModeToken is the old behaviour.
+	GitMode GitMode
 }
 
 // BuildPlan turns the create options into the ordered boot plan of one sandbox. It is
@@ -163,6 +208,13 @@ func BuildPlan(opts CreateOptions, cfg PlanConfig) (Plan, error) {
 	}
 	if cfg.Now.IsZero() {
 		return Plan{}, errors.New("build plan: now is required")
+	}
+	switch cfg.GitMode {
+	case "":
+		cfg.GitMode = GitModeBundle
+	case GitModeBundle, GitModeToken:
+	default:
+		return Plan{}, fmt.Errorf("build plan: unknown git mode %q", cfg.GitMode)
 	}
 	for _, r := range opts.Repos {
 		if !validWorkspacePath(r.WorkspacePath) {
@@ -187,6 +239,7 @@ func BuildPlan(opts CreateOptions, cfg PlanConfig) (Plan, error) {
 		SessionID:  opts.SessionID,
 		Restore:    opts.SnapshotID != "",
 		SnapshotID: opts.SnapshotID,
+		GitMode:    cfg.GitMode,
 		Blocking:   []Step{},
 		Background: []Step{},
 	}
@@ -267,18 +320,23 @@ func (b *planBuilder) workspace() {
 			compactJSON(SessionMetadata{SessionID: b.opts.SessionID, RepoDir: ws, CreatedAt: b.now()})))
 		return
 	}
-	if creds := BuildGitCredentialsMap(b.opts.Repos); len(creds) > 0 {
+	if creds := BuildGitCredentialsMap(b.tokenRepos()); len(creds) > 0 {
 		s := writeStep("git credentials", b.p.GitCredentialsFile(), 0o600, compactJSON(creds))
 		s.Secret = true
 		b.block(s)
 	}
 	for _, r := range b.opts.Repos {
 		target := b.p.RepoDir(r.WorkspacePath)
-		url := AuthenticatedCloneURL(r.RepoURL, r.Token)
 		branch := r.Branch
 		if branch == "" {
 			branch = b.opts.Branch
 		}
+		if b.bundled(r) {
+			b.block(Step{Name: "clone " + repoLabel(r), Kind: StepGitBundle, TimeoutMs: CloneTimeout.Milliseconds(),
+				Fatal: true, Requires: "git", Git: b.bundleSpec(r, branch, target, false)})
+			continue
+		}
+		url := AuthenticatedCloneURL(r.RepoURL, r.Token)
 		s := Step{Name: "clone " + repoLabel(r), Kind: StepRun, Command: BuildCloneCommand(url, branch, target),
 			TimeoutMs: CloneTimeout.Milliseconds(), Fatal: true, Requires: "git"}
 		if branch != "" {
@@ -300,6 +358,32 @@ func (b *planBuilder) workspace() {
 	now := b.now()
 	b.block(writeStep("metadata", b.p.MetadataFile(), 0o644,
 		prettyJSON(SessionMetadata{SessionID: b.opts.SessionID, RepoDir: b.plan.RepoDir, CreatedAt: now, LastGitFetchAt: &now})))
+}
+
+// bundled reports whether r reaches the sandbox as a host-made bundle: in
+// bundle mode, every repo with a token.
+func (b *planBuilder) bundled(r RepoSpec) bool {
+	return b.cfg.GitMode == GitModeBundle && r.Token != ""
+}
+
+// tokenRepos are the repos whose token goes into the sandbox: none in bundle mode.
+func (b *planBuilder) tokenRepos() []RepoSpec {
+	if b.cfg.GitMode == GitModeBundle {
+		return nil
+	}
+	return b.opts.Repos
+}
+
+func (b *planBuilder) bundleSpec(r RepoSpec, branch, target string, pull bool) *GitBundleSpec {
+	name, label := "boot", repoLabel(r)
+	if pull {
+		name = "pull"
+	}
+	if label == "." {
+		label = "workspace"
+	}
+	return &GitBundleSpec{RepoURL: r.RepoURL, Token: r.Token, Branch: branch, Target: target, Pull: pull,
+		BundlePath: path.Join(b.p.Tmp, "git-"+name+"-"+strings.ReplaceAll(label, "/", "_")+".bundle")}
 }
 
 // validWorkspacePath reports whether a repo's workspacePath stays inside the
@@ -403,7 +487,7 @@ func (b *planBuilder) additional() {
 	if b.plan.Restore {
 		// Rewritten on every restore, whatever the provider, so a snapshot never keeps
 		// serving a stale token (the old Modal code only did it when pulling).
-		s := writeStep("git credentials", b.p.GitCredentialsFile(), 0o600, compactJSON(BuildGitCredentialsMap(b.opts.Repos)))
+		s := writeStep("git credentials", b.p.GitCredentialsFile(), 0o600, compactJSON(BuildGitCredentialsMap(b.tokenRepos())))
 		s.Secret = true
 		b.bg(s)
 		var last *int64
@@ -418,6 +502,11 @@ func (b *planBuilder) additional() {
 			for _, r := range b.opts.Repos {
 				name := "pull " + repoLabel(r)
 				pulls = append(pulls, name)
+				if b.bundled(r) {
+					b.bg(Step{Name: name, Kind: StepGitBundle, Requires: "git", TimeoutMs: PullTimeout.Milliseconds(),
+						Git: b.bundleSpec(r, "", b.p.RepoDir(r.WorkspacePath), true)})
+					continue
+				}
 				b.bg(Step{Name: name, Kind: StepRun, Requires: "git", TimeoutMs: PullTimeout.Milliseconds(),
 					Command: BuildPullCommand(b.p.RepoDir(r.WorkspacePath))})
 			}
@@ -449,11 +538,11 @@ func (b *planBuilder) additional() {
 		mcp = "sandbox-mcp"
 	}
 	mcpEnv := map[string]string{
-		"WORKSPACE_DIR":             b.p.Workspace(),
-		"NODE_ENV":                  "production",
-		"SANDBOX_MCP_CADDYFILE":     b.p.Caddyfile(),
-		"SANDBOX_MCP_CADDY_SNIPPET": b.p.UserCaddyFile(),
-		"SANDBOX_MCP_CADDY_ADMIN":   "unix/" + b.p.CaddyAdminSocket(),
+		rules.EnvWorkspaceDir: b.p.Workspace(),
+		"NODE_ENV":            "production",
+		rules.EnvCaddyfile:    b.p.Caddyfile(),
+		rules.EnvCaddySnippet: b.p.UserCaddyFile(),
+		rules.EnvCaddyAdmin:   "unix/" + b.p.CaddyAdminSocket(),
 	}
 	if tok := b.opts.EnvVars[EnvSandboxMCPAuthToken]; tok != "" {
 		mcpEnv[EnvSandboxMCPAuthToken] = tok
@@ -547,6 +636,11 @@ func (p Plan) Redacted() Plan {
 		for i, s := range steps {
 			s.Env = redactEnv(s.Env)
 			s.Command = RedactSecrets(s.Command)
+			if s.Git != nil && s.Git.Token != "" {
+				g := *s.Git
+				g.Token = Redacted
+				s.Git = &g
+			}
 			if s.Secret {
 				s.Content = Redacted
 			}

@@ -60,9 +60,13 @@ func TestPlanGolden(t *testing.T) {
 		opts CreateOptions
 		cfg  PlanConfig
 	}{
-		{"fresh_two_repos", freshTwoRepos(), PlanConfig{Kind: KindE2B, Now: planNow,
+		{"fresh_two_repos", freshTwoRepos(), PlanConfig{Kind: KindE2B, Now: planNow, GitMode: GitModeToken,
 			Settings: HostSettings{LLMProxyBaseURL: "https://llm-proxy.example.com/v1"}}},
-		{"restore_pull", restore, PlanConfig{Kind: KindE2B, Now: planNow, Metadata: meta,
+		{"restore_pull", restore, PlanConfig{Kind: KindE2B, Now: planNow, Metadata: meta, GitMode: GitModeToken,
+			Settings: HostSettings{GitPullOnRestore: true, GitPullCadenceSeconds: 3600}}},
+		{"fresh_two_repos_bundle", freshTwoRepos(), PlanConfig{Kind: KindLocal, Now: planNow,
+			Settings: HostSettings{LLMProxyBaseURL: "https://llm-proxy.example.com/v1"}}},
+		{"restore_pull_bundle", restore, PlanConfig{Kind: KindLocal, Now: planNow, Metadata: meta,
 			Settings: HostSettings{GitPullOnRestore: true, GitPullCadenceSeconds: 3600}}},
 		{"scratch", CreateOptions{SessionID: "sess-scratch", Repos: []RepoSpec{}, SessionType: SessionSetup}, PlanConfig{Kind: KindModal, Now: planNow}},
 	}
@@ -120,7 +124,8 @@ func TestBuildPlanErrors(t *testing.T) {
 }
 
 func TestBuildPlanFresh(t *testing.T) {
-	p, err := BuildPlan(freshTwoRepos(), PlanConfig{Kind: KindE2B, Now: planNow, Settings: HostSettings{LLMProxyBaseURL: "https://proxy/v1"}})
+	p, err := BuildPlan(freshTwoRepos(), PlanConfig{Kind: KindE2B, Now: planNow, GitMode: GitModeToken,
+		Settings: HostSettings{LLMProxyBaseURL: "https://proxy/v1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +207,7 @@ func TestBuildPlanRestore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := BuildPlan(opts, PlanConfig{Kind: tt.kind, Now: planNow, Metadata: tt.meta, Settings: tt.settings})
+			p, err := BuildPlan(opts, PlanConfig{Kind: tt.kind, Now: planNow, Metadata: tt.meta, Settings: tt.settings, GitMode: GitModeToken})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -230,7 +235,8 @@ func TestBuildPlanRestore(t *testing.T) {
 			}
 		})
 	}
-	p, _ := BuildPlan(opts, PlanConfig{Kind: KindE2B, Now: planNow, Metadata: meta, Settings: HostSettings{GitPullOnRestore: true}})
+	p, _ := BuildPlan(opts, PlanConfig{Kind: KindE2B, Now: planNow, Metadata: meta, Settings: HostSettings{GitPullOnRestore: true},
+		GitMode: GitModeToken})
 	rec, _ := findStep(p, "record git fetch")
 	if diff := cmp.Diff([]string{"pull ."}, rec.IfAllOK); diff != "" {
 		t.Errorf("record git fetch IfAllOK mismatch (-want +got):\n%s", diff)
@@ -355,21 +361,82 @@ func TestFactory(t *testing.T) {
 }
 
 func TestPlanRedacted(t *testing.T) {
-	p, err := BuildPlan(freshTwoRepos(), PlanConfig{Kind: KindE2B, Now: planNow, Settings: HostSettings{LLMProxyBaseURL: "https://proxy/v1"}})
+	for _, mode := range []GitMode{GitModeToken, GitModeBundle} {
+		p, err := BuildPlan(freshTwoRepos(), PlanConfig{Kind: KindE2B, Now: planNow, GitMode: mode,
+			Settings: HostSettings{LLMProxyBaseURL: "https://proxy/v1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := string(planJSON(t, p.Redacted()))
+		for _, secret := range []string{"ghs_webtoken", "ghs_apitoken", "proxy-key", "mcp-token", "postgres://x"} {
+			if !strings.Contains(string(planJSON(t, p)), secret) {
+				t.Fatalf("%s: test plan lacks %q", mode, secret)
+			}
+			if strings.Contains(got, secret) {
+				t.Errorf("%s: Redacted plan still holds %q", mode, secret)
+			}
+		}
+		if clone, _ := findStep(p, "clone web"); !strings.Contains(clone.Command, "ghs_webtoken") &&
+			(clone.Git == nil || clone.Git.Token != "ghs_webtoken") {
+			t.Errorf("%s: Redacted changed the original plan", mode)
+		}
+	}
+}
+
+// In bundle mode (the default) no token reaches anything written or run in
+// the sandbox: it is only in the host-side Git spec of git-bundle steps.
+func TestBuildPlanBundleMode(t *testing.T) {
+	opts := freshTwoRepos()
+	opts.Repos = append(opts.Repos, RepoSpec{RepoURL: "https://github.com/acme/public", WorkspacePath: "pub"})
+	p, err := BuildPlan(opts, PlanConfig{Kind: KindLocal, Now: planNow})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := string(planJSON(t, p.Redacted()))
-	for _, secret := range []string{"ghs_webtoken", "ghs_apitoken", "proxy-key", "mcp-token", "postgres://x"} {
-		if !strings.Contains(string(planJSON(t, p)), secret) {
-			t.Fatalf("test plan lacks %q", secret)
-		}
-		if strings.Contains(got, secret) {
-			t.Errorf("Redacted plan still holds %q", secret)
+	if p.GitMode != GitModeBundle {
+		t.Errorf("GitMode = %q, want bundle by default", p.GitMode)
+	}
+	if _, ok := findStep(p, "git credentials"); ok {
+		t.Error("bundle mode writes a credentials file")
+	}
+	web, _ := findStep(p, "clone web")
+	want := &GitBundleSpec{RepoURL: "https://github.com/acme/web.git", Token: "ghs_webtoken", Branch: "develop",
+		Target: "/home/user/workspace/web", BundlePath: "/tmp/git-boot-web.bundle"}
+	if web.Kind != StepGitBundle || !web.Fatal || web.Command != "" {
+		t.Errorf("clone web = %+v, want a fatal git-bundle step", web)
+	}
+	if d := cmp.Diff(want, web.Git); d != "" {
+		t.Errorf("clone web spec (-want +got):\n%s", d)
+	}
+	if api, _ := findStep(p, "clone api"); api.Git == nil || api.Git.Branch != "main" {
+		t.Errorf("clone api = %+v, want branch main from the options", api)
+	}
+	if pub, _ := findStep(p, "clone pub"); pub.Kind != StepRun || !strings.Contains(pub.Command, "https://github.com/acme/public") {
+		t.Errorf("clone pub = %+v, want a direct clone: it has no token", pub)
+	}
+	for _, s := range p.Steps() {
+		for _, tok := range []string{"ghs_webtoken", "ghs_apitoken"} {
+			if strings.Contains(s.Command+s.Content+s.Path, tok) || strings.Contains(compactJSON(s.Env), tok) {
+				t.Errorf("step %q carries %s into the sandbox", s.Name, tok)
+			}
 		}
 	}
-	if clone, _ := findStep(p, "clone web"); !strings.Contains(clone.Command, "ghs_webtoken") {
-		t.Errorf("Redacted changed the original plan")
+
+	restore, meta := restorePull()
+	p, err = BuildPlan(restore, PlanConfig{Kind: KindLocal, Now: planNow, Metadata: meta,
+		Settings: HostSettings{GitPullOnRestore: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, _ := findStep(p, "git credentials")
+	if creds.Content != "{}" {
+		t.Errorf("restore credentials = %q, want {} (stale tokens wiped, none written)", creds.Content)
+	}
+	pull, _ := findStep(p, "pull .")
+	if pull.Kind != StepGitBundle || pull.Git == nil || !pull.Git.Pull || pull.Git.Target != "/home/user/workspace" {
+		t.Errorf("pull . = %+v, want a git-bundle pull", pull)
+	}
+	if _, err := BuildPlan(restore, PlanConfig{Kind: KindLocal, Now: planNow, GitMode: "ssh"}); err == nil {
+		t.Error("unknown git mode accepted")
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"unicode/utf16"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // ServiceCommand is a long-running command a repo declares (dev server, watcher).
@@ -23,11 +25,14 @@ type ConfigurationServiceCommand struct {
 	WorkspacePath string `json:"workspacePath,omitempty"`
 }
 
-// Limits of service command validation. Lengths count UTF-16 units, as the old
-// validator did, so the same inputs pass and fail.
+// Limits of service command validation. Lengths of the command, cwd and
+// workspacePath count UTF-16 units, as the old validator did. A name follows the
+// sidecar's rule (rules.ValidateName: 1–64 bytes of letters, digits, '.', '_',
+// '-'), so the host never accepts a name the sidecar would refuse; the old
+// validator allowed 100 UTF-16 units of anything.
 const (
 	MaxServiceCommands     = 10
-	MaxServiceNameLen      = 100
+	MaxServiceNameLen      = rules.MaxNameLen
 	MaxServiceCommandLen   = 1000
 	MaxServiceCwdLen       = 500
 	MaxServiceWorkspaceLen = 500
@@ -95,7 +100,7 @@ func parseServiceObjects(raw json.RawMessage, withWorkspace bool) ([]Configurati
 		}
 		var c ConfigurationServiceCommand
 		var ok bool
-		if c.Name, ok = stringField(obj, "name", true, 1, MaxServiceNameLen); !ok {
+		if c.Name, ok = stringField(obj, "name", true, 1, MaxServiceNameLen); !ok || rules.ValidateName(c.Name) != nil {
 			return nil, false
 		}
 		if c.Command, ok = stringField(obj, "command", true, 1, MaxServiceCommandLen); !ok {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 func items(n int) string {
@@ -45,17 +47,21 @@ func TestParseServiceCommands(t *testing.T) {
 		{"empty command", `[{"name":"dev","command":""}]`, []ServiceCommand{}},
 		{"11 items", items(11), []ServiceCommand{}},
 		{"exactly 10 items", items(10), itemsWant(10)},
-		{"name of 101 chars", `[{"name":"` + strings.Repeat("n", 101) + `","command":"x"}]`, []ServiceCommand{}},
-		{"name of 100 chars", `[{"name":"` + strings.Repeat("n", 100) + `","command":"x"}]`, []ServiceCommand{{Name: strings.Repeat("n", 100), Command: "x"}}},
+		{"name of 65 bytes", `[{"name":"` + strings.Repeat("n", 65) + `","command":"x"}]`, []ServiceCommand{}},
+		{"name of 100 bytes", `[{"name":"` + strings.Repeat("n", 100) + `","command":"x"}]`, []ServiceCommand{}},
+		{"name of 64 bytes", `[{"name":"` + strings.Repeat("n", 64) + `","command":"x"}]`, []ServiceCommand{{Name: strings.Repeat("n", 64), Command: "x"}}},
+		{"name with a space (the sidecar refuses it)", `[{"name":"dev server","command":"x"}]`, []ServiceCommand{}},
+		{"name ..", `[{"name":"..","command":"x"}]`, []ServiceCommand{}},
 		{"command of 1001 chars", `[{"name":"x","command":"` + strings.Repeat("c", 1001) + `"}]`, []ServiceCommand{}},
 		{"null cwd fails the whole list", `[{"name":"a","command":"b"},{"name":"dev","command":"x","cwd":null}]`, []ServiceCommand{}},
 		{"empty cwd is valid", `[{"name":"dev","command":"x","cwd":""}]`, []ServiceCommand{{Name: "dev", Command: "x"}}},
 		{"unknown keys stripped", `[{"name":"dev","command":"x","extra":1}]`, []ServiceCommand{{Name: "dev", Command: "x"}}},
 		{"non-object element", `[{"name":"dev","command":"x"},3]`, []ServiceCommand{}},
 		{"number name", `[{"name":1,"command":"x"}]`, []ServiceCommand{}},
-		// 50 emoji are 100 UTF-16 units (valid), 51 are 102 (invalid).
-		{"length in UTF-16 units ok", `[{"name":"` + strings.Repeat("😀", 50) + `","command":"x"}]`, []ServiceCommand{{Name: strings.Repeat("😀", 50), Command: "x"}}},
-		{"length in UTF-16 units too long", `[{"name":"` + strings.Repeat("😀", 51) + `","command":"x"}]`, []ServiceCommand{}},
+		{"non-ASCII name", `[{"name":"😀","command":"x"}]`, []ServiceCommand{}},
+		// 500 emoji are 1000 UTF-16 units (valid), 501 are 1002 (invalid).
+		{"command length in UTF-16 units ok", `[{"name":"x","command":"` + strings.Repeat("😀", 500) + `"}]`, []ServiceCommand{{Name: "x", Command: strings.Repeat("😀", 500)}}},
+		{"command length in UTF-16 units too long", `[{"name":"x","command":"` + strings.Repeat("😀", 501) + `"}]`, []ServiceCommand{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,7 +147,7 @@ func FuzzParseServiceCommands(f *testing.F) {
 			t.Fatalf("ParseServiceCommands(%q) returned %d commands", in, len(got))
 		}
 		for _, c := range got {
-			if c.Name == "" || c.Command == "" || utf16Len(c.Name) > MaxServiceNameLen || utf16Len(c.Command) > MaxServiceCommandLen || utf16Len(c.Cwd) > MaxServiceCwdLen {
+			if rules.ValidateName(c.Name) != nil || c.Command == "" || utf16Len(c.Command) > MaxServiceCommandLen || utf16Len(c.Cwd) > MaxServiceCwdLen {
 				t.Fatalf("ParseServiceCommands(%q) accepted %+v", in, c)
 			}
 		}
@@ -151,4 +157,18 @@ func FuzzParseServiceCommands(f *testing.F) {
 			t.Fatalf("round trip mismatch (-first +second):\n%s", diff)
 		}
 	})
+}
+
+// Names of 65–100 bytes passed the old host-side validator (100 UTF-16 units)
+// and then failed at the sidecar. Both sides now refuse them with one rule.
+func TestServiceNameLimitMatchesSidecar(t *testing.T) {
+	for n := rules.MaxNameLen + 1; n <= 100; n++ {
+		name := strings.Repeat("a", n)
+		if got := ParseServiceCommands(json.RawMessage(`[{"name":"` + name + `","command":"x"}]`)); len(got) != 0 {
+			t.Errorf("ParseServiceCommands accepted a %d-byte name", n)
+		}
+		if rules.ValidateName(name) == nil {
+			t.Errorf("rules.ValidateName accepted a %d-byte name", n)
+		}
+	}
 }

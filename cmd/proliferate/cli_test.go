@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/version"
 )
 
 func TestMain(m *testing.M) {
@@ -94,7 +96,16 @@ func TestUsageAndExitCodes(t *testing.T) {
 		{"start timeout without probe", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--ready-timeout", "5s"}, 2, "Error: --ready-timeout needs --ready-tcp, --ready-http or --ready-log"},
 		{"start bad signal", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--stop-signal", "KILL"}, 2, "Error: --stop-signal must be one of SIGTERM, SIGINT, SIGHUP, SIGQUIT"},
 		{"start bad duration", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--stop-timeout", "soon"}, 2, `prefix:Error: invalid argument "soon" for "--stop-timeout" flag`},
+		{"settle without wait", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--settle", "2s"}, 2, "Error: --settle and --stop-on-timeout need --wait"},
+		{"stop on timeout without wait", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--stop-on-timeout"}, 2, "Error: --settle and --stop-on-timeout need --wait"},
+		{"settle with a probe", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--ready-tcp", "80", "--wait", "--settle", "2s"}, 2, "Error: --settle applies only without --ready-tcp, --ready-http or --ready-log"},
+		{"negative settle", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--wait", "--settle", "-1s"}, 2, "Error: --settle must not be negative"},
 		{"start negative max restarts", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--max-restarts", "-1"}, 2, "Error: --max-restarts must be a non-negative integer"},
+		{"start max restarts over", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--max-restarts", "1001"}, 2, "Error: --max-restarts: maxRestarts must be from 0 to 1000, got 1001"},
+		{"start stop timeout over", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--stop-timeout", "6m"}, 2, "Error: --stop-timeout: stopTimeoutMs must be from 0 to 300000 (5 minutes), got 360000"},
+		{"start ready timeout over", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--ready-tcp", "80", "--ready-timeout", "2h"}, 2, "Error: --ready-timeout: readiness.timeoutMs must be from 1 to 3600000 (1 hour), got 7200000"},
+		{"start command too long", sidecar, []string{"services", "start", "--name", "a", "--command", strings.Repeat("x", 65537)}, 2, "Error: --command: command is 65537 bytes long; the limit is 65536 bytes (64 KiB)"},
+		{"start env too big", sidecar, []string{"services", "start", "--name", "a", "--command", "x", "--env", "K=" + strings.Repeat("v", 65536)}, 2, "Error: --env: env holds 65537 bytes of keys and values; the limit is 65536 bytes (64 KiB)"},
 		{"stop no name", sidecar, []string{"services", "stop"}, 2, "Error: Missing required flag: --name"},
 		{"stop name without value", sidecar, []string{"services", "stop", "--name"}, 2, "Error: Missing required flag: --name"},
 		{"start command without value", sidecar, []string{"services", "start", "--name", "x", "--command"}, 2, "Error: Missing required flag: --command"},
@@ -179,9 +190,12 @@ func decodeLine(t *testing.T, out string) map[string]any {
 }
 
 func TestVersion(t *testing.T) {
-	r := cli(t, t.Context(), nil, nil, "version")
-	if r.code != 0 || r.stdout != `{"version":"dev"}`+"\n" {
-		t.Errorf("version = %d %q, want 0 {\"version\":\"dev\"}", r.code, r.stdout)
+	want := `{"version":"` + version.String() + `"}` + "\n"
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := cli(t, t.Context(), nil, nil, args...)
+		if r.code != 0 || r.stdout != want {
+			t.Errorf("%q = %d %q, want 0 %q", args, r.code, r.stdout, want)
+		}
 	}
 }
 

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // realSidecar starts a real `sandbox-mcp api` and returns the CLI's environment for it.
@@ -64,5 +67,70 @@ func TestWaitRealSidecar(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "boom-before-exit") {
 		t.Errorf("stderr = %q, want the service's last log lines", r.stderr)
+	}
+}
+
+// TestWaitHonestRealSidecar: without a probe, --wait waits for the settle
+// period and fails on a command that dies meanwhile; a port held by another
+// process never makes a service ready; when --wait-timeout runs out the
+// message says whether the service was left running or stopped.
+func TestWaitHonestRealSidecar(t *testing.T) {
+	_, env := realSidecar(t)
+	ctx := t.Context()
+
+	r := cli(t, ctx, env, nil, "services", "start", "--name", "dies", "--command", "sleep 0.3; no-such-command-xyz", "--wait")
+	if r.code != 1 || r.stdout != "" {
+		t.Fatalf("start --wait of a command that exits after 0.3 s = %d, stdout %q; want 1 and nothing", r.code, r.stdout)
+	}
+	for _, want := range []string{"no-such-command-xyz: command not found", `Error: Service "dies" exited with code 127 before it had run for 1s`} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr = %q, want it to contain %q", r.stderr, want)
+		}
+	}
+
+	r = cli(t, ctx, env, nil, "services", "start", "--name", "lives", "--command", "sleep 60", "--wait", "--settle", "500ms")
+	if r.code != 0 || decodeLine(t, r.stdout)["service"].(map[string]any)["status"] != "running" {
+		t.Errorf("start --wait of a command that keeps running = %d %q %q, want 0 and running", r.code, r.stdout, r.stderr)
+	}
+
+	// Another process holds the port: never ready; the reason names it.
+	holder, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	port := holder.Addr().(*net.TCPAddr).Port
+	r = cli(t, ctx, env, nil, "services", "start", "--name", "squatted", "--command", "sleep 60",
+		"--ready-tcp", fmt.Sprint(port), "--ready-timeout", "1s", "--wait")
+	want := fmt.Sprintf("not ready after 1000 ms: port %d is held by pid %d", port, os.Getpid())
+	if r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("start --wait with the port held by another process = %d %q, want 1 and %q", r.code, r.stderr, want)
+	}
+
+	// --wait-timeout: left running, or stopped with --stop-on-timeout.
+	for _, stop := range []bool{false, true} {
+		args := []string{"services", "start", "--name", "slow", "--command", "sleep 60", "--ready-log", "never printed", "--wait", "--wait-timeout", "500ms"}
+		wantMsg, wantStatus := `Error: Service "slow" not ready after 500ms; it was left running (stop it with `+"`proliferate services stop --name slow`"+` or pass --stop-on-timeout)`, "running"
+		if stop {
+			args = append(args, "--stop-on-timeout")
+			wantMsg, wantStatus = `Error: Service "slow" not ready after 500ms; it was stopped (--stop-on-timeout)`, "stopped"
+		}
+		r = cli(t, ctx, env, nil, args...)
+		if r.code != 1 || !strings.Contains(r.stderr, wantMsg) {
+			t.Errorf("start --wait past --wait-timeout (stop %v) = %d %q, want 1 and %q", stop, r.code, r.stderr, wantMsg)
+		}
+		l := cli(t, ctx, env, nil, "services", "list")
+		var list apitype.ServicesResponse
+		if err := json.Unmarshal([]byte(l.stdout), &list); err != nil {
+			t.Fatalf("list: %v %q", err, l.stdout)
+		}
+		for _, s := range list.Services {
+			if s.Name == "slow" && s.Status != wantStatus {
+				t.Errorf("after the wait timed out (stop %v): status %q, want %q", stop, s.Status, wantStatus)
+			}
+		}
+	}
+	for _, n := range []string{"lives", "squatted", "slow"} {
+		cli(t, ctx, env, nil, "services", "stop", "--name", n)
 	}
 }

@@ -7,6 +7,10 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
 	"github.com/proliferate-ai/sandbox-mcp/internal/envfiles"
+
+	"os"
+
+	"fmt"
 )
 
 // NewCmdEnv builds `proliferate env`.
@@ -25,9 +29,10 @@ type EnvOptions struct {
 const specHelp = `--spec is a JSON array of
   {"workspacePath": ".", "path": ".env.local", "format": "dotenv", "mode": "secret",
    "keys": [{"key": "API_KEY", "required": true}]}
-workspacePath ("." or empty = the workspace, $WORKSPACE_DIR or
-/home/user/workspace) and path are relative; absolute paths, ".." and paths
-that leave the workspace are usage errors (exit 2).`
+workspacePath ("." or empty = the workspace: $WORKSPACE_DIR, else
+/home/user/workspace when it exists, else the current directory) and path are
+relative; absolute paths, ".." and paths that leave the workspace are usage
+errors (exit 2).`
 
 // NewCmdEnvApply builds `env apply`.
 func NewCmdEnvApply(f *Factory, runF func(*EnvOptions) error) *cobra.Command {
@@ -37,7 +42,7 @@ values with newlines, quotes, '#' or outer spaces are double-quoted and
 escaped). Values come from `+config.DefaultEnvOverrides+` (string values) and then
 the environment. If any required key is missing, nothing is written and the
 exit code is 1. Each path is added once to the repo's .git/info/exclude.
-Prints {"applied":[{"path","keyCount"}]}.
+Prints {"applied":[{"path","keyCount"}]}, each path as the spec gave it.
 
 `+specHelp, runF, envApplyRun)
 }
@@ -46,7 +51,8 @@ Prints {"applied":[{"path","keyCount"}]}.
 func NewCmdEnvScrub(f *Factory, runF func(*EnvOptions) error) *cobra.Command {
 	return envCommand(f, "scrub --spec JSON", "Delete secret env files and the overrides file",
 		`Delete the files of entries whose mode is "secret" (missing files are fine),
-then the overrides file. Prints {"scrubbed":[paths]}.
+then the overrides file. Prints {"scrubbed":[paths]}: the spec's path of each
+file actually deleted, then the overrides file's path if it was deleted.
 
 `+specHelp, runF, envScrubRun)
 }
@@ -86,23 +92,28 @@ func envErr(err error) error {
 	return err
 }
 
-func (o *EnvOptions) options() envfiles.Options {
+func (o *EnvOptions) options() (envfiles.Options, error) {
 	overrides := o.Factory.OverridesFile
 	if overrides == "" {
 		overrides = config.DefaultEnvOverrides
-		if c, err := o.Factory.config(); err == nil {
-			overrides = c.EnvOverridesFile
-		}
 	}
-	return envfiles.Options{
-		Workspace:     config.EnvWorkspaceDir(o.Factory.Getenv),
-		OverridesFile: overrides,
-		Getenv:        o.Factory.Getenv,
+	cwd, err := os.Getwd()
+	if err != nil {
+		return envfiles.Options{}, fmt.Errorf("find the working directory: %w", err)
 	}
+	ws, err := config.EnvWorkspaceDir(o.Factory.Getenv, cwd)
+	if err != nil {
+		return envfiles.Options{}, err
+	}
+	return envfiles.Options{Workspace: ws, OverridesFile: overrides, Getenv: o.Factory.Getenv}, nil
 }
 
 func envApplyRun(o *EnvOptions) error {
-	applied, err := envfiles.Apply(o.options(), o.Entries)
+	opts, err := o.options()
+	if err != nil {
+		return err
+	}
+	applied, err := envfiles.Apply(opts, o.Entries)
 	if err != nil {
 		return envErr(err)
 	}
@@ -110,7 +121,11 @@ func envApplyRun(o *EnvOptions) error {
 }
 
 func envScrubRun(o *EnvOptions) error {
-	scrubbed, err := envfiles.Scrub(o.options(), o.Entries)
+	opts, err := o.options()
+	if err != nil {
+		return err
+	}
+	scrubbed, err := envfiles.Scrub(opts, o.Entries)
 	if err != nil {
 		return envErr(err)
 	}

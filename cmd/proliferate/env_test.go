@@ -3,9 +3,12 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/envfiles"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/config"
 )
 
 func TestEnvApplyScrub(t *testing.T) {
@@ -28,7 +31,7 @@ func TestEnvApplyScrub(t *testing.T) {
 
 	for range 2 {
 		r = cli(t, t.Context(), env, withOverrides, "env", "apply", "--spec="+spec)
-		if r.code != 0 || r.stdout != `{"applied":[{"path":"repo/app/.env","keyCount":2}]}`+"\n" {
+		if r.code != 0 || r.stdout != `{"applied":[{"path":"app/.env","keyCount":2}]}`+"\n" {
 			t.Fatalf("apply = %d %q %q", r.code, r.stdout, r.stderr)
 		}
 	}
@@ -52,7 +55,7 @@ func TestEnvApplyScrub(t *testing.T) {
 	}
 
 	r = cli(t, t.Context(), env, withOverrides, "env", "scrub", "--spec", spec)
-	if r.code != 0 || r.stdout != `{"scrubbed":["repo/app/.env"]}`+"\n" {
+	if r.code != 0 || r.stdout != `{"scrubbed":["app/.env",`+strconv.Quote(overrides)+`]}`+"\n" {
 		t.Errorf("scrub = %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	for _, f := range []string{file, overrides} {
@@ -70,5 +73,32 @@ func TestEnvEscapingPath(t *testing.T) {
 		"env", "apply", "--spec", `[{"workspacePath":"out","path":".env","keys":[{"key":"K"}]}]`)
 	if r.code != 2 || r.stderr != "Error: Path escapes workspace: out\n" {
 		t.Errorf("apply through a symlink out of the workspace = %d %q", r.code, r.stderr)
+	}
+}
+
+// Without WORKSPACE_DIR the CLI resolves the workspace as the sidecar does: the
+// default when it exists, else the working directory; it never creates the
+// default (an earlier version did, and every later sidecar then used it).
+func TestEnvWithoutWorkspaceDirUsesCwd(t *testing.T) {
+	if _, err := os.Stat(config.DefaultWorkspaceDir); err == nil {
+		t.Skipf("%s exists on this machine", config.DefaultWorkspaceDir)
+	}
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	env := map[string]string{"K": "v"}
+	overrides := func(f *Factory) { f.OverridesFile = filepath.Join(cwd, "none.json") }
+	r := cli(t, t.Context(), env, overrides, "env", "apply", "--spec", `[{"path":".env","mode":"secret","keys":[{"key":"K"}]}]`)
+	if r.code != 0 || r.stdout != `{"applied":[{"path":".env","keyCount":1}]}`+"\n" {
+		t.Fatalf("apply = %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(cwd, ".env")); err != nil || string(b) != "K=v\n" {
+		t.Errorf("cwd/.env = %q, %v; want K=v", b, err)
+	}
+	if _, err := os.Stat(config.DefaultWorkspaceDir); !os.IsNotExist(err) {
+		t.Errorf("env apply created %s (stat: %v)", config.DefaultWorkspaceDir, err)
+	}
+	r = cli(t, t.Context(), env, overrides, "env", "scrub", "--spec", `[{"path":".env","mode":"secret"},{"path":"never/.env","mode":"secret"}]`)
+	if r.code != 0 || r.stdout != `{"scrubbed":[".env"]}`+"\n" {
+		t.Errorf("scrub = %d %q %q; want only the file that existed", r.code, r.stdout, r.stderr)
 	}
 }

@@ -17,10 +17,19 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
 	"github.com/proliferate-ai/sandbox-mcp/internal/grants"
 	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
-)
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+	"net"
+
+	"sync"
+
+	"syscall"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+
+	"strings"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/version"
+)
 
 // Exit codes: the only place they are decided.
 const (
@@ -57,6 +66,15 @@ type Factory struct {
 	OverridesFile string
 	// ServicePoll is the interval of `services wait` and `start --wait` polls.
 	ServicePoll time.Duration
+
+	// sidecar is set once Sidecar made a client: where it points and why, so
+	// errors can name the URL and the variables to change.
+	sidecar *sidecarTarget
+}
+
+// sidecarTarget is the sidecar a command talks to.
+type sidecarTarget struct {
+	url, urlFrom, tokenFrom string
 }
 
 func newFactory(getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) *Factory {
@@ -79,9 +97,11 @@ func (f *Factory) config() (config.Config, error) {
 }
 
 // errNoToken is the contract's message when neither token variable is set.
-const errNoToken = "Auth token not set. Set SANDBOX_MCP_AUTH_TOKEN or SERVICE_TO_SERVICE_AUTH_TOKEN."
+const errNoToken = rules.NoToken
 
-// Sidecar returns the sidecar client; no token is a usage error.
+// Sidecar returns the sidecar client; no token or a URL that is not
+// http(s)://host[:port] is a usage error. While a refused connection is
+// retried it says once on stderr what it is waiting for.
 func (f *Factory) Sidecar() (*sidecar.Client, error) {
 	cfg, err := f.config()
 	if err != nil {
@@ -90,7 +110,46 @@ func (f *Factory) Sidecar() (*sidecar.Client, error) {
 	if cfg.Token == "" {
 		return nil, usageErrorf("%s", errNoToken)
 	}
-	return sidecar.New(sidecar.Options{BaseURL: cfg.SidecarURL, Token: cfg.Token, HTTPClient: f.HTTPClient, RetryDelay: f.RetryDelay})
+	t := &sidecarTarget{url: cfg.SidecarURL, urlFrom: cfg.SidecarURLFrom, tokenFrom: rules.EnvAuthToken}
+	if f.Getenv(rules.EnvAuthToken) == "" {
+		t.tokenFrom = rules.EnvAuthTokenFallback
+	}
+	var once sync.Once
+	c, err := sidecar.New(sidecar.Options{BaseURL: cfg.SidecarURL, Token: cfg.Token, HTTPClient: f.HTTPClient, RetryDelay: f.RetryDelay,
+		OnRetry: func(error, int) {
+			once.Do(func() { fmt.Fprintf(f.IO.ErrOut, "waiting for the sidecar at %s…\n", cfg.SidecarURL) })
+		}})
+	if err != nil {
+		from := t.urlFrom
+		if from == "" {
+			from = "the default URL"
+		}
+		return nil, usageErrorf("sidecar URL %q (from %s) is not a URL; want http://host:port, e.g. %s", cfg.SidecarURL, from, config.DefaultSidecarURL)
+	}
+	f.sidecar = t
+	return c, nil
+}
+
+// explain adds to a failed sidecar call where the CLI looked and which
+// variables set that: a connection that failed names the URL, a rejected
+// token names the variable it came from. API answers keep their message.
+func (t *sidecarTarget) explain(err error) error {
+	var ae *sidecar.APIError
+	switch {
+	case errors.As(err, &ae) && ae.Status == http.StatusUnauthorized:
+		return fmt.Errorf("%w (the sidecar at %s rejected the token from %s)", err, t.url, t.tokenFrom)
+	case errors.As(err, &ae):
+		return err
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) {
+		from := "set " + rules.EnvSidecarURL + " to change it"
+		if t.urlFrom != "" {
+			from = "from " + t.urlFrom
+		}
+		return fmt.Errorf("cannot reach the sidecar at %s (%s): %w", t.url, from, err)
+	}
+	return err
 }
 
 // Gateway returns the actions gateway client.
@@ -132,6 +191,9 @@ func execute(ctx context.Context, f *Factory, args []string) int {
 	root := NewCmdRoot(f)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	if err != nil && f.sidecar != nil && ctx.Err() == nil {
+		err = f.sidecar.explain(err)
+	}
 	return exitCode(f.IO.ErrOut, ctx, err)
 }
 
@@ -165,7 +227,11 @@ workspace's env files, and runs platform actions through the gateway.
 
 Every command prints one line of JSON on stdout. Errors go to stderr as
 "Error: <message>". Exit codes: 0 ok, 1 runtime or HTTP failure, 2 usage error,
-130 interrupted (Ctrl-C).`,
+130 interrupted (Ctrl-C).
+
+Environment:
+` + strings.TrimRight(settingsHelp(), "\n"),
+		Version:       version.String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          groupArgs,
@@ -173,6 +239,7 @@ Every command prints one line of JSON on stdout. Errors go to stderr as
 
 		SuggestionsMinimumDistance: 2,
 	}
+	root.SetVersionTemplate(`{"version":{{printf "%q" .Version}}}` + "\n")
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
 	root.SetIn(f.IO.In)
@@ -269,13 +336,20 @@ func isTerminal(w io.Writer) bool {
 func NewCmdVersion(f *Factory, runF func() error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the CLI version",
+		Short: "Print the CLI version (also --version)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if runF != nil {
 				return runF()
 			}
-			return printValue(f.IO.Out, map[string]string{"version": version})
+			return printValue(f.IO.Out, map[string]string{"version": version.String()})
 		},
 	}
+}
+
+// settingsHelp lists the environment the CLI reads, from config.Settings.
+func settingsHelp() string {
+	var b strings.Builder
+	config.WriteSettings(&b, false)
+	return b.String()
 }

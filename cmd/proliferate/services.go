@@ -18,6 +18,8 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // NewCmdServices builds `proliferate services`.
@@ -77,6 +79,11 @@ type StartOptions struct {
 	Request     apitype.StartServiceRequest
 	Wait        bool
 	WaitTimeout time.Duration
+	// Settle is how long a service without a readiness probe must run for
+	// --wait to report it ready.
+	Settle time.Duration
+	// StopOnTimeout stops the service when WaitTimeout runs out.
+	StopOnTimeout bool
 }
 
 // stopSignals are the values --stop-signal accepts.
@@ -87,9 +94,9 @@ func NewCmdServicesStart(f *Factory, runF func(*StartOptions) error) *cobra.Comm
 	var (
 		name, command, cwd, restart, readyHTTP, readyLog, stopSignal string
 		maxRestarts, readyTCP                                        int
-		readyTimeout, stopTimeout, waitTimeout                       time.Duration
+		readyTimeout, stopTimeout, waitTimeout, settle               time.Duration
 		env                                                          []string
-		wait                                                         bool
+		wait, stopOnTimeout                                          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "start --name N --command C [--cwd D] [flags]",
@@ -99,10 +106,11 @@ group, in --cwd (default: the workspace), with its output appended to its log.
 A running service of the same name is stopped first.
 
 --restart, --ready-*, --env and --stop-* set the sidecar's supervision options.
-At most one --ready-* probe may be given; without one, the service is ready as
-soon as it runs. --wait blocks until the service is ready; if it fails or
---wait-timeout passes first, the last 20 log lines go to stderr and the exit
-code is 1.`,
+At most one --ready-* probe may be given. --wait blocks until the service is
+ready: the probe passed, or, without a probe, the service has kept running for
+--settle. If it exits first, the last 20 log lines go to stderr and the exit
+code is 1. If --wait-timeout passes first, the same happens and the message
+says the service was left running; --stop-on-timeout stops it instead.`,
 		Example: `  proliferate services start --name web --command "npm run dev" --ready-tcp 3000 --wait
   proliferate services start --name api --command "./serve" --restart on-failure --env PORT=8080`,
 		Args: noArgs,
@@ -167,7 +175,7 @@ code is 1.`,
 				if readyTimeout <= 0 {
 					return usageErrorf("--ready-timeout must be a positive duration")
 				}
-				rd.TimeoutMs = int(readyTimeout.Milliseconds())
+				rd.TimeoutMs = int(max(readyTimeout.Milliseconds(), 1))
 			}
 			if probes == 1 {
 				req.Readiness = rd
@@ -203,10 +211,17 @@ code is 1.`,
 				ms := int(stopTimeout.Milliseconds())
 				req.StopTimeoutMs = &ms
 			}
+			if err := checkStartLimits(req); err != nil {
+				return err
+			}
 			if waitTimeout <= 0 {
 				return usageErrorf("--wait-timeout must be a positive duration")
 			}
-			o := &StartOptions{Ctx: cmd.Context(), Factory: f, Request: req, Wait: wait, WaitTimeout: waitTimeout}
+			if err := checkWaitFlags(fl.Changed("settle"), fl.Changed("stop-on-timeout"), wait, probes > 0, settle); err != nil {
+				return err
+			}
+			o := &StartOptions{Ctx: cmd.Context(), Factory: f, Request: req, Wait: wait, WaitTimeout: waitTimeout,
+				Settle: settle, StopOnTimeout: stopOnTimeout}
 			if runF != nil {
 				return runF(o)
 			}
@@ -219,8 +234,8 @@ code is 1.`,
 	fl.StringVar(&cwd, "cwd", "", "working directory, relative to the current one (default: the workspace)")
 	fl.StringVar(&restart, "restart", "no", "restart policy: no, on-failure or always")
 	fl.IntVar(&maxRestarts, "max-restarts", 5, "consecutive restarts before the service stays in error")
-	fl.IntVar(&readyTCP, "ready-tcp", 0, "ready when this local TCP port accepts connections")
-	fl.StringVar(&readyHTTP, "ready-http", "", "ready when this URL answers 2xx or 3xx")
+	fl.IntVar(&readyTCP, "ready-tcp", 0, "ready when a process of the service listens on this local TCP port")
+	fl.StringVar(&readyHTTP, "ready-http", "", "ready when this URL answers 2xx or 3xx from a process of the service")
 	fl.StringVar(&readyLog, "ready-log", "", "ready when a log line matches this regular expression")
 	fl.DurationVar(&readyTimeout, "ready-timeout", 0, "give up on readiness after this long (default: the sidecar's)")
 	fl.StringArrayVar(&env, "env", nil, "extra environment variable KEY=VALUE (repeatable)")
@@ -228,6 +243,8 @@ code is 1.`,
 	fl.DurationVar(&stopTimeout, "stop-timeout", 5*time.Second, "grace period before SIGKILL")
 	fl.BoolVar(&wait, "wait", false, "block until the service is ready")
 	fl.DurationVar(&waitTimeout, "wait-timeout", 2*time.Minute, "how long --wait waits")
+	fl.DurationVar(&settle, "settle", time.Second, "without a --ready-* probe, how long the service must keep running for --wait")
+	fl.BoolVar(&stopOnTimeout, "stop-on-timeout", false, "stop the service when --wait-timeout runs out (default: leave it running)")
 	return cmd
 }
 
@@ -243,7 +260,13 @@ func startRun(o *StartOptions) error {
 	if !o.Wait {
 		return printJSON(o.Factory.IO.Out, body)
 	}
-	return waitReady(o.Ctx, o.Factory, c, o.Request.Name, o.WaitTimeout)
+	w := &waiter{f: o.Factory, c: c, name: o.Request.Name, timeout: o.WaitTimeout, stopOnTimeout: o.StopOnTimeout, stopFlag: true}
+	if o.Request.Readiness == nil && o.Settle > 0 {
+		var started apitype.ServiceResponse
+		_ = json.Unmarshal(body, &started)
+		return w.settled(o.Ctx, started.Service, o.Settle)
+	}
+	return w.ready(o.Ctx)
 }
 
 // NameOptions are the inputs of the commands that take only --name.
@@ -313,7 +336,7 @@ func unsupported(err error) bool {
 	return false
 }
 
-func notFound(name string) error { return fmt.Errorf("Service %q not found", name) }
+func notFound(name string) error { return errors.New(rules.ServiceNotFound(name)) }
 
 func restartRun(o *NameOptions) error {
 	c, err := o.Factory.Sidecar()
@@ -409,7 +432,7 @@ lines go to stderr and the exit code is 1.`,
 			if err != nil {
 				return err
 			}
-			return waitReady(o.Ctx, f, c, o.Name, o.Timeout)
+			return (&waiter{f: f, c: c, name: o.Name, timeout: o.Timeout}).ready(o.Ctx)
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "service name (required)")
@@ -417,14 +440,14 @@ lines go to stderr and the exit code is 1.`,
 	return cmd
 }
 
-// waitReady polls the service until it is ready and prints {"service":…}. On
+// ready polls the service until it is ready and prints {"service":…}. On
 // failure it prints the last 20 log lines on stderr and returns the reason.
-func waitReady(ctx context.Context, f *Factory, c *sidecar.Client, name string, timeout time.Duration) error {
-	deadline := f.Now().Add(timeout)
-	t := time.NewTicker(f.ServicePoll)
+func (w *waiter) ready(ctx context.Context) error {
+	deadline := w.f.Now().Add(w.timeout)
+	t := time.NewTicker(w.f.ServicePoll)
 	defer t.Stop()
 	for {
-		svc, fromList, err := lookupService(ctx, c, name)
+		svc, fromList, err := lookupService(ctx, w.c, w.name)
 		if err != nil {
 			if ctx.Err() != nil {
 				return &interruptedError{}
@@ -434,13 +457,13 @@ func waitReady(ctx context.Context, f *Factory, c *sidecar.Client, name string, 
 		ready := svc.Ready || (fromList && svc.Status == apitype.StatusRunning)
 		switch {
 		case ready && svc.Status == apitype.StatusRunning:
-			return printValue(f.IO.Out, apitype.ServiceResponse{Service: svc})
+			return printValue(w.f.IO.Out, apitype.ServiceResponse{Service: svc})
 		case svc.Status == apitype.StatusStopped,
 			svc.Status == apitype.StatusError && svc.NextRestartAt == nil:
-			return failWait(ctx, f, c, name, failReason(svc))
+			return failWait(ctx, w.f, w.c, w.name, failReason(svc))
 		}
-		if !f.Now().Before(deadline) {
-			return failWait(ctx, f, c, name, fmt.Sprintf("not ready after %s", timeout))
+		if !w.f.Now().Before(deadline) {
+			return w.timedOut(ctx, fmt.Sprintf("not ready after %s", w.timeout))
 		}
 		select {
 		case <-ctx.Done():

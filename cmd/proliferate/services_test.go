@@ -95,7 +95,7 @@ func TestServicesEndToEnd(t *testing.T) {
 	}
 
 	r = cli(t, ctx, map[string]string{"PROLIFERATE_SANDBOX_MCP_URL": env["PROLIFERATE_SANDBOX_MCP_URL"], "SANDBOX_MCP_AUTH_TOKEN": "wrong"}, fast, "services", "list")
-	if r.code != 1 || r.stderr != "Error: Unauthorized\n" {
+	if r.code != 1 || !strings.HasPrefix(r.stderr, "Error: Unauthorized (the sidecar at ") || !strings.Contains(r.stderr, "token from SANDBOX_MCP_AUTH_TOKEN") {
 		t.Errorf("list with a wrong token = %d %q, want 1 Unauthorized", r.code, r.stderr)
 	}
 }
@@ -290,12 +290,19 @@ func TestSidecarComesUpLate(t *testing.T) {
 }
 
 func TestSidecarNeverUp(t *testing.T) {
-	r := cli(t, t.Context(), sidecarEnv(closedURL(t), "tok"), fast, "services", "list")
-	if r.code != 1 || !strings.Contains(r.stderr, "connection refused") {
-		t.Errorf("list with no sidecar = %d %q, want 1 connection refused", r.code, r.stderr)
+	url := closedURL(t)
+	r := cli(t, t.Context(), sidecarEnv(url, "tok"), fast, "services", "list")
+	// One line while retrying, one error that names the URL and where it came from.
+	want := "waiting for the sidecar at " + url + "…\nError: cannot reach the sidecar at " + url + " (from PROLIFERATE_SANDBOX_MCP_URL): "
+	if r.code != 1 || !strings.HasPrefix(r.stderr, want) || !strings.HasSuffix(r.stderr, "connection refused\n") {
+		t.Errorf("list with no sidecar = %d %q, want 1 and %q…connection refused", r.code, r.stderr, want)
 	}
-	if n := strings.Count(r.stderr, "\n"); n != 1 {
-		t.Errorf("stderr has %d lines, want 1: %q", n, r.stderr)
+	if n := strings.Count(r.stderr, "\n"); n != 2 {
+		t.Errorf("stderr has %d lines, want 2: %q", n, r.stderr)
+	}
+	r = cli(t, t.Context(), map[string]string{"PROLIFERATE_SANDBOX_MCP_URL": "127.0.0.1:4000", "SERVICE_TO_SERVICE_AUTH_TOKEN": "tok"}, fast, "services", "list")
+	if r.code != 2 || r.stderr != `Error: sidecar URL "127.0.0.1:4000" (from PROLIFERATE_SANDBOX_MCP_URL) is not a URL; want http://host:port, e.g. http://127.0.0.1:4000`+"\n" {
+		t.Errorf("list with a URL without a scheme = %d %q, want a usage error", r.code, r.stderr)
 	}
 }
 

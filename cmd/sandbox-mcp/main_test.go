@@ -88,8 +88,11 @@ func TestGeneratedTokenIsPrintedWhenNoneConfigured(t *testing.T) {
 	s := sidecartest.Start(t, sidecartest.Build(t), "SANDBOX_MCP_AUTH_TOKEN=", "SERVICE_TO_SERVICE_AUTH_TOKEN=")
 	var token string
 	for _, line := range strings.Split(s.Stderr(), "\n") {
-		if tok := strings.TrimSpace(line); strings.HasPrefix(line, "  ") && len(tok) == 48 {
-			token = tok
+		// export SANDBOX_MCP_AUTH_TOKEN=<48 hex> PROLIFERATE_SANDBOX_MCP_URL=…
+		if rest, ok := strings.CutPrefix(line, "export SANDBOX_MCP_AUTH_TOKEN="); ok {
+			if tok, _, _ := strings.Cut(rest, " "); len(tok) == 48 {
+				token = tok
+			}
 		}
 	}
 	if token == "" {

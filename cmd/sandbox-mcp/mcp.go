@@ -18,6 +18,10 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/mcpserver"
 	"github.com/proliferate-ai/sandbox-mcp/internal/services"
 	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/version"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // runMCP serves the MCP tools on stdin/stdout until stdin closes or ctx ends.
@@ -39,7 +43,7 @@ func runMCP(ctx context.Context, args []string, getenv func(string) string, stdi
 		return 1
 	}
 	defer closeBackend()
-	srv, err := mcpserver.New(mcpserver.Options{Backend: backend, PreviewURLFile: cfg.PreviewURLFile, Logger: log})
+	srv, err := mcpserver.New(mcpserver.Options{Backend: backend, PreviewURLFile: cfg.PreviewURLFile, Logger: log, Version: version.String()})
 	if err != nil {
 		log.Error("mcp server", "err", err)
 		return 1
@@ -76,7 +80,7 @@ func newMCPBackend(cfg config.Config, log *slog.Logger) (mcpserver.Backend, func
 			case err == nil:
 				return nil
 			case errors.As(err, &ae) && ae.Status == http.StatusUnauthorized:
-				return fmt.Errorf("the sidecar API at %s rejected the auth token (set SANDBOX_MCP_AUTH_TOKEN to its token)", cfg.SidecarURL)
+				return fmt.Errorf("the sidecar API at %s rejected the auth token (set %s to its token)", cfg.SidecarURL, rules.EnvAuthToken)
 			case errors.As(err, &ae):
 				return nil // an older sidecar without the route still serves the rest
 			case errors.Is(err, syscall.ECONNREFUSED):

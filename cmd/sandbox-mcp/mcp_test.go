@@ -59,7 +59,7 @@ func startMCP(t *testing.T, bin string, env []string) *mcpProc {
 		}
 	})
 	var init struct {
-		ServerInfo struct{ Name string } `json:"serverInfo"`
+		ServerInfo struct{ Name, Version string } `json:"serverInfo"`
 	}
 	p.call("initialize", map[string]any{
 		"protocolVersion": "2025-06-18",
@@ -68,6 +68,10 @@ func startMCP(t *testing.T, bin string, env []string) *mcpProc {
 	}, &init)
 	if init.ServerInfo.Name != "sandbox_mcp" {
 		t.Fatalf("initialize: serverInfo.name = %q, want sandbox_mcp", init.ServerInfo.Name)
+	}
+	// serverInfo.version is the binary's own --version.
+	if v, err := exec.Command(bin, "--version").Output(); err != nil || "sandbox-mcp "+init.ServerInfo.Version+"\n" != string(v) {
+		t.Fatalf("initialize: serverInfo.version = %q, want what %q printed (%v)", init.ServerInfo.Version, v, err)
 	}
 	p.send(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
 	return p

@@ -139,7 +139,7 @@ Transfer/sec:     60.00MB
 
 // BenchmarkIdleRSSWithServices reports the idle memory of the sidecar running
 // 10 services and the mean of their monitor processes (the binary re-executed
-// with SANDBOX_MCP_INTERNAL=logwriter): RSS, and the private part (RSS less
+// with SANDBOX_MCP_INTERNAL=monitor, named mcp-svc-monitor): RSS, and the private part (RSS less
 // the pages of the binary shared with every other sidecar process), which is
 // what each process really adds. Run it with -benchtime 1x.
 func BenchmarkIdleRSSWithServices(b *testing.B) {

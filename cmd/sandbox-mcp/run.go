@@ -24,14 +24,14 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/ports"
 	"github.com/proliferate-ai/sandbox-mcp/internal/services"
 	"github.com/proliferate-ai/sandbox-mcp/internal/terminal"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/version"
 )
 
-const usage = `usage: sandbox-mcp <mode> [flags]
-
-modes:
-  api    serve the HTTP API and the terminal WebSocket (flag --addr)
-  mcp    serve the service manager as MCP tools over stdio
-`
+// usage is the short form printed with a usage error.
+const usage = usageHead
 
 // run is the whole program behind main, testable with fake streams and environment.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -41,14 +41,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	switch args[0] {
 	case "api":
+		if isHelp(args[1:]) {
+			writeHelp(stdout, apiHead)
+			return 0
+		}
 		return runAPI(ctx, args[1:], getenv, stderr)
 	case "mcp":
+		if isHelp(args[1:]) {
+			writeHelp(stdout, mcpHead)
+			return 0
+		}
 		return runMCP(ctx, args[1:], getenv, stdin, stdout, stderr)
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
+	case "version", "--version", "-version":
+		writeVersion(stdout)
+		return 0
+	case "completion":
+		return runCompletion(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		writeHelp(stdout, usageHead)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "sandbox-mcp: unknown mode %q\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "sandbox-mcp: unknown command %q\n%s", args[0], usage)
 		return 1
 	}
 }
@@ -60,10 +73,19 @@ func loadConfig(getenv func(string) string) (config.Config, error) {
 
 func newLogger(w io.Writer, getenv func(string) string) *slog.Logger {
 	level := slog.LevelInfo
-	if getenv("SANDBOX_MCP_LOG_LEVEL") == "debug" {
+	if getenv(rules.EnvLogLevel) == "debug" {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: durationsAsText}))
+}
+
+// durationsAsText logs a time.Duration as Go writes it ("1.5s"), not as
+// nanoseconds, which nobody reads right.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 func runAPI(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
@@ -79,19 +101,28 @@ func runAPI(ctx context.Context, args []string, getenv func(string) string, stde
 		return 1
 	}
 	log := newLogger(stderr, getenv)
+	// Services run at nice +10 with a raised OOM score (set by their monitor);
+	// the sidecar that answers health and stops them protects itself where permitted.
+	if err := services.ProtectSidecar(); err != nil {
+		log.Info("oom_score_adj of the sidecar left as is (lowering it is not permitted here)", "err", err)
+	}
 	if getenv("GOGC") == "" {
 		// Half the default heap growth: after a burst of requests the sidecar
 		// keeps ~2 MiB less resident (12.2 vs 14.4 MiB after 4 s of wrk over 16
 		// connections) with no measurable loss of throughput. GOGC still wins.
 		debug.SetGCPercent(50)
 	}
+	var announce func(net.Addr)
 	if cfg.Token == "" {
 		// Secure by default: callers that know no token get 401; a person running
-		// it locally reads the generated token here.
+		// it locally copies the export line, printed once the URL is known.
 		cfg.Token = randomToken()
-		fmt.Fprintf(stderr, "sandbox-mcp: no SANDBOX_MCP_AUTH_TOKEN or SERVICE_TO_SERVICE_AUTH_TOKEN set; using a generated token for this run:\n  %s\n", cfg.Token)
+		announce = func(a net.Addr) {
+			fmt.Fprintf(stderr, "sandbox-mcp: no %s or %s set; generated a token for this run. To use the API and the CLI from a shell:\nexport %s=%s %s=%s\n",
+				rules.EnvAuthToken, rules.EnvAuthTokenFallback, rules.EnvAuthToken, cfg.Token, rules.EnvSidecarURL, config.URLForAddr(a.String()))
+		}
 	}
-	if err := serveAPI(ctx, cfg, log); err != nil {
+	if err := serveAPIAnnounce(ctx, cfg, log, announce); err != nil {
 		log.Error("api stopped", "err", err)
 		return 1
 	}
@@ -100,7 +131,13 @@ func runAPI(ctx context.Context, args []string, getenv func(string) string, stde
 
 // serveAPI wires the components, listens on cfg.Addr and serves until ctx ends.
 func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	opts := api.Options{Token: cfg.Token, Logger: log}
+	return serveAPIAnnounce(ctx, cfg, log, nil)
+}
+
+// serveAPIAnnounce is serveAPI that calls announce, when set, with the
+// listener's address once it listens.
+func serveAPIAnnounce(ctx context.Context, cfg config.Config, log *slog.Logger, announce func(net.Addr)) error {
+	opts := api.Options{Token: cfg.Token, Logger: log, Version: version.String()}
 	// Services keep running when the sidecar stops; Close only ends supervision.
 	mgr, err := services.New(services.Config{StateDir: cfg.StateDir, WorkspaceDir: cfg.WorkspaceDir, Logger: log})
 	if err != nil {
@@ -148,12 +185,17 @@ func serveAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		// net's error already reads "listen tcp <addr>: <cause>"; wrapping it
+		// again would say the address twice.
+		return err
 	}
 	// The API bounds request reading and open connections (see api.HTTPServer).
 	hs, ln := srv.HTTPServer(ln, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	hs.RegisterOnShutdown(func() { _ = term.Close() })
-	log.Info("listening", "addr", ln.Addr().String(), "workspace", cfg.WorkspaceDir, "state_dir", cfg.StateDir)
+	log.Info("listening", "addr", ln.Addr().String(), "version", opts.Version, "workspace", cfg.WorkspaceDir, "state_dir", cfg.StateDir)
+	if announce != nil {
+		announce(ln.Addr())
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

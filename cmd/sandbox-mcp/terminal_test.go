@@ -41,6 +41,9 @@ func (s *syncBuffer) String() string {
 // TestServeAPIShutdownKillsTerminals checks the wiring: the API serves the
 // terminal, and stopping the sidecar kills the shells it started.
 func TestServeAPIShutdownKillsTerminals(t *testing.T) {
+	// The shell reads no ~/.bashrc of the machine running the test: one that runs
+	// commands at start-up (version managers) can swallow the typed-ahead line.
+	t.Setenv("HOME", t.TempDir())
 	cfg := config.Config{Addr: "127.0.0.1:0", Token: "tok", WorkspaceDir: t.TempDir(), StateDir: filepath.Join(t.TempDir(), "state")}
 	var logs syncBuffer
 	ctx, cancel := context.WithCancel(t.Context())

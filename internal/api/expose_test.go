@@ -101,8 +101,8 @@ func TestExposeStoreFailureIs500(t *testing.T) {
 	e := &recordingExposer{setErr: errors.New("disk full")}
 	ts := newTestServer(t, Options{Token: testToken, Expose: e})
 	resp, body := do(t, "POST", ts.URL+"/api/expose", "Bearer "+testToken, `{"port":3000}`)
-	if resp.StatusCode != 500 || strings.Contains(body, "disk full") {
-		t.Errorf("POST /api/expose with a failing store = %d %s, want a generic 500", resp.StatusCode, body)
+	if resp.StatusCode != 500 || !strings.Contains(body, "disk full") {
+		t.Errorf("POST /api/expose with a failing store = %d %s, want a 500 naming the cause", resp.StatusCode, body)
 	}
 }
 

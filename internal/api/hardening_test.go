@@ -264,7 +264,6 @@ func TestConnLimiterShedsUnauthenticatedFirst(t *testing.T) {
 	}
 	authCheck()
 	// 40 strangers hold connections with half-sent headers.
-	held := make([]net.Conn, 0, 40)
 	for range 40 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -272,7 +271,6 @@ func TestConnLimiterShedsUnauthenticatedFirst(t *testing.T) {
 		}
 		defer c.Close()
 		_, _ = io.WriteString(c, "POST /api/services HTTP/1.1\r\nHost: x\r\n")
-		held = append(held, c)
 	}
 	waitFor(t, func() bool { open, _, shed := s.conns.Load().stats(); return open <= 8 && shed >= 32 }, "the limiter to shed")
 	// Health from a fresh connection, then the authenticated client again,

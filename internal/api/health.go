@@ -7,7 +7,7 @@ import (
 )
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, apitype.StatusResponse{Status: "ok"})
+	writeJSON(w, http.StatusOK, apitype.StatusResponse{Status: "ok", Version: s.opts.Version})
 	return nil
 }
 

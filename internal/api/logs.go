@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // LogStreamer reads service logs for GET /api/logs/{name}. Errors wrap
@@ -92,7 +94,7 @@ func logError(name string, err error) error {
 	case errors.Is(err, fs.ErrInvalid):
 		return &Error{Status: http.StatusBadRequest, Msg: err.Error()}
 	case errors.Is(err, fs.ErrNotExist):
-		return &Error{Status: http.StatusNotFound, Msg: `No logs found for service "` + name + `"`, Err: err}
+		return &Error{Status: http.StatusNotFound, Msg: rules.NoLogs(name), Err: err}
 	}
 	return err
 }

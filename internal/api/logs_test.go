@@ -161,7 +161,7 @@ func (c *logStreamClient) appended(t testing.TB, n int) string {
 
 func TestLogsStream(t *testing.T) {
 	checkLogLeaks(t)
-	_, ts, dir := logServer(t, logtail.Options{Hold: time.Minute})
+	_, ts, dir := logServer(t, logtail.Options{})
 	path := filepath.Join(dir, "web.log")
 	long := strings.Repeat("ü", 5001) + "tail\n" // 10007 bytes
 	writeLog(t, path, long)
@@ -296,8 +296,9 @@ func TestLogsRotationByteExact(t *testing.T) {
 	c.close()
 }
 
-// rotatingLog writes like the service manager: at limit bytes, .log.1 becomes
-// .log.2, .log becomes .log.1, and a new .log is created.
+// rotatingLog writes like the service manager: at limit bytes (or just past
+// it, at the end of a character), .log.1 becomes .log.2, .log becomes .log.1,
+// and a new .log is created.
 type rotatingLog struct {
 	dir, name    string
 	limit, size  int
@@ -337,6 +338,13 @@ func (w *rotatingLog) write(t testing.TB, s string) {
 			w.rotations++
 		}
 		n := min(len(s), w.limit-w.size)
+		for n < len(s) && n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		if n == 0 {
+			for n = 1; n < len(s) && !utf8.RuneStart(s[n]); n++ {
+			}
+		}
 		if _, err := w.f.WriteString(s[:n]); err != nil {
 			t.Fatal(err)
 		}

@@ -2,9 +2,12 @@ package api
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // routes registers every endpoint. Everything but GET /api/health sits behind
@@ -41,6 +44,11 @@ func (s *Server) routes() http.Handler {
 		r.Get("/api/git/repos", s.handle(s.gitRepos))
 		r.Get("/api/git/status", s.handle(s.gitStatus))
 		r.Get("/api/git/diff", s.handle(s.gitDiff))
+		r.Get("/api/git/bundle", s.handle(s.gitBundle))
+		// A bundle is no JSON request: the git leaf bounds it (413), not the 1 MiB
+		// cap, and up to 256 MiB gets longer than the 30 s read timeout.
+		r.With(s.allowBody(rules.MaxGitBundleBytes+1, bundleReadTimeout)).Post("/api/git/bundle", s.handle(s.gitApplyBundle))
+		r.Get("/api/git/changeset", s.handle(s.gitChangeset))
 
 		r.Get("/api/ports", s.handle(s.ports))
 
@@ -51,5 +59,9 @@ func (s *Server) routes() http.Handler {
 	})
 	return r
 }
+
+// bundleReadTimeout is how long a POST /api/git/bundle may take to arrive:
+// 256 MiB at 0.5 MB/s.
+const bundleReadTimeout = 10 * time.Minute
 
 var errNotImplemented = errorf(http.StatusNotImplemented, "not available in this sidecar")

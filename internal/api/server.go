@@ -30,6 +30,8 @@ type Options struct {
 	// MaxBodyBytes bounds request bodies; default 1 MiB. A route may raise
 	// it for itself (allowBody).
 	MaxBodyBytes int64
+	// Version is reported by GET /api/health; empty leaves it out.
+	Version string
 	// MaxConns caps open HTTP connections (HTTPServer); default half of
 	// RLIMIT_NOFILE, clamped to 32..4096, read at every accept.
 	MaxConns int

@@ -7,6 +7,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/services"
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Services is the service manager as the API sees it.
@@ -19,15 +20,22 @@ type Services interface {
 	Restart(ctx context.Context, name string) (apitype.ServiceInfo, error)
 }
 
-// serviceError maps the manager's errors: invalid requests are 400, unknown
-// names 404, both with the manager's message; anything else is a 500 that
-// still says what failed, so an agent can act on it.
+// serviceError maps the manager's errors, each with the manager's message:
+// invalid requests are 400 (a value out of bounds also names its "field"),
+// unknown names 404, a new name beyond the service cap 409; anything else is
+// a 500 that still says what failed, so an agent can act on it.
 func serviceError(err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, services.ErrInvalid):
-		return &Error{Status: http.StatusBadRequest, Msg: err.Error()}
+		e := &Error{Status: http.StatusBadRequest, Msg: err.Error()}
+		if le := (*rules.LimitError)(nil); errors.As(err, &le) {
+			e.Fields = map[string]any{"field": le.Field}
+		}
+		return e
+	case errors.Is(err, services.ErrConflict):
+		return &Error{Status: http.StatusConflict, Msg: err.Error()}
 	case errors.Is(err, services.ErrNotFound):
 		return &Error{Status: http.StatusNotFound, Msg: err.Error()}
 	case errors.Is(err, context.Canceled):

@@ -13,11 +13,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // DefaultFallbackPorts are the dev-server ports the preview site falls back
 // to, tried in this order.
-var DefaultFallbackPorts = []int{3000, 5173, 8000, 4321}
+var DefaultFallbackPorts = rules.FallbackPorts()
 
 // Sandbox defaults of the main Caddyfile.
 const (

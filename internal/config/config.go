@@ -1,29 +1,92 @@
 // Package config reads the sidecar's settings from the environment in one place.
 // cmd/sandbox-mcp and cmd/proliferate import it; nothing else reads os.Getenv.
+// Settings is the table of every variable, its default and what it does; the
+// binaries' --help and README's settings table are printed from it.
 package config
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Defaults of the wire contract (CONTRACT.md, "Processes and defaults").
 const (
 	DefaultAddr           = "0.0.0.0:4000"
-	DefaultWorkspaceDir   = "/home/user/workspace"
-	DefaultStateDir       = "/tmp/proliferate"
-	DefaultCaddySnippet   = "/home/user/.proliferate/caddy/user.caddy"
+	DefaultWorkspaceDir   = rules.WorkspaceDir
+	DefaultStateDir       = rules.StateDir
+	DefaultCaddySnippet   = rules.CaddySnippet
 	DefaultCaddyAdmin     = "localhost:2019"
-	DefaultCaddyfile      = "/home/user/Caddyfile"
+	DefaultCaddyfile      = rules.Caddyfile
 	DefaultPreviewAddr    = "127.0.0.1:4001"
-	DefaultPreviewURLFile = "/tmp/.proliferate_preview_url"
-	DefaultEnvOverrides   = "/tmp/.proliferate_env.json"
+	DefaultPreviewURLFile = rules.PreviewURLFile
+	DefaultEnvOverrides   = rules.EnvOverridesFile
 	DefaultSidecarURL     = "http://127.0.0.1:4000"
+	DefaultLogLevel       = "info"
 )
+
+// Setting is one environment variable the binaries read.
+type Setting struct {
+	// Env is the variable's name.
+	Env string
+	// Default is what applies when it is unset, as a person reads it.
+	Default string
+	// Help says what it sets.
+	Help string
+	// Server and CLI say which binaries read it: sandbox-mcp (api, mcp) and
+	// proliferate.
+	Server, CLI bool
+}
+
+// Settings is every environment variable of sandbox-mcp and proliferate, in
+// the order help lists them.
+var Settings = []Setting{
+	{rules.EnvAuthToken, "generated and printed by `api`", "bearer token of the API", true, true},
+	{rules.EnvAuthTokenFallback, "—", "read when " + rules.EnvAuthToken + " is unset", true, true},
+	{rules.EnvAddr, DefaultAddr, "API listen address (`api --addr` wins)", true, false},
+	{rules.EnvWorkspaceDir, DefaultWorkspaceDir + " if it exists, else the working directory", "workspace: services' default cwd, git repos, env files", true, true},
+	{rules.EnvStateDir, DefaultStateDir, "state.json and logs/ of the services", true, false},
+	{rules.EnvCaddySnippet, DefaultCaddySnippet + " (<state dir>/caddy/user.caddy without /home/user)", "user Caddy snippet the sidecar writes", true, false},
+	{rules.EnvCaddyAdmin, DefaultCaddyAdmin, "Caddy admin endpoint, host:port or unix//path", true, false},
+	{rules.EnvCaddyfile, DefaultCaddyfile, "main Caddyfile loaded when Caddy does not route to the preview proxy", true, false},
+	{rules.EnvPreviewAddr, DefaultPreviewAddr, "loopback listener of the preview proxy", true, false},
+	{rules.EnvLogLevel, DefaultLogLevel, "log level: info or debug", true, false},
+	{rules.EnvMaxTerminals, strconv.Itoa(rules.DefaultMaxTerminals), "live terminal sessions at most (1-" + strconv.Itoa(rules.MaxTerminalsCeiling) + "); past it the terminal answers 503", true, false},
+	{rules.EnvSidecarURL, DefaultSidecarURL + " (from " + rules.EnvAddr + " when set)", "where the CLI and `mcp` reach the API", true, true},
+	{rules.EnvGatewayURL, "—", "platform actions gateway (`proliferate actions`)", false, true},
+	{rules.EnvSessionID, "—", "platform session of the actions", false, true},
+}
+
+// WriteSettings prints the settings one binary reads (server: sandbox-mcp,
+// else proliferate) for --help: the name, then what it sets and its default.
+func WriteSettings(w io.Writer, server bool) {
+	for _, s := range Settings {
+		if (server && s.Server) || (!server && s.CLI) {
+			fmt.Fprintf(w, "  %s\n      %s; default: %s\n", s.Env, s.Help, s.Default)
+		}
+	}
+}
+
+// WriteSettingsMarkdown prints Settings as the Markdown table of the README.
+func WriteSettingsMarkdown(w io.Writer) {
+	fmt.Fprint(w, "| variable | what | default | read by |\n|---|---|---|---|\n")
+	for _, s := range Settings {
+		var by []string
+		if s.Server {
+			by = append(by, "sandbox-mcp")
+		}
+		if s.CLI {
+			by = append(by, "proliferate")
+		}
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", s.Env, s.Help, s.Default, strings.Join(by, ", "))
+	}
+}
 
 // Config is every setting the sidecar and the CLI take from the environment.
 type Config struct {
@@ -49,6 +112,11 @@ type Config struct {
 	EnvOverridesFile string
 	// SidecarURL is where the CLI and the MCP mode reach the API.
 	SidecarURL string
+	// SidecarURLFrom names the variable SidecarURL came from, or "" for the default,
+	// so errors can say what to change.
+	SidecarURLFrom string
+	// LogLevel is "info" or "debug".
+	LogLevel string
 	// GatewayURL and SessionID locate the platform's actions gateway.
 	GatewayURL string
 	SessionID  string
@@ -67,41 +135,40 @@ func (c Config) LogDir() string { return filepath.Join(c.StateDir, "logs") }
 // WORKSPACE_DIR nor the default workspace exists.
 func Load(getenv func(string) string, cwd string) (Config, error) {
 	c := Config{
-		Addr:             or(getenv("SANDBOX_MCP_ADDR"), DefaultAddr),
-		Token:            or(getenv("SANDBOX_MCP_AUTH_TOKEN"), getenv("SERVICE_TO_SERVICE_AUTH_TOKEN")),
-		StateDir:         or(getenv("SANDBOX_MCP_STATE_DIR"), DefaultStateDir),
-		CaddySnippet:     or(getenv("SANDBOX_MCP_CADDY_SNIPPET"), DefaultCaddySnippet),
-		CaddyAdmin:       or(getenv("SANDBOX_MCP_CADDY_ADMIN"), DefaultCaddyAdmin),
-		Caddyfile:        or(getenv("SANDBOX_MCP_CADDYFILE"), DefaultCaddyfile),
-		PreviewAddr:      or(getenv("SANDBOX_MCP_PREVIEW_ADDR"), DefaultPreviewAddr),
+		Addr:             or(getenv(rules.EnvAddr), DefaultAddr),
+		Token:            or(getenv(rules.EnvAuthToken), getenv(rules.EnvAuthTokenFallback)),
+		StateDir:         or(getenv(rules.EnvStateDir), DefaultStateDir),
+		CaddySnippet:     or(getenv(rules.EnvCaddySnippet), DefaultCaddySnippet),
+		CaddyAdmin:       or(getenv(rules.EnvCaddyAdmin), DefaultCaddyAdmin),
+		Caddyfile:        or(getenv(rules.EnvCaddyfile), DefaultCaddyfile),
+		PreviewAddr:      or(getenv(rules.EnvPreviewAddr), DefaultPreviewAddr),
 		PreviewURLFile:   DefaultPreviewURLFile,
 		EnvOverridesFile: DefaultEnvOverrides,
-		SidecarURL:       strings.TrimRight(or(getenv("PROLIFERATE_SANDBOX_MCP_URL"), urlForAddr(getenv("SANDBOX_MCP_ADDR"))), "/"),
-		GatewayURL:       strings.TrimRight(getenv("PROLIFERATE_GATEWAY_URL"), "/"),
-		SessionID:        getenv("PROLIFERATE_SESSION_ID"),
+		LogLevel:         or(getenv(rules.EnvLogLevel), DefaultLogLevel),
+		GatewayURL:       strings.TrimRight(getenv(rules.EnvGatewayURL), "/"),
+		SessionID:        getenv(rules.EnvSessionID),
 	}
-	if v := getenv("SANDBOX_MCP_MAX_TERMINALS"); v != "" {
+	switch {
+	case getenv(rules.EnvSidecarURL) != "":
+		c.SidecarURL, c.SidecarURLFrom = getenv(rules.EnvSidecarURL), rules.EnvSidecarURL
+	case urlForAddr(getenv(rules.EnvAddr)) != DefaultSidecarURL:
+		c.SidecarURL, c.SidecarURLFrom = urlForAddr(getenv(rules.EnvAddr)), rules.EnvAddr
+	default:
+		c.SidecarURL = DefaultSidecarURL
+	}
+	if v := getenv(rules.EnvMaxTerminals); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 4096 {
-			return Config{}, fmt.Errorf("SANDBOX_MCP_MAX_TERMINALS=%q: want a number from 1 to 4096", v)
+		if err != nil || n < 1 || n > rules.MaxTerminalsCeiling {
+			return Config{}, fmt.Errorf("%s=%q: want a number from 1 to %d", rules.EnvMaxTerminals, v, rules.MaxTerminalsCeiling)
 		}
 		c.MaxTerminals = n
 	}
-	ws := getenv("WORKSPACE_DIR")
-	if ws == "" {
-		ws = DefaultWorkspaceDir
-	}
-	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
-		if cwd == "" {
-			return Config{}, fmt.Errorf("workspace dir %q does not exist and no working directory is known", ws)
-		}
-		ws = cwd
-	}
-	abs, err := filepath.Abs(ws)
+	c.SidecarURL = strings.TrimRight(c.SidecarURL, "/")
+	ws, err := WorkspaceDir(getenv, cwd)
 	if err != nil {
-		return Config{}, fmt.Errorf("resolve workspace dir %q: %w", ws, err)
+		return Config{}, err
 	}
-	c.WorkspaceDir = abs
+	c.WorkspaceDir = ws
 	if !filepath.IsAbs(c.StateDir) {
 		sd, err := filepath.Abs(c.StateDir)
 		if err != nil {
@@ -109,7 +176,7 @@ func Load(getenv func(string) string, cwd string) (Config, error) {
 		}
 		c.StateDir = sd
 	}
-	if getenv("SANDBOX_MCP_CADDY_SNIPPET") == "" && !isDir(filepath.Dir(filepath.Dir(filepath.Dir(DefaultCaddySnippet)))) {
+	if getenv(rules.EnvCaddySnippet) == "" && !isDir(rules.HomeDir) {
 		// Not a sandbox image (a laptop, CI): keep the snippet with the state
 		// rather than creating /home/user.
 		c.CaddySnippet = filepath.Join(c.StateDir, "caddy", "user.caddy")
@@ -117,14 +184,39 @@ func Load(getenv func(string) string, cwd string) (Config, error) {
 	return c, nil
 }
 
-// EnvWorkspaceDir is the workspace as `proliferate env` resolves it: WORKSPACE_DIR,
-// else the default, with no fallback to the working directory.
-func EnvWorkspaceDir(getenv func(string) string) string {
-	return or(getenv("WORKSPACE_DIR"), DefaultWorkspaceDir)
+// WorkspaceDir resolves the workspace as the sidecar and the CLI both do:
+// WORKSPACE_DIR, else the default; either only when it is a directory, else
+// cwd. It never creates a folder.
+func WorkspaceDir(getenv func(string) string, cwd string) (string, error) {
+	ws := or(getenv(rules.EnvWorkspaceDir), DefaultWorkspaceDir)
+	if !isDir(ws) {
+		if cwd == "" {
+			return "", fmt.Errorf("workspace dir %q does not exist and no working directory is known", ws)
+		}
+		ws = cwd
+	}
+	abs, err := filepath.Abs(ws)
+	if err != nil {
+		return "", fmt.Errorf("resolve workspace dir %q: %w", ws, err)
+	}
+	return abs, nil
 }
 
-// urlForAddr is the loopback URL of an API listening on addr (wildcard hosts
+// EnvWorkspaceDir is the workspace of `proliferate env`: WORKSPACE_DIR as
+// given when it is set (the platform names it; the CLI creates what the spec
+// needs below it), else resolved as the sidecar does (WorkspaceDir), so the
+// CLI never creates /home/user/workspace on a machine that has none.
+func EnvWorkspaceDir(getenv func(string) string, cwd string) (string, error) {
+	if ws := getenv(rules.EnvWorkspaceDir); ws != "" {
+		return ws, nil
+	}
+	return WorkspaceDir(getenv, cwd)
+}
+
+// URLForAddr is the loopback URL of an API listening on addr (wildcard hosts
 // become loopback); the default URL when addr is empty or unusable.
+func URLForAddr(addr string) string { return urlForAddr(addr) }
+
 func urlForAddr(addr string) string {
 	if addr == "" {
 		return DefaultSidecarURL

@@ -78,6 +78,54 @@ func TestCaddySnippetDefault(t *testing.T) {
 	}
 }
 
+func TestWorkspaceDir(t *testing.T) {
+	cwd, ws := t.TempDir(), t.TempDir()
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "WORKSPACE_DIR" {
+				return v
+			}
+			return ""
+		}
+	}
+	if got, err := WorkspaceDir(env(ws), cwd); err != nil || got != ws {
+		t.Errorf("WorkspaceDir(set) = %q, %v; want %q", got, err, ws)
+	}
+	if !isDir(DefaultWorkspaceDir) {
+		if got, err := WorkspaceDir(env(""), cwd); err != nil || got != cwd {
+			t.Errorf("WorkspaceDir(unset) = %q, %v; want the working dir %q", got, err, cwd)
+		}
+		if got, err := EnvWorkspaceDir(env(""), cwd); err != nil || got != cwd {
+			t.Errorf("EnvWorkspaceDir(unset) = %q, %v; want the working dir %q", got, err, cwd)
+		}
+		if isDir(DefaultWorkspaceDir) {
+			t.Errorf("resolving the workspace created %s", DefaultWorkspaceDir)
+		}
+	}
+	if got, err := EnvWorkspaceDir(env("/nonexistent/ws"), cwd); err != nil || got != "/nonexistent/ws" {
+		t.Errorf("EnvWorkspaceDir(set, missing) = %q, %v; want it as given", got, err)
+	}
+}
+
+func TestSettingsCoverLoad(t *testing.T) {
+	read := map[string]bool{}
+	if _, err := Load(func(k string) string { read[k] = true; return "" }, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, s := range Settings {
+		listed[s.Env] = true
+		if s.Default == "" || s.Help == "" || !(s.Server || s.CLI) {
+			t.Errorf("setting %s lacks a default, help or a binary", s.Env)
+		}
+	}
+	for k := range read {
+		if !listed[k] {
+			t.Errorf("Load reads %s but Settings does not list it (help would not show it)", k)
+		}
+	}
+}
+
 func TestMaxTerminals(t *testing.T) {
 	tests := []struct {
 		env     string

@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
 
 // Entry is one element of the --spec array.
@@ -70,7 +72,9 @@ type Options struct {
 	Getenv func(string) string
 }
 
-// Applied is one written file in Apply's answer.
+// Applied is one written file in Apply's answer. Path is the entry's own path
+// exactly as the spec gave it (not joined with workspacePath), as the old CLI
+// printed it and the platform parses it.
 type Applied struct {
 	Path     string `json:"path"`
 	KeyCount int    `json:"keyCount"`
@@ -81,7 +85,7 @@ type target struct {
 	entry Entry
 	dir   string // the entry's workspacePath, absolute
 	file  string // absolute file path
-	rel   string // path relative to the workspace, as reported
+	rel   string // path relative to the workspace, for error messages
 }
 
 // resolve checks every entry's paths before anything is touched.
@@ -269,19 +273,21 @@ func Apply(o Options, entries []Entry) ([]Applied, error) {
 		if err := os.MkdirAll(filepath.Dir(t.file), 0o755); err != nil {
 			return applied, fmt.Errorf("create folder for %s: %w", t.rel, err)
 		}
-		if err := WriteFileAtomic(t.file, buf.Bytes(), 0o600); err != nil {
+		if err := atomicfile.WriteFile(t.file, buf.Bytes(), 0o600); err != nil {
 			return applied, err
 		}
 		if err := excludeOnce(t.dir, t.entry.Path); err != nil {
 			return applied, err
 		}
-		applied = append(applied, Applied{Path: t.rel, KeyCount: n})
+		applied = append(applied, Applied{Path: t.entry.Path, KeyCount: n})
 	}
 	return applied, nil
 }
 
 // Scrub deletes the files of secret entries (missing files are fine), then the
-// overrides file, and returns the deleted entries' paths.
+// overrides file. It returns what it actually deleted, in order, as the old
+// CLI printed it: each entry's own path as given in the spec, then the
+// overrides file's absolute path.
 func Scrub(o Options, entries []Entry) ([]string, error) {
 	targets, err := resolve(o.Workspace, entries)
 	if err != nil {
@@ -292,13 +298,22 @@ func Scrub(o Options, entries []Entry) ([]string, error) {
 		if t.entry.Mode != ModeSecret {
 			continue
 		}
-		if err := os.Remove(t.file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		switch err := os.Remove(t.file); {
+		case err == nil:
+			scrubbed = append(scrubbed, t.entry.Path)
+		case !errors.Is(err, fs.ErrNotExist):
 			return scrubbed, fmt.Errorf("remove %s: %w", t.rel, err)
 		}
-		scrubbed = append(scrubbed, t.rel)
 	}
 	if o.OverridesFile != "" {
-		if err := os.Remove(o.OverridesFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		abs, err := filepath.Abs(o.OverridesFile)
+		if err != nil {
+			abs = o.OverridesFile
+		}
+		switch err := os.Remove(abs); {
+		case err == nil:
+			scrubbed = append(scrubbed, abs)
+		case !errors.Is(err, fs.ErrNotExist):
 			return scrubbed, fmt.Errorf("remove overrides file: %w", err)
 		}
 	}
@@ -332,38 +347,5 @@ func excludeOnce(dir, path string) error {
 		b.WriteByte('\n')
 	}
 	b.WriteString(path + "\n")
-	return WriteFileAtomic(file, b.Bytes(), 0o644)
-}
-
-// WriteFileAtomic writes data to a temp file next to name, syncs it and renames
-// it over name, so readers see the old file or the new one, never half of it.
-func WriteFileAtomic(name string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	tmp := f.Name()
-	fail := func(err error) error {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := f.Chmod(perm); err != nil {
-		return fail(err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	return nil
+	return atomicfile.WriteFile(file, b.Bytes(), 0o644)
 }

@@ -112,7 +112,8 @@ func TestApply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []Applied{{Path: "apps/web/config/.env.local", KeyCount: 4}, {Path: ".env", KeyCount: 1}}
+		// The old CLI's shape: each entry's own path, not joined with workspacePath.
+		want := []Applied{{Path: "config/.env.local", KeyCount: 4}, {Path: ".env", KeyCount: 1}}
 		if d := cmp.Diff(want, got); d != "" {
 			t.Errorf("Apply (-want +got):\n%s", d)
 		}
@@ -241,7 +242,9 @@ func TestScrub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]string{"s/.env", "gone/.env"}, got); d != "" {
+	// The old CLI's shape: the entry's own path of each file actually deleted
+	// (never the missing gone/.env), then the overrides file it deleted.
+	if d := cmp.Diff([]string{".env", overrides}, got); d != "" {
 		t.Errorf("Scrub (-want +got):\n%s", d)
 	}
 	if _, err := os.Stat(filepath.Join(ws, "s/.env")); !os.IsNotExist(err) {
@@ -253,8 +256,9 @@ func TestScrub(t *testing.T) {
 	if _, err := os.Stat(overrides); !os.IsNotExist(err) {
 		t.Errorf("overrides file still there: %v", err)
 	}
-	if _, err := Scrub(Options{Workspace: ws, OverridesFile: overrides}, spec); err != nil {
-		t.Errorf("second Scrub = %v, want nil", err)
+	got, err = Scrub(Options{Workspace: ws, OverridesFile: overrides}, spec)
+	if err != nil || len(got) != 0 {
+		t.Errorf("second Scrub = %q, %v; want nothing deleted and no error", got, err)
 	}
 }
 

@@ -96,19 +96,22 @@ type Options struct {
 	// beyond it wait (within their context), so a burst of requests cannot
 	// fill the sandbox with git processes.
 	MaxProcs int
+	// MaxBundleBytes bounds a bundle made or applied; default DefaultMaxBundleBytes.
+	MaxBundleBytes int64
 }
 
 // Workspace finds and inspects the git repositories of one workspace directory.
 type Workspace struct {
-	dir      string // absolute, clean, as configured (paths are reported under it)
-	realDir  string // dir with symlinks resolved (ids are validated against it)
-	git      string
-	timeout  time.Duration
-	maxDiff  int
-	procs    chan struct{}
-	env      []string
-	log      *slog.Logger
-	baseArgs []string
+	dir       string // absolute, clean, as configured (paths are reported under it)
+	realDir   string // dir with symlinks resolved (ids are validated against it)
+	git       string
+	timeout   time.Duration
+	maxDiff   int
+	maxBundle int64
+	procs     chan struct{}
+	env       []string
+	log       *slog.Logger
+	baseArgs  []string
 }
 
 // New checks opts and returns a Workspace.
@@ -143,18 +146,22 @@ func New(opts Options) (*Workspace, error) {
 	if opts.MaxDiffBytes <= 0 {
 		opts.MaxDiffBytes = DefaultMaxDiffBytes
 	}
+	if opts.MaxBundleBytes <= 0 {
+		opts.MaxBundleBytes = DefaultMaxBundleBytes
+	}
 	if opts.MaxProcs <= 0 {
 		opts.MaxProcs = 8
 	}
 	return &Workspace{
-		dir:     dir,
-		realDir: realDir,
-		git:     git,
-		timeout: opts.Timeout,
-		maxDiff: opts.MaxDiffBytes,
-		procs:   make(chan struct{}, opts.MaxProcs),
-		env:     gitEnv(os.Environ()),
-		log:     opts.Logger.With("component", "gitrepo"),
+		dir:       dir,
+		realDir:   realDir,
+		git:       git,
+		timeout:   opts.Timeout,
+		maxDiff:   opts.MaxDiffBytes,
+		maxBundle: opts.MaxBundleBytes,
+		procs:     make(chan struct{}, opts.MaxProcs),
+		env:       gitEnv(os.Environ()),
+		log:       opts.Logger.With("component", "gitrepo"),
 		baseArgs: []string{
 			"--no-pager",
 			"-c", "core.quotepath=off",

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Defaults of the wire contract.
@@ -46,7 +48,7 @@ type Options struct {
 var ErrNotConfigured = errors.New("Actions require PROLIFERATE_GATEWAY_URL and PROLIFERATE_SESSION_ID")
 
 // ErrNoToken is returned by New when no token is set.
-var ErrNoToken = errors.New("Auth token not set. Set SANDBOX_MCP_AUTH_TOKEN or SERVICE_TO_SERVICE_AUTH_TOKEN.")
+var ErrNoToken = errors.New(rules.NoToken)
 
 // Client talks to {gateway}/proliferate/{session}/actions.
 type Client struct {

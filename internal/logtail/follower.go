@@ -28,6 +28,14 @@ const watcherlessPoll = 250 * time.Millisecond
 // after the truncation is delivered whole. A deleted log is waited for and
 // read from its start once it is created again.
 //
+// The 1–3 bytes of a character cut by the end of what has been read are held
+// back, on no timer, until the rest arrives, or the file they were read from
+// is truncated or replaced (rotation, deletion): then they are delivered as
+// U+FFFD, one per byte. The service monitor writes every chunk of output up
+// to a character boundary, rotates only there, and replaces an incomplete
+// character left when the run's output ends, so in a log it writes a
+// character is only ever held until the rest of its write is read.
+//
 // A Follower is not safe for concurrent use.
 type Follower struct {
 	d    *Dir
@@ -39,8 +47,8 @@ type Follower struct {
 	off  int64
 	buf  []byte
 	text utf8Stream
-	// heldSince is when the incomplete UTF-8 sequence now held back arrived.
-	heldSince time.Time
+	// flushed is what a switch of files released of a held character.
+	flushed string
 
 	initial string
 	closed  bool
@@ -150,32 +158,11 @@ func (f *Follower) Next(ctx context.Context) (string, error) {
 		if err != nil || s != "" {
 			return s, err
 		}
-		var hold *time.Timer
-		var holdC <-chan time.Time
-		if f.text.held() {
-			hold = time.NewTimer(time.Until(f.heldSince.Add(f.d.opts.Hold)))
-			holdC = hold.C
-		}
 		select {
 		case <-ctx.Done():
+			return "", ctx.Err()
 		case <-f.wake:
 		case <-f.poll.C:
-		case <-holdC:
-		}
-		if hold != nil {
-			hold.Stop()
-		}
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		if f.text.held() && time.Since(f.heldSince) >= f.d.opts.Hold {
-			// The rest of the character never came: deliver what there is.
-			if s, err := f.step(); err != nil || s != "" {
-				return s, err
-			}
-			if f.text.held() && time.Since(f.heldSince) >= f.d.opts.Hold {
-				return f.text.flush(), nil
-			}
 		}
 	}
 }
@@ -200,13 +187,21 @@ func (f *Follower) step() (string, error) {
 			return "", fmt.Errorf("stat log of %q: %w", f.name, err)
 		}
 		if fi.Size() < f.off {
-			// Truncated: what the file holds now was written after the truncation.
+			// Truncated: what the file holds now was written after the
+			// truncation, and no longer completes a held character.
 			f.off = 0
+			if f.text.held() {
+				return f.text.flush(), nil
+			}
 			continue
 		}
 		moved, err := f.follow(fi)
 		if err != nil {
 			return "", err
+		}
+		if s := f.flushed; s != "" {
+			f.flushed = ""
+			return s, nil
 		}
 		if !moved {
 			return "", nil
@@ -266,6 +261,8 @@ func (f *Follower) follow(cur os.FileInfo) (bool, error) {
 		}
 		_ = f.file.Close()
 		f.file, f.off = next, 0
+		// A character cut at the end of the old file is not continued by the new one.
+		f.flushed = f.text.flush()
 		return true, nil
 	}
 	return false, nil
@@ -277,15 +274,8 @@ func newer(fi, cur os.FileInfo) bool {
 	return fi != nil && !os.SameFile(fi, cur) && !fi.ModTime().Before(cur.ModTime())
 }
 
-// decode passes raw through the UTF-8 stream, noting when a held sequence began.
-func (f *Follower) decode(raw []byte) string {
-	wasHeld := f.text.held()
-	s := f.text.push(raw)
-	if f.text.held() && !wasHeld {
-		f.heldSince = time.Now()
-	}
-	return s
-}
+// decode passes raw through the UTF-8 stream.
+func (f *Follower) decode(raw []byte) string { return f.text.push(raw) }
 
 // notify wakes a waiting Next; wake-ups coalesce.
 func (f *Follower) notify() {

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Defaults of Options.
@@ -25,13 +27,12 @@ const (
 	DefaultInitialBytes = 10000
 	DefaultMaxChunk     = 32 << 10
 	DefaultPollInterval = time.Second
-	DefaultHold         = time.Second
 	// MaxTailBytes bounds how far back Tail reads.
 	MaxTailBytes = 4 << 20
 )
 
-// maxNameLen is the longest service name (CONTRACT.md "Services").
-const maxNameLen = 64
+// maxNameLen is the longest service name (rules.MaxNameLen).
+const maxNameLen = rules.MaxNameLen
 
 // Options configures a Dir.
 type Options struct {
@@ -46,9 +47,6 @@ type Options struct {
 	// PollInterval is the safety-net re-check of a followed file when no
 	// file-system event arrives (missed events, watcher unavailable).
 	PollInterval time.Duration
-	// Hold is how long an incomplete UTF-8 sequence at the end of the log is held
-	// back waiting for its remaining bytes before it is delivered as U+FFFD.
-	Hold time.Duration
 }
 
 // Dir reads the logs of one folder. It shares one file-system watcher among
@@ -85,9 +83,6 @@ func New(opts Options) (*Dir, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
 	}
-	if opts.Hold <= 0 {
-		opts.Hold = DefaultHold
-	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -101,20 +96,7 @@ func New(opts Options) (*Dir, error) {
 
 // ValidName reports whether name is a file-name-safe service name: letters,
 // digits, '.', '_' and '-', at most 64 bytes, not "." or "..".
-func ValidName(name string) bool {
-	if name == "" || len(name) > maxNameLen || name == "." || name == ".." {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
+func ValidName(name string) bool { return rules.ValidName(name) }
 
 func checkName(name string) error {
 	if !ValidName(name) {

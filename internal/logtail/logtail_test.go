@@ -201,8 +201,10 @@ func TestAppendDelivered(t *testing.T) {
 	}
 }
 
+// TestCharacterWrittenInTwoHalves: a character whose halves are written 5 s
+// apart arrives whole; nothing is released on a timer meanwhile.
 func TestCharacterWrittenInTwoHalves(t *testing.T) {
-	d := newDir(t, Options{Hold: time.Minute})
+	d := newDir(t, Options{PollInterval: 100 * time.Millisecond})
 	path := d.path("web", 0)
 	appendFile(t, path, "")
 	f := open(t, d, "web")
@@ -211,28 +213,63 @@ func TestCharacterWrittenInTwoHalves(t *testing.T) {
 	if got := collect(t, f, 1); got != "a" {
 		t.Fatalf("Next = %q, want %q", got, "a")
 	}
-	expectNothing(t, f, 100*time.Millisecond)
+	expectNothing(t, f, 5*time.Second)
 	appendFile(t, path, emoji[2:]+"b")
 	if got := collect(t, f, len(emoji)+1); got != emoji+"b" {
 		t.Fatalf("Next = %q, want %q", got, emoji+"b")
 	}
 }
 
-func TestIncompleteCharacterDeliveredAfterHold(t *testing.T) {
-	d := newDir(t, Options{Hold: 50 * time.Millisecond})
-	path := d.path("web", 0)
-	appendFile(t, path, "")
-	f := open(t, d, "web")
-	appendFile(t, path, "x\xe2\x82")
-	want := "x\uFFFD\uFFFD"
-	if got := collect(t, f, len(want)); got != want {
-		t.Fatalf("Next = %q, want %q", got, want)
-	}
-	appendFile(t, path, "\xffy")
-	want = "\uFFFDy"
-	if got := collect(t, f, len(want)); got != want {
-		t.Fatalf("Next = %q, want %q", got, want)
-	}
+// TestHeldCharacterReleased: held bytes are released, one U+FFFD each, when
+// what follows cannot complete them: an invalid byte, a truncation, a rotation.
+func TestHeldCharacterReleased(t *testing.T) {
+	t.Run("invalid continuation", func(t *testing.T) {
+		d := newDir(t, Options{})
+		path := d.path("web", 0)
+		appendFile(t, path, "")
+		f := open(t, d, "web")
+		appendFile(t, path, "x\xe2\x82")
+		if got := collect(t, f, 1); got != "x" {
+			t.Fatalf("Next = %q, want %q", got, "x")
+		}
+		appendFile(t, path, "\xffy")
+		want := "\uFFFD\uFFFD\uFFFDy"
+		if got := collect(t, f, len(want)); got != want {
+			t.Fatalf("Next = %q, want %q", got, want)
+		}
+	})
+	t.Run("truncation", func(t *testing.T) {
+		d := newDir(t, Options{})
+		path := d.path("web", 0)
+		appendFile(t, path, "")
+		f := open(t, d, "web")
+		appendFile(t, path, "old output x\xe2\x82")
+		collect(t, f, len("old output x"))
+		if err := os.Truncate(path, 0); err != nil {
+			t.Fatal(err)
+		}
+		appendFile(t, path, "\x82new\n")
+		want := "\uFFFD\uFFFD" + "\uFFFDnew\n"
+		if got := collect(t, f, len(want)); got != want {
+			t.Fatalf("Next after truncation = %q, want %q", got, want)
+		}
+	})
+	t.Run("rotation", func(t *testing.T) {
+		d := newDir(t, Options{})
+		path := d.path("web", 0)
+		appendFile(t, path, "")
+		f := open(t, d, "web")
+		appendFile(t, path, "before x\xe2\x82")
+		collect(t, f, len("before x"))
+		if err := os.Rename(path, d.path("web", 1)); err != nil {
+			t.Fatal(err)
+		}
+		appendFile(t, path, "\xacafter\n") // would complete € if it were glued on
+		want := "\uFFFD\uFFFD" + "\uFFFDafter\n"
+		if got := collect(t, f, len(want)); got != want {
+			t.Fatalf("Next after rotation = %q, want %q", got, want)
+		}
+	})
 }
 
 func TestTruncation(t *testing.T) {
@@ -282,8 +319,9 @@ func TestDeletedAndRecreated(t *testing.T) {
 	}
 }
 
-// rotWriter writes a log the way the service manager does: at limit bytes it
-// renames .log.1 to .log.2 and .log to .log.1, then creates a new .log.
+// rotWriter writes a log the way the service manager does: at limit bytes, or
+// just past it at the end of a character, it renames .log.1 to .log.2 and
+// .log to .log.1, then creates a new .log.
 type rotWriter struct {
 	d     *Dir
 	name  string
@@ -312,6 +350,13 @@ func (w *rotWriter) write(t testing.TB, b []byte) {
 			continue
 		}
 		n := min(len(b), w.limit-w.size)
+		for n < len(b) && n > 0 && isContinuation(b[n]) {
+			n--
+		}
+		if n == 0 {
+			for n = 1; n < len(b) && isContinuation(b[n]); n++ {
+			}
+		}
 		if _, err := w.f.Write(b[:n]); err != nil {
 			t.Fatal(err)
 		}

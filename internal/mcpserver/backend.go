@@ -9,6 +9,8 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Manager is the service manager's surface that Direct uses.
@@ -58,7 +60,7 @@ func (d *Direct) Expose(_ context.Context, port int) (string, error) {
 func (d *Direct) LogTail(_ context.Context, name string, n int) ([]string, error) {
 	lines, err := d.Logs.Tail(name, n)
 	if err != nil {
-		return nil, fmt.Errorf("No logs found for service %q", name)
+		return nil, errors.New(rules.NoLogs(name))
 	}
 	return lines, nil
 }

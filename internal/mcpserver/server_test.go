@@ -97,6 +97,9 @@ func TestToolValidationIsToolError(t *testing.T) {
 		{"expose_port", map[string]any{"port": 70000}, "between 1 and 65535"},
 		{"wait_for_port", map[string]any{"port": -1}, "between 1 and 65535"},
 		{"start_service", map[string]any{"name": "a", "command": "b", "readyPort": 1, "readyLogRegex": "x"}, "not both"},
+		{"start_service", map[string]any{"name": "a", "command": strings.Repeat("c", 65537)}, "command is 65537 bytes long; the limit is 65536 bytes (64 KiB)"},
+		{"start_service", map[string]any{"name": "a", "command": "b", "env": map[string]any{"K": strings.Repeat("v", 65536)}}, "env holds 65537 bytes of keys and values; the limit is 65536 bytes (64 KiB)"},
+		{"start_service", map[string]any{"name": "a", "command": "b", "readyLogRegex": strings.Repeat("x", 4097)}, "readiness.log is 4097 bytes long; the limit is 4096 bytes (4 KiB)"},
 	}
 	for _, tt := range tests {
 		text, isErr := call(t, cs, tt.tool, tt.args)

@@ -23,10 +23,16 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // ServiceEnv is the environment variable naming the service a process belongs to.
-const ServiceEnv = "SANDBOX_MCP_SERVICE"
+const ServiceEnv = rules.EnvService
+
+// InstanceEnv is the environment variable unique to one run (start) of a
+// service, which every process of the run inherits.
+const InstanceEnv = "SANDBOX_MCP_SERVICE_INSTANCE"
 
 // DefaultMaxAge is how long a scan is reused.
 const DefaultMaxAge = time.Second
@@ -36,9 +42,9 @@ const maxCommand = 4096
 
 // Well-known ports of the sandbox's infrastructure.
 var knownPorts = map[int]string{
-	22:   apitype.PortKindSSHD,
-	3901: apitype.PortKindVSCode,
-	4096: apitype.PortKindOpenCode,
+	22:                 apitype.PortKindSSHD,
+	rules.PortVSCode:   apitype.PortKindVSCode,
+	rules.PortOpenCode: apitype.PortKindOpenCode,
 }
 
 // Listener is one listening TCP socket.
@@ -56,6 +62,9 @@ type Listener struct {
 	Command string
 	// Service is the value of SANDBOX_MCP_SERVICE in the process's environment.
 	Service string
+	// Instance is the value of SANDBOX_MCP_SERVICE_INSTANCE there: which run
+	// of the service holds the socket.
+	Instance string
 	// Kind names known infrastructure (apitype.PortKind*), empty otherwise.
 	Kind string
 }
@@ -127,7 +136,21 @@ func (s *Scanner) List(ctx context.Context) ([]Listener, error) {
 	return slices.Clone(ls), nil
 }
 
+// Port returns the sockets listening on port with their owners, from a fresh
+// scan (the cache is neither used nor updated): a readiness probe must see
+// who holds the port now. The processes in prefer are searched first for the
+// owners, so checking a port a known process holds stays cheap; other
+// processes are searched only when they are not the owners.
+func (s *Scanner) Port(ctx context.Context, port int, prefer ...int) ([]Listener, error) {
+	return s.scanPorts(ctx, func(so Socket) bool { return so.Port == port }, prefer)
+}
+
 func (s *Scanner) scan(ctx context.Context) ([]Listener, error) {
+	return s.scanPorts(ctx, nil, nil)
+}
+
+// scanPorts lists the listening sockets that keep accepts (all when nil).
+func (s *Scanner) scanPorts(ctx context.Context, keep func(Socket) bool, prefer []int) ([]Listener, error) {
 	var socks []Socket
 	for _, f := range []struct{ name, family string }{{"tcp", apitype.FamilyIPv4}, {"tcp6", apitype.FamilyIPv6}} {
 		b, err := os.ReadFile(filepath.Join(s.opts.Proc, "net", f.name))
@@ -142,12 +165,12 @@ func (s *Scanner) scan(ctx context.Context) ([]Listener, error) {
 			return nil, err
 		}
 		for _, so := range ss {
-			if so.State == StateListen {
+			if so.State == StateListen && (keep == nil || keep(so)) {
 				socks = append(socks, so)
 			}
 		}
 	}
-	owners, err := s.owners(ctx, socks)
+	owners, err := s.owners(ctx, socks, prefer)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +184,7 @@ func (s *Scanner) scan(ctx context.Context) ([]Listener, error) {
 				p = readProc(filepath.Join(s.opts.Proc, strconv.Itoa(l.PID)))
 				procs[l.PID] = p
 			}
-			l.PGID, l.Name, l.Command, l.Service = p.pgid, p.name, p.command, p.service
+			l.PGID, l.Name, l.Command, l.Service, l.Instance = p.pgid, p.name, p.command, p.service, p.instance
 		}
 		l.Kind = s.kind(l)
 		ls = append(ls, l)
@@ -198,9 +221,9 @@ func (s *Scanner) kind(l Listener) string {
 }
 
 // owners maps each socket inode to the pid of a process holding it, walking
-// /proc/<pid>/fd until every inode is found. Processes that cannot be read
-// (other users', or gone meanwhile) are skipped.
-func (s *Scanner) owners(ctx context.Context, socks []Socket) (map[uint64]int, error) {
+// /proc/<pid>/fd (the pids of prefer first) until every inode is found.
+// Processes that cannot be read (other users', or gone meanwhile) are skipped.
+func (s *Scanner) owners(ctx context.Context, socks []Socket, prefer []int) (map[uint64]int, error) {
 	want := make(map[uint64]bool, len(socks))
 	for _, so := range socks {
 		if so.Inode != 0 {
@@ -210,6 +233,33 @@ func (s *Scanner) owners(ctx context.Context, socks []Socket) (map[uint64]int, e
 	owners := make(map[uint64]int, len(want))
 	if len(want) == 0 {
 		return owners, nil
+	}
+	var link [64]byte
+	// search records the sockets of want that pid holds; it reports whether
+	// every one has an owner now.
+	search := func(pid int) bool {
+		fdDir := filepath.Join(s.opts.Proc, strconv.Itoa(pid), "fd")
+		fd, err := os.Open(fdDir)
+		if err != nil {
+			return false
+		}
+		fds, _ := fd.Readdirnames(-1)
+		fd.Close()
+		for _, n := range fds {
+			ino, ok := socketInode(fdDir+"/"+n, link[:])
+			if !ok || !want[ino] {
+				continue
+			}
+			if _, seen := owners[ino]; !seen {
+				owners[ino] = pid
+			}
+		}
+		return len(owners) == len(want)
+	}
+	for _, pid := range prefer {
+		if pid > 0 && search(pid) {
+			return owners, nil
+		}
 	}
 	d, err := os.Open(s.opts.Proc)
 	if err != nil {
@@ -223,33 +273,16 @@ func (s *Scanner) owners(ctx context.Context, socks []Socket) (map[uint64]int, e
 	// Ascending pids: a socket shared after fork usually goes to the parent.
 	pids := make([]int, 0, len(names))
 	for _, n := range names {
-		if pid, err := strconv.Atoi(n); err == nil && pid > 0 {
+		if pid, err := strconv.Atoi(n); err == nil && pid > 0 && !slices.Contains(prefer, pid) {
 			pids = append(pids, pid)
 		}
 	}
 	slices.Sort(pids)
-	var link [64]byte
 	for _, pid := range pids {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("scan processes: %w", ctx.Err())
 		}
-		fdDir := filepath.Join(s.opts.Proc, strconv.Itoa(pid), "fd")
-		fd, err := os.Open(fdDir)
-		if err != nil {
-			continue
-		}
-		fds, _ := fd.Readdirnames(-1)
-		fd.Close()
-		for _, n := range fds {
-			ino, ok := socketInode(fdDir+"/"+n, link[:])
-			if !ok || !want[ino] {
-				continue
-			}
-			if _, seen := owners[ino]; !seen {
-				owners[ino] = pid
-			}
-		}
-		if len(owners) == len(want) {
+		if search(pid) {
 			break
 		}
 	}
@@ -279,10 +312,11 @@ func socketInode(path string, buf []byte) (uint64, bool) {
 }
 
 type procInfo struct {
-	pgid    int
-	name    string
-	command string
-	service string
+	pgid     int
+	name     string
+	command  string
+	service  string
+	instance string
 }
 
 // readProc reads what we show of one process; fields it cannot read stay empty.
@@ -303,7 +337,8 @@ func readProc(dir string) procInfo {
 		}
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
-		p.service = ServiceFromEnviron(b)
+		p.service = envValue(b, ServiceEnv)
+		p.instance = envValue(b, InstanceEnv)
 	}
 	return p
 }
@@ -335,8 +370,11 @@ func parseStat(b []byte) (name string, pgid int) {
 
 // ServiceFromEnviron returns the value of ServiceEnv in a NUL-separated
 // environment block such as /proc/<pid>/environ, or "".
-func ServiceFromEnviron(environ []byte) string {
-	prefix := []byte(ServiceEnv + "=")
+func ServiceFromEnviron(environ []byte) string { return envValue(environ, ServiceEnv) }
+
+// envValue returns the value of key in a NUL-separated environment block, or "".
+func envValue(environ []byte, key string) string {
+	prefix := []byte(key + "=")
 	for kv := range bytes.SplitSeq(environ, []byte{0}) {
 		if v, ok := bytes.CutPrefix(kv, prefix); ok {
 			return string(v)

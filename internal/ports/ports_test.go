@@ -127,7 +127,7 @@ func TestParseStat(t *testing.T) {
 
 // startListener starts python's HTTP server on a free loopback port in its own
 // process group, with env added to its environment, and returns it and its port.
-func startListener(t *testing.T, env ...string) (*exec.Cmd, int) {
+func startListener(t testing.TB, env ...string) (*exec.Cmd, int) {
 	t.Helper()
 	cmd := exec.Command("bash", "-c", "exec python3 -u -m http.server 0 --bind 127.0.0.1")
 	cmd.Env = append(os.Environ(), env...)

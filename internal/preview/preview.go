@@ -19,10 +19,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // DefaultFallbackPorts are tried in order when no port is exposed.
-var DefaultFallbackPorts = []int{3000, 5173, 8000, 4321}
+var DefaultFallbackPorts = rules.FallbackPorts()
 
 // Upstream sources reported by Proxy.Upstream.
 const (

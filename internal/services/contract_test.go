@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // TestServiceProcessContract checks what a started service sees and what its
@@ -56,16 +57,16 @@ func TestLargeCommandAndEnvironment(t *testing.T) {
 	// (128 KiB), together they do not.
 	big := strings.Repeat("x", 50<<10)
 	m := newTestManager(t, Config{Environ: append(os.Environ(), "BIG1="+big, "BIG2="+big, "BIG3="+big)})
-	cmd := ": " + strings.Repeat("a", 100<<10) + "; echo big=$((${#BIG1}+${#BIG2}+${#BIG3})); sleep 300"
+	cmd := ": " + strings.Repeat("a", 60<<10) + "; echo big=$((${#BIG1}+${#BIG2}+${#BIG3})); sleep 300"
 	start(t, m, apitype.StartServiceRequest{Name: "large", Command: cmd})
 	waitFor(t, "the service's output", 10*time.Second, func() bool {
 		b, _ := os.ReadFile(filepath.Join(m.cfg.StateDir, "logs", "large.log"))
 		return strings.Contains(string(b), fmt.Sprintf("\nbig=%d\n", 3*len(big)))
 	})
 
-	long := strings.Repeat("a", maxCommandBytes+1)
+	long := strings.Repeat("a", rules.MaxCommandBytes+1)
 	_, err := m.Start(t.Context(), apitype.StartServiceRequest{Name: "long", Command: long})
-	want := fmt.Sprintf("command is %d bytes long; the limit is %d", len(long), maxCommandBytes)
+	want := fmt.Sprintf("command is %d bytes long; the limit is %d bytes (64 KiB)", len(long), rules.MaxCommandBytes)
 	if !errors.Is(err, ErrInvalid) || err.Error() != want {
 		t.Errorf("Start(%d-byte command) = %v, want ErrInvalid %q", len(long), err, want)
 	}

@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +24,8 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Config configures a Manager. StateDir and WorkspaceDir are required.
@@ -59,6 +60,9 @@ type Config struct {
 	ReadinessTimeout time.Duration
 	// EventBuffer is each subscriber's buffer; default 256. A full subscriber misses events.
 	EventBuffer int
+	// AckTimeout is how long a monitor runs a service before the sidecar
+	// acknowledges its record; without the ack it stops the run. Default 30 s.
+	AckTimeout time.Duration
 }
 
 // Manager starts, stops, lists and supervises services. It is safe for
@@ -70,12 +74,18 @@ type Manager struct {
 	logDir    string
 	runDir    string
 	bash      string
+	// prefix starts every instance id of this state dir (see statePrefix).
+	prefix string
 
 	writeMu sync.Mutex // serializes read-modify-write of the state file in this process
 	mu      sync.RWMutex
 	st      *stateFile // last state read or written; never mutated in place
 	stamp   fileStamp
 	gen     uint64 // bumped whenever st is replaced; see ListVersion
+	// pending is set when st could not be written (disk full, state dir
+	// gone read-only): st is then newer than the file, and is written again
+	// by the sync loop and by the next update.
+	pending bool
 
 	namesMu sync.Mutex
 	names   map[string]*sync.Mutex
@@ -156,6 +166,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.EventBuffer <= 0 {
 		cfg.EventBuffer = 256
 	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = defaultAckTimeout
+	}
 	if cfg.Executable == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -179,12 +192,12 @@ func New(cfg Config) (*Manager, error) {
 		inst:      map[string]*instance{},
 		subs:      map[*subscriber]struct{}{},
 	}
-	for _, d := range []string{cfg.StateDir, m.logDir, m.runDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("services: create %s: %w", d, err)
-		}
+	if err := m.makeDirs(); err != nil {
+		return nil, fmt.Errorf("services: %w", err)
 	}
+	m.prefix = statePrefix(cfg.StateDir)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.sweepOrphans()
 	if err := m.adopt(); err != nil {
 		m.cancel()
 		m.wg.Wait()
@@ -242,22 +255,47 @@ func (m *Manager) setCurrent(in *instance) {
 	m.instMu.Unlock()
 }
 
+// makeDirs creates the state dir and its logs/ and run/ (again, when they were deleted).
+func (m *Manager) makeDirs() error {
+	for _, d := range []string{m.cfg.StateDir, m.logDir, m.runDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
 // update applies fn to the freshest state under the cross-process lock and
-// writes the result atomically.
+// writes the result atomically. When the write fails (disk full, state dir
+// read-only) the new state is kept in memory, so what callers see follows
+// what actually happened, and it is written once writing works again; update
+// then succeeds all the same. Use updateDurable when the caller must not go
+// on unless the change is on disk.
 func (m *Manager) update(fn func(st *stateFile) error) error {
+	return m.updateState(false, fn)
+}
+
+// updateDurable is update that fails, and changes nothing, unless the new
+// state was written to disk.
+func (m *Manager) updateDurable(fn func(st *stateFile) error) error {
+	return m.updateState(true, fn)
+}
+
+func (m *Manager) updateState(durable bool, fn func(st *stateFile) error) error {
 	m.writeMu.Lock()
 	defer m.writeMu.Unlock()
-	unlock, err := flock(m.cfg.StateDir)
+	unlock, err := m.lockState()
 	if err != nil {
-		return err
+		if durable {
+			return err
+		}
+		// Without the lock no other process can be kept in step; this
+		// process's own view still follows what happened.
+		m.log.Warn("state lock unavailable; keeping the change in memory", "err", err)
+		unlock = func() {}
 	}
 	defer unlock()
-	st, stamp, raw, err := readStateRaw(m.statePath)
-	if errors.Is(err, errCorrupt) {
-		dst, qerr := quarantine(m.statePath, m.now())
-		m.log.Error("state file is corrupt; moved aside", "err", err, "moved_to", dst, "move_err", qerr)
-		st, raw, err = newState(), nil, nil
-	}
+	st, stamp, raw, err := m.readForUpdate()
 	if err != nil {
 		return fmt.Errorf("read state: %w", err)
 	}
@@ -271,15 +309,73 @@ func (m *Manager) update(fn func(st *stateFile) error) error {
 	// The same content is not written again (nor fsynced): a restarted
 	// sidecar that finds every service as recorded writes nothing.
 	if raw == nil || !bytes.Equal(b, raw) {
-		if stamp, err = writeState(m.statePath, b); err != nil {
-			return fmt.Errorf("save state: %w", err)
+		var werr error
+		if stamp, werr = writeState(m.statePath, b); werr != nil {
+			if durable {
+				return fmt.Errorf("save state: %w", werr)
+			}
+			m.mu.Lock()
+			if !m.pending {
+				m.log.Error("cannot write the state file; keeping the state in memory and retrying", "err", werr)
+			}
+			m.st, m.pending = st.clone(), true
+			m.gen++
+			m.mu.Unlock()
+			return nil
 		}
 	}
 	m.mu.Lock()
-	m.st, m.stamp = st.clone(), stamp
+	if m.pending {
+		m.log.Info("state file written again")
+	}
+	m.st, m.stamp, m.pending = st.clone(), stamp, false
 	m.gen++
 	m.mu.Unlock()
 	return nil
+}
+
+// lockState takes the cross-process state lock, recreating the state dir
+// when it was deleted.
+func (m *Manager) lockState() (func(), error) {
+	unlock, err := flock(m.cfg.StateDir)
+	if err == nil || !errors.Is(err, os.ErrNotExist) {
+		return unlock, err
+	}
+	if derr := m.makeDirs(); derr != nil {
+		return nil, fmt.Errorf("%w (recreate state dir: %w)", err, derr)
+	}
+	m.log.Warn("state dir was deleted; created it again", "dir", m.cfg.StateDir)
+	return flock(m.cfg.StateDir)
+}
+
+// readForUpdate returns the state an update starts from: the file, unless
+// this process holds changes it could not write or the file was lost, in
+// which case the state in memory is the truth. A file that cannot be used
+// (corrupt, not a regular file, unreadable) is moved aside.
+func (m *Manager) readForUpdate() (*stateFile, fileStamp, []byte, error) {
+	m.mu.RLock()
+	mem, pending, seen := m.st.clone(), m.pending, m.stamp != (fileStamp{})
+	m.mu.RUnlock()
+	if pending {
+		return mem, fileStamp{}, nil, nil
+	}
+	st, stamp, raw, err := readStateRaw(m.statePath)
+	if errors.Is(err, errCorrupt) {
+		dst, qerr := quarantine(m.statePath, m.now())
+		m.log.Error("state file is unusable; moved aside", "err", err, "moved_to", dst, "move_err", qerr)
+		return mem, fileStamp{}, nil, nil
+	}
+	if err != nil {
+		return nil, fileStamp{}, nil, err
+	}
+	if raw == nil && seen {
+		m.log.Warn("state file disappeared; writing it again from memory", "path", m.statePath)
+		return mem, fileStamp{}, nil, nil
+	}
+	for _, p := range sanitizeState(st) {
+		m.log.Warn("state file entry refused", "problem", p)
+	}
+	return st, stamp, raw, nil
 }
 
 // refresh re-reads the state file when another process replaced it.
@@ -289,20 +385,39 @@ func (m *Manager) refresh() {
 		return
 	}
 	m.mu.RLock()
-	same := stamp == m.stamp
+	same := stamp == m.stamp || m.pending
 	m.mu.RUnlock()
 	if same {
 		return
 	}
 	st, stamp, err := readState(m.statePath)
+	if errors.Is(err, errCorrupt) {
+		// Replaced by something unusable while running: move it aside and
+		// write the state this process knows.
+		_ = m.update(func(*stateFile) error { return nil })
+		return
+	}
 	if err != nil {
 		m.log.Warn("read state file", "err", err)
 		return
 	}
+	sanitizeState(st)
 	m.mu.Lock()
-	m.st, m.stamp = st, stamp
-	m.gen++
+	if !m.pending {
+		m.st, m.stamp = st, stamp
+		m.gen++
+	}
 	m.mu.Unlock()
+}
+
+// flushPending writes the state kept in memory after a failed write.
+func (m *Manager) flushPending() {
+	m.mu.RLock()
+	pending := m.pending
+	m.mu.RUnlock()
+	if pending {
+		_ = m.update(func(*stateFile) error { return nil })
+	}
 }
 
 func (m *Manager) record(name string) (record, bool) {
@@ -400,7 +515,7 @@ func (m *Manager) LogPath(name string) (string, error) {
 		return p, nil
 	}
 	if _, err := os.Stat(p); err != nil {
-		return "", &userError{kind: ErrNotFound, msg: fmt.Sprintf("No logs found for service %q", name)}
+		return "", &userError{kind: ErrNotFound, msg: rules.NoLogs(name)}
 	}
 	return p, nil
 }
@@ -422,6 +537,9 @@ func (m *Manager) normalize(req apitype.StartServiceRequest) (apitype.StartServi
 		return req, invalidf("name and command are required")
 	}
 	if err := ValidateName(req.Name); err != nil {
+		return req, err
+	}
+	if err := m.checkStart(req); err != nil {
 		return req, err
 	}
 	if strings.IndexByte(req.Command, 0) >= 0 {
@@ -637,43 +755,58 @@ func (m *Manager) stopLocked(ctx context.Context, name string) error {
 	return nil
 }
 
-// launch starts a monitor running req and records the new run.
+// launch starts a monitor running req and records the new run. The record
+// comes first: the monitor keeps the service only once it is acknowledged as
+// written to disk, and stops it when the ack does not come (this process
+// killed, disk full), so no run is ever left that no record names.
 func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, restarts, consecutive int) (apitype.ServiceInfo, error) {
-	id := newInstanceID()
+	id := m.newInstanceID()
 	now := m.now()
 	sig, grace := m.stopSettings(&record{ServiceInfo: apitype.ServiceInfo{StopSignal: req.StopSignal, StopTimeoutMs: req.StopTimeoutMs}})
 	spec := monitorSpec{
 		Name: req.Name, Instance: id, Command: req.Command, Cwd: req.Cwd, Bash: m.bash,
-		Env:         m.serviceEnv(req, id),
-		LogPath:     filepath.Join(m.logDir, req.Name+".log"),
-		LogMaxBytes: max(m.cfg.LogMaxBytes, 0),
-		LogKeep:     m.cfg.LogKeep,
-		ExitFile:    m.exitFile(id),
-		StartedAt:   now.UTC().Format("2006-01-02T15:04:05.000Z"),
-		StopSignal:  int(sig),
-		StopTimeout: grace.Milliseconds(),
+		Env:          m.serviceEnv(req, id),
+		LogPath:      filepath.Join(m.logDir, req.Name+".log"),
+		LogMaxBytes:  max(m.cfg.LogMaxBytes, 0),
+		LogKeep:      m.cfg.LogKeep,
+		ExitFile:     m.exitFile(id),
+		StartedAt:    now.UTC().Format("2006-01-02T15:04:05.000Z"),
+		StopSignal:   int(sig),
+		StopTimeout:  grace.Milliseconds(),
+		AckTimeoutMs: m.cfg.AckTimeout.Milliseconds(),
+	}
+	fail := func(err error) (apitype.ServiceInfo, error) {
+		return apitype.ServiceInfo{}, fmt.Errorf("start service %q: %w", req.Name, err)
 	}
 	specJSON, err := json.Marshal(spec)
 	if err != nil {
-		return apitype.ServiceInfo{}, fmt.Errorf("start service %q: %w", req.Name, err)
+		return fail(err)
 	}
+	// Shared with other launches; the start-up orphan sweep takes it
+	// exclusively, so it never takes a run being launched for an orphan.
+	unlockLaunch, err := m.lockLaunch(syscall.LOCK_SH)
+	if err != nil {
+		return fail(err)
+	}
+	defer unlockLaunch()
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return apitype.ServiceInfo{}, fmt.Errorf("start service %q: %w", req.Name, err)
+		return fail(err)
 	}
 	// The spec goes to the monitor's stdin: it holds the whole environment
 	// and the command, more than the kernel allows one variable (128 KiB).
+	// The ack follows on the same pipe.
 	sr, sw, err := os.Pipe()
 	if err != nil {
 		pr.Close()
 		pw.Close()
-		return apitype.ServiceInfo{}, fmt.Errorf("start service %q: %w", req.Name, err)
+		return fail(err)
 	}
-	cmd := exec.Command(m.cfg.Executable)
+	cmd := &exec.Cmd{Path: m.cfg.Executable, Args: []string{monitorName, req.Name}}
 	// One P is plenty for a monitor (it copies a pipe to a file) and saves
 	// ~150 KiB of private memory per service; the service's own environment
 	// is spec.Env, so it does not inherit this.
-	cmd.Env = append(filterEnv(m.cfg.Environ, nil), "GOMAXPROCS=1", internalEnv+"=logwriter")
+	cmd.Env = append(filterEnv(m.cfg.Environ, nil), "GOMAXPROCS=1", internalEnv+"="+monitorMode, monitorEnv+"="+id)
 	cmd.Stdin = sr
 	cmd.ExtraFiles = []*os.File{pw}
 	// Its own session: signals to the sidecar's group and terminal never reach it.
@@ -683,55 +816,61 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 		pw.Close()
 		sr.Close()
 		sw.Close()
-		return apitype.ServiceInfo{}, fmt.Errorf("start service %q: start monitor: %w", req.Name, err)
+		return fail(fmt.Errorf("start monitor: %w", err))
 	}
 	pw.Close()
 	sr.Close()
+	t := target{instance: id, monitor: cmd.Process.Pid}
+	// abort takes down whatever of the run exists: the monitor's descendants
+	// and every process carrying the instance marker, then the monitor.
+	abort := func(err error) (apitype.ServiceInfo, error) {
+		sw.Close()
+		if t.monStart == 0 {
+			if st, serr := readStat(t.monitor); serr == nil {
+				t.monStart = st.start
+			}
+		}
+		_ = killTree(context.Background(), t, syscall.SIGKILL, 0)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.monitor, t.monStart = 0, 0
+		_ = killTree(context.Background(), t, syscall.SIGKILL, 0)
+		pr.Close()
+		os.Remove(m.exitFile(id))
+		return fail(err)
+	}
 	// A monitor that cannot take the spec reports it on the status pipe.
 	_ = sw.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	_, _ = sw.Write(specJSON)
-	sw.Close()
+	if _, err := sw.Write(append(specJSON, '\n')); err != nil {
+		return abort(fmt.Errorf("send spec to monitor: %w", err))
+	}
 	br := bufio.NewReader(pr)
 	_ = pr.SetReadDeadline(time.Now().Add(30 * time.Second))
-	kind, f, err := readStatusLine(br)
+	msg, err := readMonitorMsg(br)
 	_ = pr.SetReadDeadline(time.Time{})
-	if err != nil || kind != "started" || len(f) != 3 {
-		pr.Close()
-		msg := "monitor ended without starting it"
-		if kind == "error" && len(f) == 1 {
-			msg = f[0]
-		} else if err != nil {
-			msg = err.Error()
-			_ = cmd.Process.Kill()
-		}
-		_ = cmd.Wait()
-		return apitype.ServiceInfo{}, fmt.Errorf("start service %q: %s", req.Name, msg)
+	switch {
+	case err != nil:
+		return abort(fmt.Errorf("monitor ended before reporting the start (the service may have killed it): %w", err))
+	case msg.Type == msgError:
+		return abort(errors.New(msg.Message))
+	case msg.Type != msgStarted || msg.PID <= 1:
+		return abort(fmt.Errorf("monitor sent %q instead of %q", msg.Type, msgStarted))
 	}
-	pid, _ := strconv.Atoi(f[0])
-	start, _ := strconv.ParseUint(f[1], 10, 64)
-	offset, _ := strconv.ParseInt(f[2], 10, 64)
-	var monStart uint64
-	if st, err := readStat(cmd.Process.Pid); err == nil {
-		monStart = st.start
-	}
-	ictx, icancel := context.WithCancel(m.ctx)
-	in := &instance{
-		name: req.Name, id: id, req: req, startedAt: now, logOffset: offset,
-		t:   target{pgid: pid, pgidStart: start, instance: id, monitor: cmd.Process.Pid, monStart: monStart},
-		cmd: cmd, status: pr, br: br,
-		ctx: ictx, cancel: icancel,
-		exited: make(chan struct{}), gone: make(chan struct{}),
-	}
+	pid := msg.PID
+	t = target{pgid: pid, pgidStart: msg.StartTime, instance: id, monitor: cmd.Process.Pid, monStart: msg.MonitorStartTime}
 	var info apitype.ServiceInfo
-	err = m.update(func(st *stateFile) error {
+	err = m.updateDurable(func(st *stateFile) error {
+		if err := admit(st, req); err != nil {
+			return err
+		}
 		r := st.Services[req.Name]
 		if r == nil {
 			r = &record{Order: nextOrder(st)}
 			st.Services[req.Name] = r
 		}
 		r.Name, r.Command, r.Cwd = req.Name, req.Command, req.Cwd
-		r.PID, r.PGID, r.StartTime = pid, pid, start
-		r.MonitorPID, r.MonitorStartTime = cmd.Process.Pid, monStart
+		r.PID, r.PGID, r.StartTime = pid, pid, msg.StartTime
+		r.MonitorPID, r.MonitorStartTime = cmd.Process.Pid, msg.MonitorStartTime
 		r.Instance = id
 		r.Status = apitype.StatusRunning
 		r.StartedAt = now.UnixMilli()
@@ -746,11 +885,22 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 	})
 	if err != nil {
 		// Unrecorded, it would be an orphan: take it down again.
-		_ = killTree(context.Background(), in.t, syscall.SIGKILL, 0)
-		pr.Close()
-		_ = cmd.Wait()
-		icancel()
-		return apitype.ServiceInfo{}, fmt.Errorf("start service %q: %w", req.Name, err)
+		return abort(err)
+	}
+	// A monitor that died since it reported the start (the service may kill
+	// it) misses the ack; watch notices and stops what is left of the run.
+	_, aerr := sw.Write([]byte(`{"type":"` + msgAck + `"}` + "\n"))
+	sw.Close()
+	if aerr != nil {
+		m.log.Warn("monitor gone before the ack", "service", req.Name, "instance", id, "err", aerr)
+	}
+	ictx, icancel := context.WithCancel(m.ctx)
+	in := &instance{
+		name: req.Name, id: id, req: req, startedAt: now, logOffset: msg.LogOffset,
+		t:   t,
+		cmd: cmd, status: pr, br: br,
+		ctx: ictx, cancel: icancel,
+		exited: make(chan struct{}), gone: make(chan struct{}),
 	}
 	m.setCurrent(in)
 	m.emit(apitype.Event{Type: apitype.EventStarted, Service: req.Name})
@@ -800,7 +950,7 @@ func filterEnv(env []string, drop map[string]bool) []string {
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case k == internalEnv, k == ServiceEnv, k == instanceEnv, drop[k]:
+		case k == internalEnv, k == ServiceEnv, k == instanceEnv, k == monitorEnv, drop[k]:
 			continue
 		}
 		out = append(out, kv)
@@ -808,8 +958,10 @@ func filterEnv(env []string, drop map[string]bool) []string {
 	return out
 }
 
-func newInstanceID() string {
+// newInstanceID returns a fresh instance id: the state dir's prefix, a dash
+// and 24 random hex digits.
+func (m *Manager) newInstanceID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return m.prefix + "-" + hex.EncodeToString(b[:])
 }

@@ -10,26 +10,48 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Environment variables of the hidden monitor mode and of every service process.
 const (
-	// internalEnv selects the monitor mode of the binary when set to "logwriter".
-	internalEnv = "SANDBOX_MCP_INTERNAL"
+	// internalEnv selects the monitor mode of the binary when set to monitorMode.
+	internalEnv = rules.EnvInternal
+	monitorMode = "monitor"
 	// ServiceEnv names the service a process belongs to; descendants inherit it.
-	ServiceEnv = "SANDBOX_MCP_SERVICE"
+	ServiceEnv = rules.EnvService
 	// instanceEnv is unique per start, so a run's processes are found even
-	// after they left the process group.
-	instanceEnv = "SANDBOX_MCP_SERVICE_INSTANCE"
+	// after they left the process group. Its value starts with the state
+	// dir's prefix (see statePrefix), so the orphans of a state dir are found
+	// even when no record names them.
+	instanceEnv = rules.EnvServiceInstance
+	// monitorEnv marks a monitor with the instance it runs.
+	monitorEnv = rules.EnvMonitorInstance
+	// monitorName is the monitor's process name (comm and argv[0]), so that
+	// `pkill sandbox-mcp` does not take every service's monitor with it.
+	monitorName = "mcp-svc-monitor"
 )
 
 // InstanceEnv is the environment variable unique to one start of a service.
 const InstanceEnv = instanceEnv
+
+// Priorities of service processes relative to the sidecar: a busy dev server
+// must not starve the API (health, stop) nor be spared by the OOM killer.
+const (
+	serviceNice        = 10
+	serviceOOMScoreAdj = 500
+	sidecarOOMScoreAdj = -500
+)
+
+// defaultAckTimeout bounds how long a monitor runs a service that the sidecar
+// has not acknowledged as recorded.
+const defaultAckTimeout = 30 * time.Second
 
 // monitorSpec is what the sidecar tells a monitor to run.
 type monitorSpec struct {
@@ -46,38 +68,74 @@ type monitorSpec struct {
 	StartedAt   string   `json:"startedAt"`
 	StopSignal  int      `json:"stopSignal"`
 	StopTimeout int64    `json:"stopTimeoutMs"`
+	// AckTimeoutMs is how long the monitor waits for the sidecar's ack.
+	AckTimeoutMs int64 `json:"ackTimeoutMs"`
+}
+
+// Messages of the monitor handshake, one JSON object a line. The monitor
+// writes status messages on fd 3; the sidecar writes the spec and then one
+// ack on the monitor's stdin.
+const (
+	msgStarted = "started" // the service runs: Pid, StartTime, LogOffset, MonitorStartTime
+	msgExited  = "exited"  // the service's main process ended: Code
+	msgError   = "error"   // the service could not be started or was not acknowledged: Message
+	msgAck     = "ack"     // sidecar → monitor: the run is recorded durably
+)
+
+// monitorMsg is one line of the handshake.
+type monitorMsg struct {
+	Type             string `json:"type"`
+	PID              int    `json:"pid,omitempty"`
+	StartTime        uint64 `json:"startTime,omitempty"`
+	LogOffset        int64  `json:"logOffset,omitempty"`
+	MonitorStartTime uint64 `json:"monitorStartTime,omitempty"`
+	Code             *int   `json:"code,omitempty"`
+	Message          string `json:"message,omitempty"`
 }
 
 // RunMonitorIfRequested runs the service monitor and exits when the process
-// was started as one (environment SANDBOX_MCP_INTERNAL=logwriter); otherwise
+// was started as one (environment SANDBOX_MCP_INTERNAL=monitor); otherwise
 // it returns at once. Call it first thing in main, and from an init function
 // in the tests of every package that starts services, because the manager
 // re-executes its own binary (os.Executable) as the monitor.
 func RunMonitorIfRequested() {
-	if os.Getenv(internalEnv) != "logwriter" {
+	if os.Getenv(internalEnv) != monitorMode {
 		return
 	}
 	os.Exit(runMonitor())
 }
 
-// runMonitor is the monitor's main. It reports on fd 3:
-//
-//	started <pid> <starttime> <log offset after the marker>
-//	exited <code>
-//
-// or `error <message>` when the command could not be started.
+// runMonitor is the monitor's main. It reads its spec on stdin, starts the
+// service, reports `started` on fd 3 and then waits for the sidecar's `ack`:
+// without one (stdin closed, or nothing within AckTimeoutMs) the run was never
+// recorded, so the monitor stops everything of it and exits. Once
+// acknowledged it copies the output to the log, reports `exited` and stops
+// what the main process left behind.
 func runMonitor() int {
+	// The service is forked from this thread, and a thread's nice value is
+	// what a child inherits: keep the main goroutine on it.
+	runtime.LockOSThread()
 	status := os.NewFile(3, "status")
-	report := func(format string, args ...any) {
-		if status != nil {
-			// The sidecar may be gone; the exit file is the durable record.
-			_, _ = fmt.Fprintf(status, format+"\n", args...)
+	var statusMu sync.Mutex
+	report := func(msg monitorMsg) {
+		if status == nil {
+			return
 		}
+		b, _ := json.Marshal(msg)
+		statusMu.Lock()
+		defer statusMu.Unlock()
+		// The sidecar may be gone; the exit file is the durable record.
+		_, _ = status.Write(append(b, '\n'))
 	}
+	fail := func(format string, args ...any) {
+		report(monitorMsg{Type: msgError, Message: fmt.Sprintf(format, args...)})
+	}
+	setProcessName(monitorName)
 	var spec monitorSpec
 	// The spec comes on stdin; the service gets /dev/null instead.
-	if err := json.NewDecoder(os.Stdin).Decode(&spec); err != nil {
-		report("error decode monitor spec: %v", err)
+	in := json.NewDecoder(os.Stdin)
+	if err := in.Decode(&spec); err != nil {
+		fail("decode monitor spec: %v", err)
 		return 2
 	}
 	os.Unsetenv(internalEnv)
@@ -90,29 +148,34 @@ func runMonitor() int {
 	// Orphaned descendants are re-parented to us, so they are reaped and
 	// found by the sidecar even when they left the process group.
 	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
+	// Lower the service's priority (inherited through fork): raising both is
+	// always permitted. The monitor shares the OOM score; it is tiny, and a
+	// monitor that dies is noticed by the sidecar, which then stops the run.
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(serviceOOMScoreAdj)), 0)
+	_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, serviceNice) // this thread only
 
 	lw, err := openRotating(spec.LogPath, spec.LogMaxBytes, spec.LogKeep)
 	if err != nil {
-		report("error open log: %v", err)
+		fail("open log: %v", err)
 		return 1
 	}
 	defer lw.Close()
 	marker := fmt.Sprintf("\n=== Service %q started at %s ===\nCommand: %s\nWorking directory: %s\n\n",
 		spec.Name, spec.StartedAt, spec.Command, spec.Cwd)
 	if _, err := io.WriteString(lw, marker); err != nil {
-		report("error write log: %v", err)
+		fail("write log: %v", err)
 		return 1
 	}
 	offset := lw.Size()
 
 	r, w, err := os.Pipe()
 	if err != nil {
-		report("error create pipe: %v", err)
+		fail("create pipe: %v", err)
 		return 1
 	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		report("error open %s: %v", os.DevNull, err)
+		fail("open %s: %v", os.DevNull, err)
 		return 1
 	}
 	pid, err := syscall.ForkExec(spec.Bash, []string{"bash", "-c", spec.Command}, &syscall.ProcAttr{
@@ -125,14 +188,17 @@ func runMonitor() int {
 	w.Close()
 	if err != nil {
 		fmt.Fprintf(lw, "sandbox-mcp: start %q: %v\n", spec.Command, err)
-		report("error start bash: %v", err)
+		fail("start bash: %v", err)
 		return 1
 	}
 	var start uint64
 	if st, err := readStat(pid); err == nil {
 		start = st.start
 	}
-	report("started %d %d %d", pid, start, offset)
+	self := os.Getpid()
+	selfSt := selfStart()
+	run := target{pgid: pid, pgidStart: start, instance: spec.Instance, monitor: self, monStart: selfSt}
+	report(monitorMsg{Type: msgStarted, PID: pid, StartTime: start, LogOffset: offset, MonitorStartTime: selfSt})
 
 	copied := make(chan struct{})
 	go func() {
@@ -140,18 +206,29 @@ func runMonitor() int {
 		// Keep draining even when the log cannot be written (disk full):
 		// a service blocked on a full pipe would hang.
 		buf := make([]byte, 32<<10)
+		cw := newCharWriter(lw)
 		for {
 			n, err := r.Read(buf)
 			if n > 0 {
-				_, _ = lw.Write(buf[:n])
+				_, _ = cw.Write(buf[:n])
 			}
 			if err != nil {
+				_ = cw.Finish()
 				return
 			}
 		}
 	}()
-	var reaped sync.WaitGroup
 
+	if err := awaitAck(in, time.Duration(spec.AckTimeoutMs)*time.Millisecond); err != nil {
+		// Nobody recorded this run, so nobody could ever stop it: stop it now.
+		fmt.Fprintf(lw, "sandbox-mcp: %v; stopping the service\n", err)
+		_ = killTree(context.Background(), run, syscall.SIGKILL, 0)
+		reapAll()
+		fail("%v", err)
+		return 3
+	}
+
+	var reaped sync.WaitGroup
 	for {
 		var ws syscall.WaitStatus
 		wpid, err := syscall.Wait4(-1, &ws, 0, nil)
@@ -168,7 +245,7 @@ func runMonitor() int {
 		if err := writeFileAtomic(spec.ExitFile, []byte(strconv.Itoa(code)+"\n"), 0o644); err != nil {
 			fmt.Fprintf(lw, "sandbox-mcp: record exit code: %v\n", err)
 		}
-		report("exited %d", code)
+		report(monitorMsg{Type: msgExited, Code: &code})
 		// The service is its main process: what it left behind goes with it.
 		// Zombies of killed children are reaped by this loop afterwards.
 		// The leader is reaped, so pgidStart stays 0: if its pid is recycled
@@ -180,7 +257,7 @@ func runMonitor() int {
 			if sig == 0 {
 				sig = syscall.SIGTERM
 			}
-			t := target{pgid: pid, instance: spec.Instance, monitor: os.Getpid(), monStart: selfStart()}
+			t := target{pgid: pid, instance: spec.Instance, monitor: self, monStart: selfSt}
 			_ = killTree(context.Background(), t, sig, time.Duration(spec.StopTimeout)*time.Millisecond)
 		}()
 	}
@@ -190,6 +267,64 @@ func runMonitor() int {
 	case <-time.After(2 * time.Second):
 	}
 	return 0
+}
+
+// awaitAck waits for the sidecar's ack on the monitor's stdin.
+func awaitAck(in *json.Decoder, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = defaultAckTimeout
+	}
+	got := make(chan error, 1)
+	go func() {
+		var msg monitorMsg
+		err := in.Decode(&msg)
+		switch {
+		case err != nil:
+			err = fmt.Errorf("sidecar went away before recording the run (%v)", err)
+		case msg.Type != msgAck:
+			err = fmt.Errorf("sidecar sent %q instead of an ack", msg.Type)
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		return err
+	case <-time.After(timeout):
+		return fmt.Errorf("no ack from the sidecar within %v", timeout)
+	}
+}
+
+// reapAll reaps every child left, without blocking.
+func reapAll() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+	}
+}
+
+// setProcessName sets the process's comm (what ps -o comm, top and pkill
+// match): /proc/self/comm is the main thread's, whichever thread writes it.
+func setProcessName(name string) {
+	_ = os.WriteFile("/proc/self/comm", []byte(name), 0)
+}
+
+// readMonitorMsg reads one line of the monitor's status pipe.
+func readMonitorMsg(br *bufio.Reader) (monitorMsg, error) {
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return monitorMsg{}, err
+	}
+	var msg monitorMsg
+	if err := json.Unmarshal(line, &msg); err != nil {
+		return monitorMsg{}, fmt.Errorf("bad monitor message %q: %w", line, err)
+	}
+	return msg, nil
 }
 
 const prSetChildSubreaper = 36
@@ -211,20 +346,6 @@ func exitCode(ws syscall.WaitStatus) int {
 		return 128 + int(ws.Signal())
 	}
 	return -1
-}
-
-// readStatusLine parses one line of the monitor's status pipe.
-func readStatusLine(br *bufio.Reader) (kind string, fields []string, err error) {
-	line, err := br.ReadString('\n')
-	if err != nil {
-		return "", nil, err
-	}
-	line = strings.TrimSuffix(line, "\n")
-	kind, rest, _ := strings.Cut(line, " ")
-	if kind == "error" {
-		return kind, []string{rest}, nil
-	}
-	return kind, strings.Fields(rest), nil
 }
 
 // rotatingWriter appends to a log file and rotates it at maxBytes:

@@ -3,6 +3,8 @@ package services
 import (
 	"errors"
 	"fmt"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // ErrNotFound is matched (errors.Is) by errors about a service name that was never started.
@@ -25,30 +27,18 @@ func invalidf(format string, args ...any) error {
 }
 
 func notFound(name string) error {
-	return &userError{kind: ErrNotFound, msg: fmt.Sprintf("Service %q not found", name)}
+	return &userError{kind: ErrNotFound, msg: rules.ServiceNotFound(name)}
 }
 
-// MaxNameLen is the longest service name.
-const MaxNameLen = 64
+// MaxNameLen is the longest service name (rules.MaxNameLen).
+const MaxNameLen = rules.MaxNameLen
 
 // ValidateName reports why name cannot be a service name: names are
 // file-name-safe (letters, digits, '.', '_', '-'), 1 to 64 bytes, and not "." or "..".
 // The returned error matches ErrInvalid.
 func ValidateName(name string) error {
-	switch {
-	case name == "":
-		return invalidf("service name is empty")
-	case len(name) > MaxNameLen:
-		return invalidf("service name is %d characters long; the limit is %d", len(name), MaxNameLen)
-	case name == "." || name == "..":
-		return invalidf("service name %q is not allowed", name)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' {
-			continue
-		}
-		return invalidf("service name %q may contain only letters, digits, '.', '_' and '-'", name)
+	if err := rules.ValidateName(name); err != nil {
+		return invalidf("%s", err.Error())
 	}
 	return nil
 }

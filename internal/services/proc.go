@@ -79,7 +79,8 @@ type target struct {
 // marker, and their descendants and the monitor's, wherever they moved.
 // groupOK says whether signalling -pgid is safe.
 func findProcs(t target) (pids []int, groupOK bool) {
-	groupOK = t.pgid > 0
+	// Never a group of 1 or less (kill(-1) signals everything) nor our own.
+	groupOK = t.pgid > 1 && t.pgid != syscall.Getpgrp()
 	if groupOK {
 		if st, err := readStat(t.pgid); err == nil && st.state != 'Z' && (t.pgidStart == 0 || st.start != t.pgidStart) {
 			// Another process owns the leader's pid: the group is not ours.
@@ -156,6 +157,9 @@ func hasEnvEntry(pid int, entry []byte) bool {
 // A stopped (SIGSTOP, Ctrl-Z) process also gets SIGCONT, so it can act on the signal.
 func signalProcs(t target, pids []int, groupOK bool, sig syscall.Signal) {
 	send := func(pid int) {
+		if pid == 1 || pid == 0 || pid == -1 {
+			return
+		}
 		_ = syscall.Kill(pid, sig)
 		if sig != syscall.SIGKILL {
 			_ = syscall.Kill(pid, syscall.SIGCONT)

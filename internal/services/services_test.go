@@ -200,7 +200,7 @@ func TestStartListStop(t *testing.T) {
 		return strings.Contains(string(b), "hello-web 1\n")
 	})
 	b, _ := os.ReadFile(logPath)
-	wantPrefix := fmt.Sprintf("\n=== Service \"web\" started at ")
+	wantPrefix := "\n=== Service \"web\" started at "
 	if !strings.HasPrefix(string(b), wantPrefix) || !strings.Contains(string(b), " ===\nCommand: echo hello-$SANDBOX_MCP_SERVICE $FORCE_COLOR; sleep 300\nWorking directory: "+cwd+"\n\nhello-web 1\n") {
 		t.Errorf("log = %q, want the contract's marker then the output", b)
 	}

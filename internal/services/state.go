@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
 
 // record is one service in the state file: the wire ServiceInfo plus what the
@@ -101,22 +103,28 @@ func readState(path string) (*stateFile, fileStamp, error) {
 }
 
 // readStateRaw is readState that also returns the file's bytes (nil when it is missing).
+// A file that cannot be used as the state (not JSON, not a regular file,
+// unreadable) is an error matching errCorrupt, for the caller to move aside.
 func readStateRaw(path string) (*stateFile, fileStamp, []byte, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: a FIFO planted as state.json must not hang the sidecar.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if os.IsNotExist(err) {
 		return newState(), fileStamp{}, nil, nil
 	}
 	if err != nil {
-		return nil, fileStamp{}, nil, err
+		return nil, fileStamp{}, nil, fmt.Errorf("open %s: %w: %w", path, errCorrupt, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, fileStamp{}, nil, err
 	}
+	if !fi.Mode().IsRegular() {
+		return nil, stampOf(fi), nil, fmt.Errorf("%s is a %v, not a regular file: %w", path, fi.Mode().Type(), errCorrupt)
+	}
 	raw, err := io.ReadAll(f)
 	if err != nil {
-		return nil, fileStamp{}, nil, err
+		return nil, fileStamp{}, nil, fmt.Errorf("read %s: %w: %w", path, errCorrupt, err)
 	}
 	st := newState()
 	if err := json.NewDecoder(bytes.NewReader(raw)).Decode(st); err != nil {
@@ -133,6 +141,37 @@ func readStateRaw(path string) (*stateFile, fileStamp, []byte, error) {
 		r.Name = name
 	}
 	return st, stampOf(fi), raw, nil
+}
+
+// sanitizeState refuses what no sidecar would have written and what would
+// make it signal processes that are not a service's: a pid, process group or
+// monitor pid of 1 or less, or this process's own pid or group (a stop would
+// send kill(-1) or kill the sidecar), and an exposed port outside 1-65535.
+// A refused record keeps its name and settings but no process: it reads as
+// ended with a reason. It returns what it refused.
+func sanitizeState(st *stateFile) []string {
+	var problems []string
+	self, group := os.Getpid(), syscall.Getpgrp()
+	bad := func(pid int) bool { return pid < 0 || pid == 1 || pid == self || pid == group }
+	for name, r := range st.Services {
+		if !bad(r.PID) && !bad(r.PGID) && !bad(r.MonitorPID) {
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("service %q: pid %d, pgid %d, monitor pid %d", name, r.PID, r.PGID, r.MonitorPID))
+		r.PID, r.PGID, r.StartTime, r.MonitorPID, r.MonitorStartTime = 0, 0, 0, 0, 0
+		if r.Status == apitype.StatusRunning || r.NextRestartAt != nil {
+			r.Status = apitype.StatusError
+			r.Reason = "state entry refused: untrusted process ids"
+			r.Ready = false
+			r.NextRestartAt = nil
+			r.ExitedInstance = r.Instance
+		}
+	}
+	if p := st.ExposedPort; p != nil && (*p < 1 || *p > 65535) {
+		problems = append(problems, fmt.Sprintf("exposedPort %d is outside 1-65535; dropped", *p))
+		st.ExposedPort = nil
+	}
+	return problems
 }
 
 // encodeState is the content of the state file for st: two-space indented JSON.
@@ -160,29 +199,7 @@ func writeState(path string, b []byte) (fileStamp, error) {
 // writeFileAtomic writes data to a temp file next to path, fsyncs it and
 // renames it over path, so readers see the old or the new content, never half.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, perm)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.WriteFile(path, data, perm)
 }
 
 // flock takes an exclusive lock on <dir>/state.lock, shared with every

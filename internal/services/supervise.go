@@ -64,9 +64,26 @@ func (m *Manager) emit(ev apitype.Event) {
 // watch follows one run from start to its end, then applies the restart policy.
 func (m *Manager) watch(in *instance) {
 	defer m.wg.Done()
-	code, known, ok := m.waitExit(in)
+	code, known, monitorDied, ok := m.waitExit(in)
 	if !ok {
 		return
+	}
+	if monitorDied {
+		// Nothing reaps, logs or cleans up after the run any more: stop all
+		// of it before its exit is recorded, so a restart never runs next to
+		// what is left of it.
+		reason := "the service's monitor died; stopped what was left of the run"
+		in.failReason.CompareAndSwap(nil, &reason)
+		t := in.t
+		t.monitor, t.monStart = 0, 0
+		sig, grace := m.stopSettings(&record{ServiceInfo: apitype.ServiceInfo{StopSignal: in.req.StopSignal, StopTimeoutMs: in.req.StopTimeoutMs}})
+		if in.stopping.Load() {
+			sig, grace = syscall.SIGKILL, 0
+		}
+		if err := killTree(context.WithoutCancel(in.ctx), t, sig, grace); err != nil {
+			m.log.Error("stop the run of a dead monitor", "service", in.name, "err", err)
+		}
+		m.log.Warn("service monitor died; stopped the run", "service", in.name, "instance", in.id)
 	}
 	close(in.exited)
 	claimed := m.recordExit(in, code, known)
@@ -80,22 +97,23 @@ func (m *Manager) watch(in *instance) {
 	}
 }
 
-// waitExit returns the main process's exit code; ok is false when the manager closes first.
-func (m *Manager) waitExit(in *instance) (code int, known, ok bool) {
+// waitExit returns the main process's exit code; ok is false when the
+// manager closes first. monitorDied is true when the monitor ended without
+// reporting the exit (killed), whatever of the run may still be running.
+func (m *Manager) waitExit(in *instance) (code int, known, monitorDied, ok bool) {
 	if in.status != nil {
 		for {
-			kind, f, err := readStatusLine(in.br)
+			msg, err := readMonitorMsg(in.br)
 			if err != nil {
 				in.status.Close()
 				if m.ctx.Err() != nil {
-					return 0, false, false
+					return 0, false, false, false
 				}
 				code, known := m.readExitFile(in.id)
-				return code, known, true
+				return code, known, !known, true
 			}
-			if kind == "exited" && len(f) == 1 {
-				code, err := strconv.Atoi(f[0])
-				return code, err == nil, true
+			if msg.Type == msgExited && msg.Code != nil {
+				return *msg.Code, true, false, true
 			}
 		}
 	}
@@ -103,15 +121,17 @@ func (m *Manager) waitExit(in *instance) (code int, known, ok bool) {
 	defer tick.Stop()
 	for {
 		if code, known := m.readExitFile(in.id); known {
-			return code, true, true
+			return code, true, false, true
 		}
-		if !alive(in.t.monitor, in.t.monStart) && !alive(in.t.pgid, in.t.pgidStart) {
+		// A record without a monitor (written by an older sidecar) ends with its process.
+		legacy := in.t.monitor == 0
+		if !alive(in.t.monitor, in.t.monStart) && (!legacy || !alive(in.t.pgid, in.t.pgidStart)) {
 			code, known := m.readExitFile(in.id)
-			return code, known, true
+			return code, known, !known && !legacy, true
 		}
 		select {
 		case <-m.ctx.Done():
-			return 0, false, false
+			return 0, false, false, false
 		case <-tick.C:
 		}
 	}
@@ -347,7 +367,7 @@ func (m *Manager) probe(in *instance) {
 	var check func() error
 	switch {
 	case rd.TCP != nil:
-		check = func() error { return checkTCP(*rd.TCP) }
+		check = ownTCPCheck(in, *rd.TCP)
 	case rd.HTTP != "":
 		client := &http.Client{
 			Timeout:       time.Second,
@@ -355,7 +375,7 @@ func (m *Manager) probe(in *instance) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 		defer client.CloseIdleConnections()
-		check = func() error { return checkHTTP(in.ctx, client, rd.HTTP) }
+		check = ownHTTPCheck(in, rd.HTTP, func() error { return checkHTTP(in.ctx, client, rd.HTTP) })
 	default:
 		re := regexp.MustCompile(rd.Log)
 		lp := &logProbe{path: filepath.Join(m.logDir, in.name+".log"), offset: in.logOffset}
@@ -567,6 +587,7 @@ func (m *Manager) syncLoop() {
 			return
 		case <-tick.C:
 		}
+		m.flushPending()
 		m.refresh()
 		m.mu.RLock()
 		var foreign []record

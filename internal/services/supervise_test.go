@@ -171,7 +171,10 @@ func TestReadinessHTTPAndLog(t *testing.T) {
 	}
 	go ts.Serve(ln)
 	defer ts.Close()
-	start(t, m, apitype.StartServiceRequest{Name: "http", Command: "sleep 300", Readiness: &apitype.Readiness{HTTP: "http://" + ln.Addr().String() + "/ok"}})
+	// The service serves the URL itself: a server of anyone else's never counts.
+	port := freePort(t)
+	start(t, m, apitype.StartServiceRequest{Name: "http", Command: fmt.Sprintf("exec python3 -m http.server %d --bind 127.0.0.1", port),
+		Readiness: &apitype.Readiness{HTTP: fmt.Sprintf("http://127.0.0.1:%d/", port)}})
 	if got := types(collect(t, ch, "http", 2)); got != "started ready" {
 		t.Errorf("http readiness: events = %s", got)
 	}
@@ -280,7 +283,7 @@ func TestRotationByteExact(t *testing.T) {
 	if _, err := os.Stat(path + ".1"); err != nil {
 		t.Fatalf("no rotation happened: %v", err)
 	}
-	marker := fmt.Sprintf("\n=== Service \"rot\" started at ")
+	marker := "\n=== Service \"rot\" started at "
 	i := bytes.Index(got, []byte("Working directory: "+dir+"\n\n"))
 	if !bytes.HasPrefix(got, []byte(marker)) || i < 0 {
 		t.Fatalf("rotated logs do not start with the marker: %q", got[:min(len(got), 200)])

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Token is the bearer token every Sidecar started here uses.
@@ -70,15 +72,15 @@ func Start(t testing.TB, bin string, env ...string) *Sidecar {
 	ln.Close()
 	s.URL = "http://" + addr
 	s.Env = []string{
-		"SANDBOX_MCP_AUTH_TOKEN=" + Token,
-		"SANDBOX_MCP_ADDR=" + addr,
-		"PROLIFERATE_SANDBOX_MCP_URL=" + s.URL,
-		"SANDBOX_MCP_STATE_DIR=" + s.StateDir,
-		"WORKSPACE_DIR=" + s.Workspace,
-		"SANDBOX_MCP_PREVIEW_ADDR=127.0.0.1:0",
-		"SANDBOX_MCP_CADDY_SNIPPET=" + filepath.Join(dir, "user.caddy"),
-		"SANDBOX_MCP_CADDYFILE=" + filepath.Join(dir, "Caddyfile"),
-		"SANDBOX_MCP_CADDY_ADMIN=127.0.0.1:1",
+		rules.EnvAuthToken + "=" + Token,
+		rules.EnvAddr + "=" + addr,
+		rules.EnvSidecarURL + "=" + s.URL,
+		rules.EnvStateDir + "=" + s.StateDir,
+		rules.EnvWorkspaceDir + "=" + s.Workspace,
+		rules.EnvPreviewAddr + "=127.0.0.1:0",
+		rules.EnvCaddySnippet + "=" + filepath.Join(dir, "user.caddy"),
+		rules.EnvCaddyfile + "=" + filepath.Join(dir, "Caddyfile"),
+		rules.EnvCaddyAdmin + "=127.0.0.1:1",
 	}
 	s.Env = append(s.Env, env...)
 	s.cmd = exec.Command(bin, "api")

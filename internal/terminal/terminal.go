@@ -15,6 +15,8 @@
 package terminal
 
 import (
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -148,7 +150,7 @@ func New(opts Options) (*Manager, error) {
 }
 
 // DefaultMaxSessions is the default cap on live sessions.
-const DefaultMaxSessions = 64
+const DefaultMaxSessions = rules.DefaultMaxTerminals
 
 var errClosed = errors.New("terminal manager is closed")
 

@@ -10,6 +10,8 @@ type ErrorResponse struct {
 // StatusResponse is the body of GET /api/health and GET /api/auth/check.
 type StatusResponse struct {
 	Status string `json:"status"`
+	// Version is the sidecar's build (GET /api/health only; older sidecars omit it).
+	Version string `json:"version,omitempty"`
 }
 
 // SuccessResponse is {"success": true}.

@@ -29,3 +29,46 @@ type GitStatusResponse struct {
 type GitDiffResponse struct {
 	Diff string `json:"diff"`
 }
+
+// GitCommit is one commit of a GitChangeset.
+type GitCommit struct {
+	SHA     string `json:"sha"`
+	Subject string `json:"subject"`
+	// Author is "Name <email>".
+	Author string `json:"author"`
+}
+
+// GitChangedFile is one file of a GitChangeset. Status is git's one-letter
+// code (A, M, D, R, C, T); OldPath is set for renames and copies. Size is the
+// new blob's size in bytes (0 for a deletion); Binary is git's own verdict.
+type GitChangedFile struct {
+	Path    string `json:"path"`
+	OldPath string `json:"oldPath,omitempty"`
+	Status  string `json:"status"`
+	OldMode string `json:"oldMode,omitempty"`
+	Mode    string `json:"mode,omitempty"`
+	Binary  bool   `json:"binary"`
+	Size    int64  `json:"size"`
+}
+
+// GitChangesetResponse is the body of GET /api/git/changeset: what the current
+// branch holds that base does not, for a human or a policy to review.
+type GitChangesetResponse struct {
+	Branch  string           `json:"branch"`
+	Base    string           `json:"base"` // resolved commit
+	Head    string           `json:"head"`
+	Commits []GitCommit      `json:"commits"`
+	Files   []GitChangedFile `json:"files"`
+}
+
+// GitRefUpdate is one ref a POST /api/git/bundle moved; Old is empty for a new ref.
+type GitRefUpdate struct {
+	Ref string `json:"ref"`
+	Old string `json:"old,omitempty"`
+	New string `json:"new"`
+}
+
+// GitBundleApplyResponse is the body of POST /api/git/bundle.
+type GitBundleApplyResponse struct {
+	Updated []GitRefUpdate `json:"updated"`
+}

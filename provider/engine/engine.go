@@ -54,7 +54,12 @@ type Spec struct {
 	// Ports are the ports inside the sandbox that get a tunnel on the host.
 	Ports []int `json:"ports,omitempty"`
 	// Network lets the sandbox reach the outside; false means loopback only.
+	// (local engine: the sandbox shares the host's network, ports included.)
 	Network bool `json:"network,omitempty"`
+	// Egress, without Network, keeps the sandbox's own network (its ports stay its
+	// own) and lets it reach the outside through an HTTP proxy (HTTP_PROXY and
+	// HTTPS_PROXY are set for every exec). The host's loopback stays out of reach.
+	Egress bool `json:"egress,omitempty"`
 	// Timeout ends the sandbox after this long; zero means no limit.
 	Timeout time.Duration `json:"timeout,omitempty"`
 	Limits  Limits        `json:"limits,omitempty"`

@@ -6,47 +6,131 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/url"
 	"os"
-	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
 
-// Boot creates a sandbox directory, builds the boot plan for it and runs every step,
-// blocking then background, and waits for sandbox-mcp's health. A failed fatal step
-// or an unhealthy sidecar ends the boot: its processes are stopped, its directory is
-// removed, and the error is a *provider.ProviderError; the returned Boot still holds
-// the plan and the report.
+// tunnelPorts are the ports of an isolated sandbox published on the host: the
+// sidecar API, OpenCode and Caddy's preview.
+var tunnelPorts = []int{provider.PortSandboxMCP, provider.PortOpenCode, provider.PortPreview}
+
+// localRepoPath returns the host directory of a repo given as a local path or a
+// file:// URL; "" for a remote URL.
+func localRepoPath(repoURL string) string {
+	switch {
+	case strings.HasPrefix(repoURL, "file://"):
+		u, err := url.Parse(repoURL)
+		if err != nil || u.Path == "" {
+			return ""
+		}
+		return filepath.Clean(u.Path)
+	case filepath.IsAbs(repoURL):
+		return filepath.Clean(repoURL)
+	}
+	return ""
+}
+
+// repoMounts binds the local repos of opts read-only into the sandbox at their host
+// paths, so the plan's clone commands work unchanged.
+func repoMounts(opts provider.CreateOptions) []engine.Mount {
+	var out []engine.Mount
+	seen := map[string]bool{}
+	for _, r := range opts.Repos {
+		p := localRepoPath(r.RepoURL)
+		if p == "" || seen[p] {
+			continue
+		}
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			continue // the clone step reports the missing repo
+		}
+		seen[p] = true
+		out = append(out, engine.Mount{Source: p, Target: p, ReadOnly: true})
+	}
+	return out
+}
+
+func tunnelURL(info engine.Info, port int) string {
+	for _, t := range info.Tunnels {
+		if t.Port == port {
+			return "http://" + hostPort(t.Host, t.HostPort)
+		}
+	}
+	return ""
+}
+
+func hostPort(host string, port int) string {
+	if strings.Contains(host, ":") {
+		return "[" + host + "]:" + strconv.Itoa(port)
+	}
+	return host + ":" + strconv.Itoa(port)
+}
+
+// Boot creates a sandbox on the engine, builds the boot plan for it and runs every
+// step inside it, blocking then background, and waits for sandbox-mcp's health. A
+// failed fatal step or an unhealthy sidecar ends the boot: the sandbox is terminated
+// and the error is a *provider.ProviderError; the returned Boot still holds the plan
+// and the report.
 func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot, error) {
 	fail := func(err error) (Boot, error) {
 		return Boot{}, provider.FromError(err, provider.KindLocal, provider.OpCreateSandbox)
 	}
-	id := newID("sbx-")
-	home := filepath.Join(p.o.Root, "sandboxes", id)
-	paths := provider.RootedPaths(home)
-	if err := os.MkdirAll(paths.Tmp, 0o755); err != nil {
+	if opts.SessionID == "" {
+		return fail(errors.New("build plan: sessionId is required"))
+	}
+	isolated := !p.o.Unisolated
+	spec := engine.Spec{Snapshot: opts.SnapshotID, Labels: map[string]string{"session": opts.SessionID}}
+	if isolated {
+		// Its own network (the fixed ports are its own), the outside through the
+		// egress proxy (remote clones, the LLM), local repos bound in.
+		spec.Ports = tunnelPorts
+		spec.Egress = true
+		spec.Mounts = repoMounts(opts)
+	}
+	p.progress("creating sandbox")
+	info, err := p.eng.Create(ctx, spec)
+	if err != nil {
+		if errors.Is(err, engine.ErrNotFound) && opts.SnapshotID != "" {
+			return fail(fmt.Errorf("snapshot %q not found: %w", opts.SnapshotID, err))
+		}
 		return fail(err)
+	}
+	id := info.ID
+	p.progress("sandbox %s created", id)
+	paths := provider.DefaultPaths()
+	if !isolated {
+		paths = provider.RootedPaths(info.Home)
+		if err := p.eng.MkdirAll(ctx, id, paths.Tmp); err != nil {
+			_ = p.eng.Terminate(context.Background(), id)
+			return fail(err)
+		}
+	}
+	st := state{SandboxID: id, SessionID: opts.SessionID, Home: info.Home, Paths: paths}
+	cleanup := func() {
+		_ = p.eng.Terminate(context.Background(), id)
+		os.Remove(p.statePath(id))
 	}
 	var meta *provider.SessionMetadata
 	if opts.SnapshotID != "" {
-		m, err := p.restore(ctx, opts.SnapshotID, home)
+		m, err := p.restoredMetadata(ctx, id, opts.SnapshotID, paths)
 		if err != nil {
-			os.RemoveAll(home)
+			cleanup()
 			return fail(err)
 		}
 		meta = m
 	}
-	port, err := freePort()
-	if err != nil {
-		return fail(err)
-	}
-	// The local provider must reach its sidecar, so a session without a token gets one.
+	// The provider must reach its sidecar, so a session without a token gets one.
 	env := make(map[string]string, len(opts.EnvVars)+1)
 	for k, v := range opts.EnvVars {
 		env[k] = v
@@ -56,32 +140,36 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 	}
 	opts.EnvVars = env
 	token := env[provider.EnvSandboxMCPAuthToken]
-	sidecarURL := "http://127.0.0.1:" + strconv.Itoa(port)
-	now := p.o.Now()
-	plan, err := provider.BuildPlan(opts, provider.PlanConfig{
-		Kind:              provider.KindLocal,
-		Paths:             paths,
-		Settings:          provider.LoadHostSettings(p.o.Getenv),
-		Now:               now,
-		Metadata:          meta,
-		SandboxMCPCommand: p.o.SandboxMCP,
-		SidecarEnv: map[string]string{
-			"SANDBOX_MCP_ADDR":          "127.0.0.1:" + strconv.Itoa(port),
-			"SANDBOX_MCP_STATE_DIR":     paths.SidecarStateDir(),
-			"SANDBOX_MCP_PREVIEW_ADDR":  "127.0.0.1:0",
-			"SANDBOX_MCP_CADDY_SNIPPET": paths.UserCaddyFile(),
-			"SANDBOX_MCP_CADDYFILE":     paths.Caddyfile(),
+	cfg := provider.PlanConfig{Kind: provider.KindLocal, Paths: paths, Settings: provider.LoadHostSettings(p.o.Getenv),
+		Now: p.o.Now(), Metadata: meta}
+	sidecarURL := tunnelURL(info, provider.PortSandboxMCP)
+	if !isolated {
+		port, err := freePort()
+		if err != nil {
+			cleanup()
+			return fail(err)
+		}
+		sidecarURL = "http://127.0.0.1:" + strconv.Itoa(port)
+		cfg.SandboxMCPCommand = p.o.SandboxMCP
+		cfg.SidecarEnv = map[string]string{
+			rules.EnvAddr:         "127.0.0.1:" + strconv.Itoa(port),
+			rules.EnvStateDir:     paths.SidecarStateDir(),
+			rules.EnvPreviewAddr:  "127.0.0.1:0",
+			rules.EnvCaddySnippet: paths.UserCaddyFile(),
+			rules.EnvCaddyfile:    paths.Caddyfile(),
 			// Never the host's own Caddy: an admin socket inside the sandbox.
-			"SANDBOX_MCP_CADDY_ADMIN": "unix/" + filepath.Join(paths.Tmp, "caddy-admin.sock"),
-		},
-	})
+			rules.EnvCaddyAdmin: "unix/" + filepath.Join(paths.Tmp, "caddy-admin.sock"),
+		}
+	}
+	plan, err := provider.BuildPlan(opts, cfg)
 	if err != nil {
+		cleanup()
 		return fail(err)
 	}
-	st := state{SandboxID: id, SessionID: opts.SessionID, Home: home, SidecarToken: token}
+	st.SidecarToken = token
 	st.Result = provider.CreateResult{SandboxID: id, SandboxMCPURL: sidecarURL,
-		ExpiresAt: now.Add(provider.SandboxTimeout(p.o.Getenv)).UnixMilli()}
-	r := &run{p: p, id: id, paths: paths, plan: plan, st: &st, ok: map[string]bool{}, sidecarURL: sidecarURL, token: token}
+		ExpiresAt: cfg.Now.Add(provider.SandboxTimeout(p.o.Getenv)).UnixMilli()}
+	r := &run{p: p, id: id, isolated: isolated, paths: paths, plan: plan, st: &st, ok: map[string]bool{}, sidecarURL: sidecarURL, token: token}
 	bootErr := r.steps(ctx, "blocking", plan.Blocking)
 	if bootErr == nil {
 		bootErr = r.steps(ctx, "background", plan.Background)
@@ -91,6 +179,9 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 	}
 	if bootErr == nil && r.ok["start opencode"] {
 		st.Result.TunnelURL = "http://127.0.0.1:" + strconv.Itoa(provider.PortOpenCode)
+		if isolated {
+			st.Result.TunnelURL = tunnelURL(info, provider.PortOpenCode)
+		}
 		// As on the cloud providers, an OpenCode that is slow to come up is a warning.
 		if _, err := provider.WaitForOpenCodeReady(ctx, st.Result.TunnelURL, provider.ReadyOptions{}); err != nil {
 			p.log.Warn("opencode not ready", "sandbox_id", id, "err", err)
@@ -98,6 +189,9 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 	}
 	if bootErr == nil && r.ok["start caddy"] {
 		st.Result.PreviewURL = "http://127.0.0.1:" + strconv.Itoa(provider.PortPreview)
+		if isolated {
+			st.Result.PreviewURL = tunnelURL(info, provider.PortPreview)
+		}
 	}
 	if bootErr == nil {
 		bootErr = p.writeState(st)
@@ -105,39 +199,28 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 	for _, w := range plan.Warnings {
 		p.log.Warn("boot plan", "sandbox_id", id, "warning", w)
 	}
-	b := Boot{CreateResult: st.Result, Home: home, SidecarToken: token, Plan: plan, Report: st.Report}
+	b := Boot{CreateResult: st.Result, Home: info.Home, Paths: paths, SidecarToken: token, Plan: plan, Report: st.Report}
 	if bootErr != nil {
 		// A failed boot leaves nothing behind: the caller gets no sandbox to terminate.
 		// The report in the returned Boot says what happened.
-		killSandboxProcesses(id, st.PGIDs, p.o.KillGrace)
-		os.RemoveAll(home)
-		os.Remove(p.statePath(id))
+		cleanup()
 		b.SandboxID, b.SandboxMCPURL = "", ""
 		return b, provider.FromError(bootErr, provider.KindLocal, provider.OpCreateSandbox)
 	}
 	return b, nil
 }
 
-// restore copies a snapshot into home and returns its metadata, with the absolute
-// paths of the snapshot's home rewritten to the new one.
-func (p *Provider) restore(ctx context.Context, snapshotID, home string) (*provider.SessionMetadata, error) {
-	if !validID(snapshotID) {
-		return nil, fmt.Errorf("snapshot %q not found", snapshotID)
+func (p *Provider) progress(format string, args ...any) {
+	if p.o.Progress != nil {
+		fmt.Fprintf(p.o.Progress, format+"\n", args...)
 	}
-	src := filepath.Join(p.o.Root, "snapshots", snapshotID)
-	var sm snapshotMeta
-	b, err := os.ReadFile(src + ".json")
-	if err != nil {
-		return nil, fmt.Errorf("snapshot %q not found: %w", snapshotID, err)
-	}
-	if err := json.Unmarshal(b, &sm); err != nil {
-		return nil, fmt.Errorf("read snapshot %q: %w", snapshotID, err)
-	}
-	if err := copyTree(ctx, src, home, ""); err != nil {
-		return nil, err
-	}
-	paths := provider.RootedPaths(home)
-	mb, err := os.ReadFile(paths.MetadataFile())
+}
+
+// restoredMetadata reads the session metadata the snapshot brought into the new
+// sandbox. An unisolated sandbox's absolute paths are rewritten from the snapshot's
+// home to the new one (an isolated sandbox's home is always /home/user).
+func (p *Provider) restoredMetadata(ctx context.Context, id, snapshotID string, paths provider.Paths) (*provider.SessionMetadata, error) {
+	mb, err := p.eng.ReadFile(ctx, id, paths.MetadataFile())
 	if err != nil {
 		return nil, nil // a sandbox without metadata restores like a legacy one
 	}
@@ -145,13 +228,19 @@ func (p *Provider) restore(ctx context.Context, snapshotID, home string) (*provi
 	if json.Unmarshal(mb, &m) != nil {
 		return nil, nil
 	}
-	if rest, ok := strings.CutPrefix(m.RepoDir, sm.Home); ok {
-		m.RepoDir = home + rest
+	var sm snapshotMeta
+	if b, err := os.ReadFile(filepath.Join(p.o.Root, "snapshots", snapshotID, "provider.json")); err == nil {
+		_ = json.Unmarshal(b, &sm)
 	}
-	// The copy must say the same, or the next restore reads the old home.
-	out, _ := json.MarshalIndent(m, "", "  ")
-	if err := writeFileAtomic(paths.MetadataFile(), out, 0o644); err != nil {
-		return nil, err
+	if sm.Home != "" && sm.Home != paths.Home {
+		if rest, ok := strings.CutPrefix(m.RepoDir, sm.Home); ok {
+			m.RepoDir = paths.Home + rest
+		}
+		// The copy must say the same, or the next restore reads the old home.
+		out, _ := json.MarshalIndent(m, "", "  ")
+		if err := p.eng.WriteFile(ctx, id, paths.MetadataFile(), out, 0o644); err != nil {
+			return nil, err
+		}
 	}
 	return &m, nil
 }
@@ -160,6 +249,7 @@ func (p *Provider) restore(ctx context.Context, snapshotID, home string) (*provi
 type run struct {
 	p          *Provider
 	id         string
+	isolated   bool
 	paths      provider.Paths
 	plan       provider.Plan
 	st         *state
@@ -183,6 +273,15 @@ func (r *run) steps(ctx context.Context, phase string, steps []provider.Step) er
 		r.st.Report = append(r.st.Report, rep)
 		r.ok[s.Name] = rep.Status == StatusOK
 		r.p.log.Info("boot step", "sandbox_id", r.id, "step", s.Name, "status", rep.Status, "reason", rep.Reason)
+		if rep.Status != StatusSkipped || s.Kind == provider.StepRun || s.Kind == provider.StepStart {
+			line := fmt.Sprintf("  %s: %s", s.Name, rep.Status)
+			if rep.Reason != "" {
+				line += " (" + tail(rep.Reason, 200) + ")"
+			}
+			if s.Kind == provider.StepRun || s.Kind == provider.StepStart || s.Kind == provider.StepService || rep.Status == StatusFailed {
+				r.p.progress("%s", line)
+			}
+		}
 		if err != nil && s.Fatal {
 			return fmt.Errorf("%s: %w", s.Name, err)
 		}
@@ -198,37 +297,39 @@ func (r *run) step(ctx context.Context, s provider.Step) (status, reason, output
 		}
 	}
 	if s.Requires != "" && s.Kind != provider.StepService {
-		if !r.available(s.Requires) {
+		if !r.available(ctx, s.Requires) {
 			return StatusSkipped, s.Requires + " is not installed", "", nil
 		}
 	}
-	switch s.Name {
-	case "start opencode":
-		if !r.p.o.RunOpenCode {
-			return StatusSkipped, "disabled: OpenCode binds the fixed port 4096", "", nil
-		}
-	case "start caddy":
-		if !r.p.o.RunCaddy {
-			return StatusSkipped, "disabled: the Caddyfile binds the fixed preview port 20000", "", nil
+	if !r.isolated {
+		switch s.Name {
+		case "start opencode":
+			if !r.p.o.RunOpenCode {
+				return StatusSkipped, "disabled: OpenCode binds the fixed port 4096", "", nil
+			}
+		case "start caddy":
+			if !r.p.o.RunCaddy {
+				return StatusSkipped, "disabled: the Caddyfile binds the fixed preview port 20000", "", nil
+			}
 		}
 	}
+	e := r.p.eng
 	switch s.Kind {
 	case provider.StepMkdir:
-		return StatusOK, "", "", os.MkdirAll(s.Path, fs.FileMode(s.Mode)|0o700)
+		if err := e.MkdirAll(ctx, r.id, s.Path); err != nil {
+			return "", "", "", err
+		}
+		return StatusOK, "", "", e.chmod(r.id, s.Path, uint32(s.Mode)|0o700)
 	case provider.StepWrite:
-		return StatusOK, "", "", writeFileAtomic(s.Path, []byte(s.Content), fs.FileMode(s.Mode))
+		return StatusOK, "", "", e.WriteFile(ctx, r.id, s.Path, []byte(s.Content), uint32(s.Mode))
 	case provider.StepTouch:
-		if err := os.MkdirAll(filepath.Dir(s.Path), 0o755); err != nil {
-			return "", "", "", err
+		if _, err := e.Stat(ctx, r.id, s.Path); err == nil {
+			return StatusOK, "", "", nil
 		}
-		f, err := os.OpenFile(s.Path, os.O_CREATE|os.O_WRONLY, fs.FileMode(s.Mode))
-		if err != nil {
-			return "", "", "", err
-		}
-		return StatusOK, "", "", f.Close()
+		return StatusOK, "", "", e.WriteFile(ctx, r.id, s.Path, nil, uint32(s.Mode))
 	case provider.StepRemove:
 		for _, p := range s.Paths {
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := e.Remove(ctx, r.id, p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return "", "", "", err
 			}
 		}
@@ -242,12 +343,13 @@ func (r *run) step(ctx context.Context, s provider.Step) (status, reason, output
 		}
 		return StatusOK, "", out, err
 	case provider.StepStart:
-		if err := r.start(s); err != nil {
+		if _, err := e.StartDetached(ctx, r.id, engine.ExecRequest{Argv: []string{"bash", "-c", s.Command},
+			Cwd: r.paths.Home, Env: envList(mergeEnv(r.plan.Env, s.Env))}); err != nil {
 			return "", "", "", err
 		}
 		if s.Name == provider.StepNameSandboxMCP {
 			if err := waitSidecar(ctx, r.p.client, r.sidecarURL, r.p.o.SidecarTimeout); err != nil {
-				logTail, _ := os.ReadFile(r.paths.SandboxMCPLog())
+				logTail, _ := e.ReadFile(ctx, r.id, r.paths.SandboxMCPLog())
 				return "", "", "", fmt.Errorf("%w; log: %s", err, provider.RedactSecrets(tail(string(logTail), 2048)))
 			}
 			r.sidecarUp = true
@@ -273,32 +375,30 @@ func tail(s string, n int) string {
 	return s[len(s)-n:]
 }
 
-// available reports whether a step's program exists: an absolute path is checked as
-// a file, a name is looked up in PATH.
-func (r *run) available(prog string) bool {
-	if filepath.IsAbs(prog) {
-		_, err := os.Stat(prog)
+// available reports whether a step's program exists in the sandbox: an absolute path
+// is checked as a file, a name is looked up in the sandbox's PATH.
+func (r *run) available(ctx context.Context, prog string) bool {
+	if !r.isolated {
+		if filepath.IsAbs(prog) {
+			_, err := os.Stat(prog)
+			return err == nil
+		}
+		_, err := r.p.o.LookPath(prog)
 		return err == nil
 	}
-	_, err := r.p.o.LookPath(prog)
-	return err == nil
+	if path.IsAbs(prog) {
+		_, err := r.p.eng.Stat(ctx, r.id, prog)
+		return err == nil
+	}
+	for _, dir := range filepath.SplitList(sandboxPATH) {
+		if fi, err := r.p.eng.Stat(ctx, r.id, path.Join(dir, prog)); err == nil && !fi.IsDir && fi.Mode&0o111 != 0 {
+			return true
+		}
+	}
+	return false
 }
 
-// environ is the environment of every command of the sandbox: the host's PATH, HOME
-// set to the sandbox, the plan's env, the step's env and the marker.
-func (r *run) environ(extra map[string]string) []string {
-	return sandboxEnviron(r.id, r.paths, r.plan.Env, extra)
-}
-
-func sandboxEnviron(id string, paths provider.Paths, base, extra map[string]string) []string {
-	m := map[string]string{"PATH": os.Getenv("PATH"), "HOME": paths.Home, "USER": os.Getenv("USER"), "LANG": "C.UTF-8"}
-	for k, v := range base {
-		m[k] = v
-	}
-	for k, v := range extra {
-		m[k] = v
-	}
-	m[markerEnv] = id
+func envList(m map[string]string) []string {
 	out := make([]string, 0, len(m))
 	for _, k := range sortedKeys(m) {
 		out = append(out, k+"="+m[k])
@@ -306,8 +406,8 @@ func sandboxEnviron(id string, paths provider.Paths, base, extra map[string]stri
 	return out
 }
 
-// shell runs a run step's command with bash in its own process group; the whole
-// group is killed when the step's timeout passes. A non-zero exit is an error.
+// shell runs a run step's command with bash; the whole process group is killed when
+// the step's timeout passes. A non-zero exit is an error.
 func (r *run) shell(ctx context.Context, s provider.Step) (string, error) {
 	res, err := r.p.runCommand(ctx, r.id, r.paths, []string{"bash", "-c", s.Command}, r.paths.Home, mergeEnv(r.plan.Env, s.Env), s.Timeout())
 	out := provider.RedactSecrets(provider.CapOutput(res.Stdout+res.Stderr, 4096))
@@ -331,68 +431,40 @@ func mergeEnv(a, b map[string]string) map[string]string {
 	return m
 }
 
-// runCommand runs argv to completion under timeout in its own process group. The
-// error is only for a command that could not start; exit codes are in the result
-// (124 when the timeout killed it).
+// cappedBuffer keeps the first max bytes written to it and drops the rest.
+type cappedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	if room := c.max - c.Len(); room > 0 {
+		c.Buffer.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+// runCommand runs argv to completion in the sandbox under timeout. The error is only
+// for a command that could not run; exit codes are in the result (124 when the
+// timeout killed it).
 func (p *Provider) runCommand(ctx context.Context, id string, paths provider.Paths, argv []string, dir string, env map[string]string, timeout time.Duration) (provider.ExecResult, error) {
+	res, _, err := p.runCommandT(ctx, id, argv, dir, env, timeout)
+	return res, err
+}
+
+// runCommandT is runCommand that also says whether the timeout ended the command.
+func (p *Provider) runCommandT(ctx context.Context, id string, argv []string, dir string, env map[string]string, timeout time.Duration) (provider.ExecResult, bool, error) {
 	if timeout <= 0 {
 		timeout = provider.ExecTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cmd := p.o.Command(argv[0], argv[1:]...)
-	cmd.Dir = dir
-	cmd.Env = sandboxEnviron(id, paths, env, nil)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.WaitDelay = time.Second // a grandchild holding the pipes open cannot block Wait
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Start()
-	if err != nil {
-		return provider.ExecResult{}, err
+	stdout, stderr := &cappedBuffer{max: 4 << 20}, &cappedBuffer{max: 4 << 20}
+	code, err := p.eng.Exec(ctx, id, engine.ExecRequest{Argv: argv, Cwd: dir, Env: envList(env), Timeout: timeout,
+		Stdout: stdout, Stderr: stderr})
+	res := provider.ExecResult{Stdout: stdout.String(), Stderr: stderr.String(), ExitCode: code}
+	if errors.Is(err, engine.ErrTimeout) {
+		return res, true, nil
 	}
-	// The whole process group goes when the deadline passes, not just its leader.
-	stop := context.AfterFunc(ctx, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-	err = cmd.Wait()
-	stop()
-	res := provider.ExecResult{Stdout: stdout.String(), Stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case ctx.Err() == context.DeadlineExceeded:
-		res.ExitCode = 124
-	case errors.As(err, &ee):
-		res.ExitCode = ee.ExitCode()
-		if res.ExitCode < 0 {
-			res.ExitCode = 128 + int(ee.Sys().(syscall.WaitStatus).Signal())
-		}
-	default:
-		return res, err
-	}
-	return res, nil
-}
-
-// start launches a start step's command with bash, detached in its own process group,
-// stdin from /dev/null; the command itself redirects its output to its log.
-func (r *run) start(s provider.Step) error {
-	cmd := r.p.o.Command("bash", "-c", s.Command)
-	cmd.Dir = r.paths.Home
-	cmd.Env = r.environ(mergeEnv(r.plan.Env, s.Env))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	pgid := cmd.Process.Pid
-	r.st.PGIDs = append(r.st.PGIDs, pgid)
-	r.p.mu.Lock()
-	r.p.booted[r.id] = append(r.p.booted[r.id], pgid)
-	r.p.mu.Unlock()
-	r.p.wg.Add(1)
-	go func() {
-		defer r.p.wg.Done()
-		_ = cmd.Wait()
-	}()
-	return nil
+	return res, false, err
 }
 
 // writeFileAtomic writes data to path through a temp file and a rename, creating the
@@ -401,29 +473,10 @@ func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
 	if mode == 0 {
 		mode = 0o644
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.WriteFile(path, data, mode)
 }
+
+var _ = io.Discard

@@ -1,11 +1,15 @@
-// Package local is a SandboxProvider that boots sandboxes on this machine: a sandbox
-// is a directory used as HOME, repos are cloned from local paths or file:// URLs, the
-// boot plan's files are written and its commands run with bash under the plan's
-// timeouts, and sandbox-mcp is started on a free loopback port. Steps whose programs
-// are missing (opencode, caddy, docker, …) are skipped and reported, never faked.
+// Package local runs sandboxes on this machine. Engine (engine.go) is the engine:
+// each sandbox lives in its own Linux namespaces with the production layout inside.
+// Provider is the SandboxProvider on top of it: it builds the boot plan
+// (provider.BuildPlan) and runs every step inside the sandbox through the engine:
+// repos are cloned (local paths and file:// URLs are bound read-only into the
+// sandbox at the same path), the plan's files are written and its commands run with
+// bash under the plan's timeouts, and sandbox-mcp listens on its production port 4000,
+// reached through a tunnel. Steps whose programs are missing (opencode, caddy, …) are
+// skipped and reported, never faked.
 //
 // It exists so the host-side logic of package provider can be run end to end without
-// a cloud account, by tests, examples and developers.
+// a cloud account, by tests, examples, developers and sandboxctl.
 package local
 
 import (
@@ -25,40 +29,48 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
 // Options configure a local Provider.
 type Options struct {
-	// Root holds the sandboxes, snapshots and state files; required.
+	// Root holds the engine's data dir (sandboxes, snapshots) and the provider's state
+	// files; required.
 	Root string
-	// SandboxMCP is the path of the sandbox-mcp binary; required.
+	// SandboxMCP is the path of the sandbox-mcp binary; required. It is bound at
+	// SandboxMCPPath inside isolated sandboxes.
 	SandboxMCP string
+	// Proliferate is the path of the proliferate CLI, bound at ProliferatePath inside
+	// isolated sandboxes; empty skips it.
+	Proliferate string
+	// Unisolated runs sandboxes without namespaces (see EngineOptions.Unisolated): the
+	// layout is then rooted in the sandbox's host directory, sandbox-mcp listens on a
+	// free loopback port, and OpenCode and Caddy run only with RunOpenCode/RunCaddy.
+	Unisolated bool
 	// Getenv reads the host settings (SANDBOX_GIT_PULL_ON_RESTORE, LLM proxy, …); nil
 	// means an empty environment.
 	Getenv func(string) string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// LookPath finds a step's program; nil means exec.LookPath.
+	// LookPath finds a step's program in unisolated mode; nil means exec.LookPath.
 	LookPath func(string) (string, error)
-	// Command is where every process of a sandbox starts; nil means exec.Command.
-	// The caller sets Dir, Env, SysProcAttr and the streams.
-	Command func(name string, args ...string) *exec.Cmd
-	// RunOpenCode and RunCaddy start OpenCode and Caddy when they are installed. Off by
-	// default: their configs bind the fixed ports 4096 and 20000, which several local
-	// sandboxes (or other programs) on one machine cannot share.
+	// RunOpenCode and RunCaddy start OpenCode and Caddy in unisolated sandboxes when
+	// they are installed (their configs bind the fixed ports 4096 and 20000, which
+	// several unisolated sandboxes cannot share). Isolated sandboxes always start them
+	// when installed.
 	RunOpenCode bool
 	RunCaddy    bool
 	// SidecarTimeout bounds the wait for sandbox-mcp's health; zero means 20s.
 	SidecarTimeout time.Duration
-	// KillGrace is how long terminated processes get between SIGTERM and SIGKILL;
-	// zero means 2s.
+	// KillGrace is unused since sandboxes run under the engine; kept for callers.
 	KillGrace time.Duration
 	// Logger receives step outcomes; nil discards.
 	Logger *slog.Logger
+	// Progress, when set, receives one line per boot step (sandboxctl's stderr).
+	Progress io.Writer
 }
 
 // Provider is the local SandboxProvider.
@@ -66,10 +78,7 @@ type Provider struct {
 	o      Options
 	log    *slog.Logger
 	client *http.Client
-
-	mu     sync.Mutex
-	booted map[string][]int // sandbox id -> process groups this value started
-	wg     sync.WaitGroup   // one per started process, done when it is reaped
+	eng    *Engine
 }
 
 var (
@@ -80,7 +89,8 @@ var (
 	_ provider.ServiceTester   = (*Provider)(nil)
 )
 
-// New checks o and returns a Provider. Call Close when done with it.
+// New checks o, opens the engine on o.Root and returns a Provider. Call Close when
+// done with it; sandboxes keep running until Terminate.
 func New(o Options) (*Provider, error) {
 	if o.Root == "" {
 		return nil, errors.New("new local provider: Root is required")
@@ -93,10 +103,8 @@ func New(o Options) (*Provider, error) {
 		return nil, fmt.Errorf("new local provider: %w", err)
 	}
 	o.Root = abs
-	for _, d := range []string{"sandboxes", "snapshots", "state"} {
-		if err := os.MkdirAll(filepath.Join(o.Root, d), 0o755); err != nil {
-			return nil, fmt.Errorf("new local provider: %w", err)
-		}
+	if err := os.MkdirAll(filepath.Join(o.Root, "state"), 0o700); err != nil {
+		return nil, fmt.Errorf("new local provider: %w", err)
 	}
 	if o.Getenv == nil {
 		o.Getenv = func(string) string { return "" }
@@ -107,42 +115,43 @@ func New(o Options) (*Provider, error) {
 	if o.LookPath == nil {
 		o.LookPath = exec.LookPath
 	}
-	if o.Command == nil {
-		o.Command = exec.Command
-	}
 	if o.SidecarTimeout <= 0 {
 		o.SidecarTimeout = 20 * time.Second
-	}
-	if o.KillGrace <= 0 {
-		o.KillGrace = 2 * time.Second
 	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	mcp := o.SandboxMCP
+	if !filepath.IsAbs(mcp) {
+		if p, err := filepath.Abs(mcp); err == nil {
+			mcp = p
+		}
+	}
+	if _, err := os.Stat(mcp); err != nil {
+		mcp = "" // Health says false; a boot fails at its sandbox-mcp step
+	}
+	eng, err := NewEngine(EngineOptions{DataDir: o.Root, Unisolated: o.Unisolated, SandboxMCP: mcp,
+		Proliferate: o.Proliferate, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("new local provider: %w", err)
+	}
 	return &Provider{o: o, log: log.With("component", "local-provider"),
-		client: &http.Client{Timeout: 5 * time.Second}, booted: map[string][]int{}}, nil
+		client: &http.Client{Timeout: 5 * time.Second}, eng: eng}, nil
 }
 
-// Close stops every process of the sandboxes this value booted and waits until they
-// are reaped: a local sandbox lives until Terminate or until the Provider that booted
-// it is closed, so no process outlives the program. Directories are kept.
-func (p *Provider) Close() error {
-	p.mu.Lock()
-	booted := p.booted
-	p.booted = map[string][]int{}
-	p.mu.Unlock()
-	for id, pgids := range booted {
-		killSandboxProcesses(id, pgids, p.o.KillGrace)
-	}
-	p.wg.Wait()
-	return nil
-}
+// Engine is the engine the provider runs its sandboxes on.
+func (p *Provider) Engine() *Engine { return p.eng }
+
+// Close releases the engine; sandboxes keep running (Terminate ends them), and a new
+// Provider on the same Root finds them again.
+func (p *Provider) Close() error { return p.eng.Close() }
 
 // Kind is provider.KindLocal.
 func (p *Provider) Kind() provider.Kind { return provider.KindLocal }
 
-// Capabilities: no pause, no auto-pause, no memory snapshots.
+// Capabilities: no pause (the engine's freeze is not a provider pause), no memory
+// snapshots.
 func (p *Provider) Capabilities() provider.Capabilities { return provider.Capabilities{} }
 
 // Health reports whether sandboxes can be created: Root is writable and bash, git and
@@ -187,8 +196,10 @@ const (
 // Boot is everything a local boot produced.
 type Boot struct {
 	provider.CreateResult
-	// Home is the sandbox's directory.
+	// Home is the host directory of the sandbox's home (/home/user inside).
 	Home string
+	// Paths is the layout as the sandbox's processes see it.
+	Paths provider.Paths
 	// SidecarToken authenticates calls to SandboxMCPURL.
 	SidecarToken string
 	Plan         provider.Plan
@@ -200,8 +211,8 @@ type state struct {
 	SandboxID    string                `json:"sandboxId"`
 	SessionID    string                `json:"sessionId"`
 	Home         string                `json:"home"`
+	Paths        provider.Paths        `json:"paths"`
 	SidecarToken string                `json:"sidecarToken"`
-	PGIDs        []int                 `json:"pgids"`
 	Result       provider.CreateResult `json:"result"`
 	Report       []StepReport          `json:"report"`
 }
@@ -238,36 +249,41 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b)
 }
 
-// alive reports whether the sandbox exists and its sandbox-mcp process group runs.
-func (p *Provider) alive(id string) (state, bool) {
+// alive reports whether the sandbox was booted by a local Provider and still runs.
+func (p *Provider) alive(ctx context.Context, id string) (state, bool) {
 	st, err := p.readState(id)
 	if err != nil {
 		return st, false
 	}
-	for _, g := range st.PGIDs {
-		if groupAlive(g) {
-			return st, true
-		}
-	}
-	return st, false
+	info, err := p.eng.Get(ctx, id)
+	return st, err == nil && info.State != engine.StateDead
 }
 
 // CheckSandboxes returns the ids whose sandbox is alive, in input order. It only reads
-// state files and probes process groups with signal 0.
+// state and probes the sandboxes' init processes.
 func (p *Provider) CheckSandboxes(ctx context.Context, ids []string) ([]string, error) {
 	out := []string{}
 	for _, id := range ids {
-		if _, ok := p.alive(id); ok {
+		if _, ok := p.alive(ctx, id); ok {
 			out = append(out, id)
 		}
 	}
 	return out, nil
 }
 
+// Sidecar returns the sandbox-mcp URL and token of a sandbox (sandboxctl terminal).
+func (p *Provider) Sidecar(ctx context.Context, id string) (string, string, error) {
+	st, ok := p.alive(ctx, id)
+	if !ok {
+		return "", "", fmt.Errorf("sandbox %s: %w", id, engine.ErrNotFound)
+	}
+	return st.Result.SandboxMCPURL, st.SidecarToken, nil
+}
+
 // EnsureSandbox returns opts.CurrentSandboxID when it is alive, else boots a new one.
 func (p *Provider) EnsureSandbox(ctx context.Context, opts provider.CreateOptions) (provider.EnsureResult, error) {
 	if opts.CurrentSandboxID != "" {
-		if st, ok := p.alive(opts.CurrentSandboxID); ok {
+		if st, ok := p.alive(ctx, opts.CurrentSandboxID); ok {
 			return provider.EnsureResult{CreateResult: st.Result, Recovered: true}, nil
 		}
 	}
@@ -287,61 +303,33 @@ func (p *Provider) Pause(ctx context.Context, sessionID, sandboxID string) (prov
 	return provider.SnapshotResult{}, provider.PauseUnsupportedError(provider.KindLocal)
 }
 
-// snapshotMeta remembers where a snapshot's home was, to rewrite absolute paths.
+// snapshotMeta remembers where a snapshot's home was, to rewrite absolute paths of an
+// unisolated sandbox.
 type snapshotMeta struct {
 	Home string `json:"home"`
 }
 
-// Snapshot copies the sandbox's home (without its tmp directory: logs, credentials
-// and process state do not survive a snapshot) to a new snapshot.
+// Snapshot stores the sandbox's writable state (its home, /tmp and /var/tmp) as an
+// engine snapshot.
 func (p *Provider) Snapshot(ctx context.Context, sessionID, sandboxID string) (provider.SnapshotResult, error) {
 	st, err := p.readState(sandboxID)
 	if err != nil {
 		return provider.SnapshotResult{}, provider.NewProviderError(provider.KindLocal, provider.OpSnapshot,
 			fmt.Sprintf("sandbox %s not found", sandboxID), false, err)
 	}
-	id := newID("snap-")
-	dst := filepath.Join(p.o.Root, "snapshots", id)
-	if err := copyTree(ctx, st.Home, dst, "tmp"); err != nil {
-		os.RemoveAll(dst)
+	id, err := p.eng.Snapshot(ctx, sandboxID)
+	if err != nil {
 		return provider.SnapshotResult{}, provider.FromError(err, provider.KindLocal, provider.OpSnapshot)
 	}
-	b, _ := json.Marshal(snapshotMeta{Home: st.Home})
-	if err := writeFileAtomic(dst+".json", b, 0o644); err != nil {
+	b, _ := json.Marshal(snapshotMeta{Home: st.Paths.Home})
+	if err := writeFileAtomic(filepath.Join(p.o.Root, "snapshots", id, "provider.json"), b, 0o644); err != nil {
 		return provider.SnapshotResult{}, provider.FromError(err, provider.KindLocal, provider.OpSnapshot)
 	}
 	return provider.SnapshotResult{SnapshotID: id}, nil
 }
 
-// copyTree copies src's entries except skip into dst with cp -a (links, modes and
-// times kept).
-func copyTree(ctx context.Context, src, dst, skip string) error {
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return err
-	}
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		return err
-	}
-	args := []string{"-a"}
-	for _, e := range entries {
-		if e.Name() != skip {
-			args = append(args, filepath.Join(src, e.Name()))
-		}
-	}
-	if len(args) == 1 {
-		return nil
-	}
-	out, err := exec.CommandContext(ctx, "cp", append(args, dst+"/")...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("copy %s: %w: %s", src, err, provider.CapOutput(string(out), 1024))
-	}
-	return nil
-}
-
-// Terminate stops every process of the sandbox (its recorded process groups and every
-// process that inherited its marker, services included) and removes its directory.
-// An unknown or already terminated sandbox is success.
+// Terminate ends the sandbox: every process of it, its mounts, tunnels and
+// directories. An unknown or already terminated sandbox is success.
 func (p *Provider) Terminate(ctx context.Context, sessionID, sandboxID string) error {
 	if sandboxID == "" {
 		return provider.MissingSandboxIDError(provider.KindLocal)
@@ -349,13 +337,7 @@ func (p *Provider) Terminate(ctx context.Context, sessionID, sandboxID string) e
 	if !validID(sandboxID) {
 		return provider.NewProviderError(provider.KindLocal, provider.OpTerminate, "invalid sandboxId "+sandboxID, false, nil)
 	}
-	st, err := p.readState(sandboxID)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return provider.FromError(err, provider.KindLocal, provider.OpTerminate)
-	}
-	killSandboxProcesses(sandboxID, st.PGIDs, p.o.KillGrace)
-	home := filepath.Join(p.o.Root, "sandboxes", sandboxID)
-	if err := os.RemoveAll(home); err != nil {
+	if err := p.eng.Terminate(ctx, sandboxID); err != nil {
 		return provider.FromError(err, provider.KindLocal, provider.OpTerminate)
 	}
 	if err := os.Remove(p.statePath(sandboxID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -366,28 +348,28 @@ func (p *Provider) Terminate(ctx context.Context, sessionID, sandboxID string) e
 
 // WriteEnvFile merges envVars into the sandbox's env override file.
 func (p *Provider) WriteEnvFile(ctx context.Context, sandboxID string, envVars map[string]string) error {
-	st, err := p.readState(sandboxID)
-	if err != nil {
-		return provider.NewProviderError(provider.KindLocal, provider.OpWriteEnvFile, fmt.Sprintf("sandbox %s not found", sandboxID), false, err)
+	st, ok := p.alive(ctx, sandboxID)
+	if !ok {
+		return provider.NewProviderError(provider.KindLocal, provider.OpWriteEnvFile, fmt.Sprintf("sandbox %s not found", sandboxID), false, nil)
 	}
-	path := provider.RootedPaths(st.Home).EnvOverrideFile()
-	existing, err := os.ReadFile(path)
+	path := st.Paths.EnvOverrideFile()
+	existing, err := p.eng.ReadFile(ctx, sandboxID, path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return provider.FromError(err, provider.KindLocal, provider.OpWriteEnvFile)
 	}
-	if err := writeFileAtomic(path, provider.MergeEnvFile(existing, envVars), 0o600); err != nil {
+	if err := p.eng.WriteFile(ctx, sandboxID, path, provider.MergeEnvFile(existing, envVars), 0o600); err != nil {
 		return provider.FromError(err, provider.KindLocal, provider.OpWriteEnvFile)
 	}
 	return nil
 }
 
-// ExecCommand runs argv in the sandbox without a shell, with HOME set to the sandbox,
-// cwd (default: the workspace) and env, under the timeout (default 30s). Output is
-// capped; a timeout is exit code 124, as with coreutils timeout.
+// ExecCommand runs argv in the sandbox without a shell, with cwd (default: the
+// workspace) and env, under the timeout (default 30s). Output is capped; a timeout is
+// exit code 124, as with coreutils timeout.
 func (p *Provider) ExecCommand(ctx context.Context, sandboxID string, argv []string, o provider.ExecOptions) (provider.ExecResult, error) {
-	st, err := p.readState(sandboxID)
-	if err != nil {
-		return provider.ExecResult{}, provider.NewProviderError(provider.KindLocal, provider.OpExecCommand, fmt.Sprintf("sandbox %s not found", sandboxID), false, err)
+	st, ok := p.alive(ctx, sandboxID)
+	if !ok {
+		return provider.ExecResult{}, provider.NewProviderError(provider.KindLocal, provider.OpExecCommand, fmt.Sprintf("sandbox %s not found", sandboxID), false, nil)
 	}
 	if len(argv) == 0 {
 		return provider.ExecResult{}, provider.NewProviderError(provider.KindLocal, provider.OpExecCommand, "argv is empty", false, nil)
@@ -396,16 +378,15 @@ func (p *Provider) ExecCommand(ctx context.Context, sandboxID string, argv []str
 	if timeout <= 0 {
 		timeout = provider.ExecTimeout
 	}
-	paths := provider.RootedPaths(st.Home)
 	cwd := o.Cwd
 	if cwd == "" {
-		cwd = paths.Workspace()
+		cwd = st.Paths.Workspace()
 	}
 	env := map[string]string{}
 	for _, kv := range o.Env {
 		env[kv.Key] = kv.Value
 	}
-	res, err := p.runCommand(ctx, sandboxID, paths, argv, cwd, env, timeout)
+	res, err := p.runCommand(ctx, sandboxID, st.Paths, argv, cwd, env, timeout)
 	if err != nil {
 		return res, provider.FromError(err, provider.KindLocal, provider.OpExecCommand)
 	}

@@ -5,49 +5,56 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
+	"path"
 	"strings"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 )
 
-// ReadFiles returns every regular file under folder (absolute, or relative to the
-// sandbox's home), with paths relative to folder. A missing folder is an empty
+// ReadFiles returns every regular file under folder (absolute inside the sandbox, or
+// relative to its home), with paths relative to folder. A missing folder is an empty
 // result; unreadable files and symlinks are skipped.
 func (p *Provider) ReadFiles(ctx context.Context, sandboxID, folder string) ([]provider.FileContent, error) {
-	st, err := p.readState(sandboxID)
-	if err != nil {
-		return nil, provider.NewProviderError(provider.KindLocal, provider.OpReadFiles, fmt.Sprintf("sandbox %s not found", sandboxID), false, err)
+	st, ok := p.alive(ctx, sandboxID)
+	if !ok {
+		return nil, provider.NewProviderError(provider.KindLocal, provider.OpReadFiles, fmt.Sprintf("sandbox %s not found", sandboxID), false, nil)
 	}
 	folder = strings.TrimSuffix(folder, "/")
-	if !filepath.IsAbs(folder) {
-		folder = filepath.Join(st.Home, folder)
+	if !path.IsAbs(folder) {
+		folder = path.Join(st.Paths.Home, folder)
 	}
 	out := []provider.FileContent{}
-	err = filepath.WalkDir(folder, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if path == folder && errors.Is(err, fs.ErrNotExist) {
-				return fs.SkipAll
-			}
-			return nil // unreadable entries are skipped
-		}
+	var walk func(dir, rel string) error
+	walk = func(dir, rel string) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		data, err := os.ReadFile(path)
+		entries, err := p.eng.ListFiles(ctx, sandboxID, dir)
 		if err != nil {
-			return nil
+			if dir == folder && errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return nil // unreadable entries are skipped
 		}
-		rel, _ := filepath.Rel(folder, path)
-		out = append(out, provider.FileContent{Path: filepath.ToSlash(rel), Data: data})
+		for _, e := range entries {
+			mode := fs.FileMode(e.Mode)
+			switch {
+			case e.IsDir:
+				if err := walk(path.Join(dir, e.Name), path.Join(rel, e.Name)); err != nil {
+					return err
+				}
+			case mode.IsRegular():
+				data, err := p.eng.ReadFile(ctx, sandboxID, path.Join(dir, e.Name))
+				if err != nil {
+					continue
+				}
+				out = append(out, provider.FileContent{Path: path.Join(rel, e.Name), Data: data})
+			}
+		}
 		return nil
-	})
-	if err != nil {
+	}
+	if err := walk(folder, ""); err != nil {
 		return nil, provider.FromError(err, provider.KindLocal, provider.OpReadFiles)
 	}
 	return out, nil
@@ -57,11 +64,11 @@ func (p *Provider) ReadFiles(ctx context.Context, sandboxID, folder string) ([]p
 // log file under the sandbox's tmp, at most o.TimeoutMs each (default 30s), and
 // reports the capped output and exit code (124 on timeout).
 func (p *Provider) TestServiceCommands(ctx context.Context, sandboxID string, cmds []provider.ConfigurationServiceCommand, o provider.ServiceTestOptions) ([]provider.ServiceTestResult, error) {
-	st, err := p.readState(sandboxID)
-	if err != nil {
-		return nil, provider.NewProviderError(provider.KindLocal, provider.OpTestServiceCommands, fmt.Sprintf("sandbox %s not found", sandboxID), false, err)
+	st, ok := p.alive(ctx, sandboxID)
+	if !ok {
+		return nil, provider.NewProviderError(provider.KindLocal, provider.OpTestServiceCommands, fmt.Sprintf("sandbox %s not found", sandboxID), false, nil)
 	}
-	paths := provider.RootedPaths(st.Home)
+	paths := st.Paths
 	timeout := time.Duration(o.TimeoutMs) * time.Millisecond
 	if timeout <= 0 {
 		timeout = provider.ExecTimeout
@@ -76,7 +83,7 @@ func (p *Provider) TestServiceCommands(ctx context.Context, sandboxID string, cm
 		logFile := paths.ServiceTestLogFile(runID, i, c.Name)
 		res := provider.ServiceTestResult{Name: c.Name, WorkspacePath: c.WorkspacePath, Cwd: cwd, LogFile: logFile}
 		r, err := p.runCommand(ctx, sandboxID, paths, []string{"bash", "-c", provider.BuildServiceTestCommand(cwd, c.Command, logFile, 0)},
-			st.Home, nil, timeout)
+			paths.Home, nil, timeout)
 		if err != nil {
 			res.Output = provider.RedactSecrets(err.Error())
 			code := 1
@@ -92,13 +99,14 @@ func (p *Provider) TestServiceCommands(ctx context.Context, sandboxID string, cm
 }
 
 // Executor is a provider.Executor over one local sandbox, for the helpers of package
-// provider that drive a sandbox through commands and files (PullOnRestore).
+// provider that drive a sandbox through commands and files (PullOnRestore). Paths
+// are as the sandbox sees them (Boot.Paths).
 func (p *Provider) Executor(sandboxID string) (provider.Executor, error) {
-	st, err := p.readState(sandboxID)
-	if err != nil {
-		return nil, provider.NewProviderError(provider.KindLocal, provider.OpExecCommand, fmt.Sprintf("sandbox %s not found", sandboxID), false, err)
+	st, ok := p.alive(context.Background(), sandboxID)
+	if !ok {
+		return nil, provider.NewProviderError(provider.KindLocal, provider.OpExecCommand, fmt.Sprintf("sandbox %s not found", sandboxID), false, nil)
 	}
-	return &sandboxExecutor{p: p, id: sandboxID, paths: provider.RootedPaths(st.Home)}, nil
+	return &sandboxExecutor{p: p, id: sandboxID, paths: st.Paths}, nil
 }
 
 type sandboxExecutor struct {
@@ -111,19 +119,17 @@ func (e *sandboxExecutor) Run(ctx context.Context, command string, timeout time.
 	if timeout <= 0 {
 		timeout = provider.ExecTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	r, err := e.p.runCommand(ctx, e.id, e.paths, []string{"bash", "-c", command}, e.paths.Home, nil, timeout)
-	if err == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	r, timedOut, err := e.p.runCommandT(ctx, e.id, []string{"bash", "-c", command}, e.paths.Home, nil, timeout)
+	if err == nil && timedOut {
 		return r, fmt.Errorf("run command: timeout after %v", timeout)
 	}
 	return r, err
 }
 
 func (e *sandboxExecutor) ReadFile(ctx context.Context, path string) ([]byte, error) {
-	return os.ReadFile(path)
+	return e.p.eng.ReadFile(ctx, e.id, path)
 }
 
 func (e *sandboxExecutor) WriteFile(ctx context.Context, path string, data []byte, mode fs.FileMode) error {
-	return writeFileAtomic(path, data, mode)
+	return e.p.eng.WriteFile(ctx, e.id, path, data, uint32(mode.Perm()))
 }

@@ -3,11 +3,8 @@ package local
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -40,7 +37,7 @@ func TestReadFiles(t *testing.T) {
 		want   []provider.FileContent
 	}{
 		{"relative with slash", "workspace/.proliferate/.verification/", []provider.FileContent{{Path: "a.txt", Data: []byte("A")}, {Path: "sub/b.png", Data: []byte("B")}}},
-		{"absolute", dir + "/sub", []provider.FileContent{{Path: "b.png", Data: []byte("B")}}},
+		{"absolute", b.Paths.Workspace() + "/.proliferate/.verification/sub", []provider.FileContent{{Path: "b.png", Data: []byte("B")}}},
 		{"missing", "nope", []provider.FileContent{}},
 	}
 	for _, tt := range tests {
@@ -69,7 +66,7 @@ func TestTestServiceCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws := filepath.Join(b.Home, "workspace")
+	ws := b.Paths.Workspace()
 	tests := []struct {
 		out  string
 		code int
@@ -106,7 +103,7 @@ func TestPullOnRestoreThroughExecutor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	paths := provider.RootedPaths(b.Home)
+	paths := b.Paths
 	repos := []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "app"}}
 	now := time.UnixMilli(5_000_000_000_000)
 	res, err := provider.PullOnRestore(t.Context(), ex, provider.PullOptions{Paths: paths, Repos: repos, Enabled: true,
@@ -114,16 +111,16 @@ func TestPullOnRestoreThroughExecutor(t *testing.T) {
 	if err != nil || !res.Pulled || !res.AllSucceeded || !res.MetadataWritten {
 		t.Fatalf("PullOnRestore = %+v, %v, want pulled and recorded", res, err)
 	}
-	if _, err := os.Stat(filepath.Join(paths.RepoDir("app"), "NEW.md")); err != nil {
+	if _, err := os.Stat(hostPath(b, filepath.Join(paths.RepoDir("app"), "NEW.md"))); err != nil {
 		t.Errorf("pull did not bring NEW.md: %v", err)
 	}
-	meta, _ := os.ReadFile(paths.MetadataFile())
+	meta, _ := os.ReadFile(hostPath(b, paths.MetadataFile()))
 	if !strings.Contains(string(meta), `"lastGitFetchAt": 5000000000000`) {
 		t.Errorf("metadata = %s", meta)
 	}
 
 	// A repo whose pull fails (diverged history) makes the whole pull not recorded.
-	broken := paths.RepoDir("broken")
+	broken := hostPath(b, paths.RepoDir("broken"))
 	git(t, broken, "reset", "-q", "--hard", "HEAD")
 	writeFile(t, filepath.Join(broken, "LOCAL.md"), "x\n")
 	git(t, broken, "add", ".")
@@ -135,33 +132,5 @@ func TestPullOnRestoreThroughExecutor(t *testing.T) {
 		HasSnapshot: true, Now: func() time.Time { return later }, Log: func(s string) { lines = append(lines, s) }})
 	if err != nil || !res.Pulled || res.AllSucceeded || res.MetadataWritten {
 		t.Errorf("PullOnRestore with a diverged repo = %+v, %v, want pulled, not all succeeded, not recorded (log %q)", res, err, lines)
-	}
-}
-
-// Every process of a sandbox starts through Options.Command.
-func TestCommandSeam(t *testing.T) {
-	var mu sync.Mutex
-	var started []string
-	p, err := New(Options{Root: t.TempDir(), SandboxMCP: sandboxMCP, Command: func(name string, args ...string) *exec.Cmd {
-		mu.Lock()
-		started = append(started, name+" "+strings.Join(args, " "))
-		mu.Unlock()
-		return exec.Command(name, args...)
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	origin := gitRepo(t)
-	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s", Repos: []provider.RepoSpec{{RepoURL: origin, WorkspacePath: "."}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.ContainsFunc(started, func(s string) bool { return strings.Contains(s, "git clone") }) ||
-		!slices.ContainsFunc(started, func(s string) bool { return strings.Contains(s, sandboxMCP) }) {
-		t.Errorf("started = %q, want the clone and sandbox-mcp", started)
 	}
 }

@@ -43,6 +43,10 @@ type Options struct {
 	// Timeout bounds each non-streaming request; 0 means DefaultTimeout.
 	// Streams (Logs, Events) are bounded only by their context.
 	Timeout time.Duration
+	// OnRetry, when set, is called before each wait for a retry of a refused
+	// connection, with the error and the retry's number (1 for the first); the
+	// CLI tells the user once that it is waiting for the sidecar.
+	OnRetry func(err error, retry int)
 }
 
 // Client calls the sidecar API. It is safe for concurrent use.
@@ -53,6 +57,7 @@ type Client struct {
 	retries    int
 	retryDelay time.Duration
 	timeout    time.Duration
+	onRetry    func(error, int)
 }
 
 // New returns a Client for o, or an error when o.BaseURL is not an http(s) URL.
@@ -64,7 +69,7 @@ func New(o Options) (*Client, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("sidecar url %q: want http://host:port", o.BaseURL)
 	}
-	c := &Client{base: u, token: o.Token, hc: o.HTTPClient, retries: o.Retries, retryDelay: o.RetryDelay, timeout: o.Timeout}
+	c := &Client{base: u, token: o.Token, hc: o.HTTPClient, retries: o.Retries, retryDelay: o.RetryDelay, timeout: o.Timeout, onRetry: o.OnRetry}
 	if c.hc == nil {
 		c.hc = &http.Client{}
 	}
@@ -190,6 +195,9 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 			}
 			return nil, fmt.Errorf("%s %s: %w", method, path, unwrapURL(err))
 		}
+		if c.onRetry != nil {
+			c.onRetry(err, attempt+1)
+		}
 		t := time.NewTimer(c.retryDelay)
 		select {
 		case <-ctx.Done():
@@ -262,9 +270,9 @@ func (c *Client) Expose(ctx context.Context, port int) (apitype.ExposeResponse, 
 	return out, err
 }
 
-// ExposeStatus calls GET /api/expose.
-func (c *Client) ExposeStatus(ctx context.Context) (apitype.ExposeResponse, error) {
-	var out apitype.ExposeResponse
+// ExposeStatus calls GET /api/expose: where the preview site goes now.
+func (c *Client) ExposeStatus(ctx context.Context) (apitype.ExposeStatus, error) {
+	var out apitype.ExposeStatus
 	err := c.call(ctx, http.MethodGet, "/api/expose", nil, &out)
 	return out, err
 }

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+)
+
+// limitFlags maps a request field of rules.LimitError to the flag that sets it.
+var limitFlags = map[string]string{
+	"command":             "--command",
+	"cwd":                 "--cwd",
+	"env":                 "--env",
+	"stopTimeoutMs":       "--stop-timeout",
+	"maxRestarts":         "--max-restarts",
+	"readiness.timeoutMs": "--ready-timeout",
+	"readiness.http":      "--ready-http",
+	"readiness.log":       "--ready-log",
+}
+
+// checkStartLimits refuses, as a usage error, a start request the sidecar
+// would refuse for its bounds: the message is the sidecar's, after the flag.
+func checkStartLimits(req apitype.StartServiceRequest) error {
+	b := rules.Start{
+		Command: req.Command, Cwd: req.Cwd, Env: req.Env,
+		StopTimeoutMs: req.StopTimeoutMs, MaxRestarts: req.MaxRestarts,
+	}
+	if rd := req.Readiness; rd != nil {
+		b.ReadyHTTP, b.ReadyLog, b.ReadyTimeoutMs = rd.HTTP, rd.Log, rd.TimeoutMs
+	}
+	var le *rules.LimitError
+	if !errors.As(b.Check(), &le) {
+		return nil
+	}
+	return usageErrorf("%s: %s", limitFlags[le.Field], le.Msg)
+}

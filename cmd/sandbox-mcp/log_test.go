@@ -1,0 +1,18 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLogDurationsAsText(t *testing.T) {
+	var b bytes.Buffer
+	log := newLogger(&b, func(string) string { return "" })
+	log.Info("service restarting", "delay", 1500*time.Millisecond, "group", "x")
+	log.Info("nested", "g", map[string]any{"d": 2}, "after", time.Second)
+	if got := b.String(); !strings.Contains(got, `"delay":"1.5s"`) || !strings.Contains(got, `"after":"1s"`) {
+		t.Errorf("log = %s, want durations as \"1.5s\" and \"1s\"", got)
+	}
+}

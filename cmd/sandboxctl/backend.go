@@ -1,0 +1,114 @@
+package main
+
+// Backends: what `--provider NAME` drives. The local backend is registered here; the
+// Modal and E2B backends register themselves from their own files (backend_modal.go,
+// backend_e2b.go) in an init function:
+//
+//	func init() { backends["modal"] = newModalBackend }
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+)
+
+// backend is one provider as sandboxctl drives it.
+type backend struct {
+	// Engine runs list, exec, cp, snapshot, pause, resume, terminate and tunnels.
+	Engine engine.Engine
+	// Provider boots sandboxes with the boot plan (create); nil means create makes a
+	// bare sandbox with Engine.Create.
+	Provider provider.SandboxProvider
+	// Sidecar returns the sidecar URL and token of a sandbox (terminal ID); nil means
+	// the backend cannot tell.
+	Sidecar func(ctx context.Context, id string) (url, token string, err error)
+	// Close releases the backend; sandboxes keep running. Nil is fine.
+	Close func() error
+}
+
+// backendOptions are the global settings a backend may use.
+type backendOptions struct {
+	// DataDir is --data-dir: where local state lives.
+	DataDir string
+	// Unisolated is --unisolated (local only).
+	Unisolated bool
+	Getenv     func(string) string
+	// Stderr receives progress lines.
+	Stderr io.Writer
+	Logger *slog.Logger
+}
+
+// backends maps --provider names to their constructors.
+var backends = map[string]func(ctx context.Context, o backendOptions) (*backend, error){
+	"local": newLocalBackend,
+}
+
+// defaultDataDir is $SANDBOXCTL_DATA_DIR, else $XDG_DATA_HOME/sandboxctl, else
+// ~/.local/share/sandboxctl.
+func defaultDataDir(getenv func(string) string) string {
+	if d := getenv("SANDBOXCTL_DATA_DIR"); d != "" {
+		return d
+	}
+	if d := getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "sandboxctl")
+	}
+	home := getenv("HOME")
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	return filepath.Join(home, ".local", "share", "sandboxctl")
+}
+
+// findBinary returns the path of a binary sandboxctl binds into local sandboxes: the
+// environment variable, else next to sandboxctl, else on PATH; "" when not found.
+func findBinary(getenv func(string) string, envName, name string) string {
+	if p := getenv(envName); p != "" {
+		return p
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			return abs
+		}
+	}
+	return ""
+}
+
+func newLocalBackend(ctx context.Context, o backendOptions) (*backend, error) {
+	mcp := findBinary(o.Getenv, "SANDBOXCTL_SANDBOX_MCP", "sandbox-mcp")
+	if mcp == "" {
+		return nil, errors.New("sandbox-mcp binary not found: set SANDBOXCTL_SANDBOX_MCP, or put it next to sandboxctl or on PATH")
+	}
+	p, err := local.New(local.Options{Root: o.DataDir, SandboxMCP: mcp,
+		Proliferate: findBinary(o.Getenv, "SANDBOXCTL_PROLIFERATE", "proliferate"),
+		Unisolated:  o.Unisolated, Getenv: o.Getenv, Logger: o.Logger, Progress: o.Stderr})
+	if errors.Is(err, engine.ErrNotIsolated) {
+		return nil, fmt.Errorf("%w\nsandboxctl --unisolated runs sandboxes as plain host processes, without isolation", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &backend{Engine: p.Engine(), Provider: p, Sidecar: p.Sidecar, Close: p.Close}, nil
+}
+
+func openBackend(ctx context.Context, name string, o backendOptions) (*backend, error) {
+	f, ok := backends[name]
+	if !ok {
+		return nil, usageError{fmt.Errorf("unknown provider %q (known: %s)", name, knownNames(backends))}
+	}
+	return f(ctx, o)
+}

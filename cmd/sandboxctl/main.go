@@ -1,0 +1,19 @@
+// Command sandboxctl is the host-side CLI over any sandbox provider: it creates
+// sandboxes (with the boot plan), runs commands in them, copies files, snapshots,
+// pauses, terminates, lists tunnels, attaches a terminal to a sidecar, and serves the
+// Modal- and E2B-compatible protocols over the local engine.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

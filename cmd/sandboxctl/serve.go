@@ -1,0 +1,65 @@
+package main
+
+// `sandboxctl serve --protocol NAME`: a server of another platform's protocol over the
+// local engine. The Modal and E2B servers register themselves from their own files
+// (serve_modal.go, serve_e2b.go) in an init function:
+//
+//	func init() { serveProtocols["modal"] = serveModal }
+
+import (
+	"context"
+	"io"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+)
+
+// serveOptions is what a protocol server gets.
+type serveOptions struct {
+	// Engine is the local engine the protocol serves.
+	Engine engine.Engine
+	// Addr is --addr, HOST:PORT.
+	Addr string
+	// DataDir is the engine's data dir (a server may keep its own state under it).
+	DataDir string
+	Getenv  func(string) string
+	Stdout  io.Writer
+	Stderr  io.Writer
+	Logger  *slog.Logger
+	// Ready, when set, is called with the address the server listens on.
+	Ready func(addr string)
+}
+
+// serveProtocols maps --protocol names to servers; a server runs until ctx is done.
+var serveProtocols = map[string]func(ctx context.Context, o serveOptions) error{}
+
+func newCmdServe(a *app) *cobra.Command {
+	var protocol, addr string
+	cmd := &cobra.Command{
+		Use:   "serve --protocol NAME [--addr HOST:PORT]",
+		Short: "Serve a platform's protocol (modal, e2b) over the local engine",
+		Long: "Serve a sandbox platform's API over the local engine, so its SDKs and CLIs run\n" +
+			"against sandboxes on this machine. Runs until interrupted.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			serve, ok := serveProtocols[protocol]
+			if !ok {
+				return usageError{errorf("unknown protocol %q (known: %s)", protocol, knownNames(serveProtocols))}
+			}
+			b, err := a.open(cmd.Context(), "local")
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			return serve(cmd.Context(), serveOptions{Engine: b.Engine, Addr: addr, DataDir: a.dataDir,
+				Getenv: a.getenv, Stdout: a.stdout, Stderr: a.stderr, Logger: a.logger(),
+				Ready: func(addr string) { a.progress("serving %s on %s", protocol, addr) }})
+		},
+	}
+	cmd.Flags().StringVar(&protocol, "protocol", "", "protocol to serve: modal or e2b")
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on")
+	_ = cmd.MarkFlagRequired("protocol")
+	return cmd
+}

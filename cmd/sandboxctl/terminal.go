@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/coder/websocket"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+)
+
+func newCmdTerminal(a *app) *cobra.Command {
+	var token string
+	cmd := &cobra.Command{
+		Use:   "terminal ID|URL",
+		Short: "Attach an interactive terminal to a sandbox's sidecar (or any sandbox-mcp URL)",
+		Long: "Open the sidecar's terminal WebSocket (/api/terminal, protocol v1): a bash on a PTY\n" +
+			"in the workspace. With a terminal on stdin it runs in raw mode and follows window\n" +
+			"resizes. A URL (http://HOST:PORT) attaches to any sandbox-mcp; its token comes from\n" +
+			"--token or $SANDBOX_MCP_AUTH_TOKEN.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			url := args[0]
+			if !strings.Contains(url, "://") {
+				b, err := a.open(ctx, "")
+				if err != nil {
+					return err
+				}
+				defer b.close()
+				if b.Sidecar == nil {
+					return errorf("provider %s cannot tell a sandbox's sidecar URL; give the URL", a.provider)
+				}
+				u, tok, err := b.Sidecar(ctx, url)
+				if err != nil {
+					return err
+				}
+				url = u
+				if token == "" {
+					token = tok
+				}
+			}
+			if token == "" {
+				token = a.getenv("SANDBOX_MCP_AUTH_TOKEN")
+			}
+			return a.terminal(ctx, url, token)
+		},
+	}
+	cmd.Flags().StringVar(&token, "token", "", "sidecar auth token (default: the sandbox's, or $SANDBOX_MCP_AUTH_TOKEN)")
+	return cmd
+}
+
+// terminalURL turns a sidecar base URL into its terminal WebSocket URL.
+func terminalURL(base string) string {
+	u := strings.TrimRight(base, "/")
+	if !strings.HasSuffix(u, "/api/terminal") {
+		u += "/api/terminal"
+	}
+	switch {
+	case strings.HasPrefix(u, "http://"):
+		u = "ws://" + strings.TrimPrefix(u, "http://")
+	case strings.HasPrefix(u, "https://"):
+		u = "wss://" + strings.TrimPrefix(u, "https://")
+	}
+	return u
+}
+
+func (a *app) terminal(ctx context.Context, base, token string) error {
+	h := http.Header{}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	c, resp, err := websocket.Dial(ctx, terminalURL(base), &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
+			return errorf("terminal: unauthorized (wrong or missing token)")
+		}
+		return fmt.Errorf("terminal: %w", err)
+	}
+	c.SetReadLimit(16 << 20)
+	defer c.CloseNow()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	in, _ := a.stdin.(*os.File)
+	if in != nil && isTerminal(in) {
+		restore, err := makeRaw(int(in.Fd()))
+		if err == nil {
+			defer restore()
+		}
+		sendSize := func() {
+			ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ)
+			if err != nil || ws.Col == 0 {
+				return
+			}
+			b, _ := json.Marshal(map[string]any{"type": "resize", "cols": ws.Col, "rows": ws.Row})
+			_ = c.Write(ctx, websocket.MessageText, b)
+		}
+		sendSize()
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-winch:
+					sendSize()
+				}
+			}
+		}()
+	}
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := a.stdin.Read(buf)
+			if n > 0 {
+				if c.Write(ctx, websocket.MessageText, buf[:n]) != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		_, p, err := c.Read(ctx)
+		if err != nil {
+			var ce websocket.CloseError
+			if errors.As(err, &ce) && ce.Code == websocket.StatusNormalClosure {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("terminal: %w", err)
+		}
+		if _, err := a.stdout.Write(p); err != nil {
+			return err
+		}
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// makeRaw puts the terminal in raw mode (as cfmakeraw) and returns the restore.
+func makeRaw(fd int) (func(), error) {
+	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return nil, err
+	}
+	t := *old
+	t.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	t.Oflag &^= unix.OPOST
+	t.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	t.Cflag &^= unix.CSIZE | unix.PARENB
+	t.Cflag |= unix.CS8
+	t.Cc[unix.VMIN] = 1
+	t.Cc[unix.VTIME] = 0
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &t); err != nil {
+		return nil, err
+	}
+	return func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
+}

@@ -1,0 +1,289 @@
+package gitrepo
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+)
+
+// DefaultMaxBundleBytes bounds a bundle made or taken by the sidecar.
+const DefaultMaxBundleBytes = rules.MaxGitBundleBytes
+
+// maxRevisionLen bounds a base revision given by a caller.
+const maxRevisionLen = 256
+
+var (
+	// ErrBadRevision means base does not name a commit of the repository.
+	ErrBadRevision = errors.New("invalid revision")
+	// ErrNoBranch means HEAD is not on a branch (detached or unborn).
+	ErrNoBranch = errors.New("HEAD is not on a branch with commits")
+	// ErrNothingNew means the branch holds no commit that base lacks.
+	ErrNothingNew = errors.New("no commits since base")
+	// ErrBadBundle means a bundle given to ApplyBundle is not one git accepts.
+	ErrBadBundle = errors.New("invalid bundle")
+)
+
+// TooLargeError says a bundle went past Limit bytes.
+type TooLargeError struct{ Limit int64 }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("bundle exceeds %d bytes", e.Limit)
+}
+
+// Bundle is a bundle file made by CreateBundle; the caller reads and Closes it,
+// which removes the file.
+type Bundle struct {
+	*os.File
+	Size   int64
+	Branch string // refs/heads/<name>
+	Head   string
+}
+
+// Close closes and removes the bundle file.
+func (b *Bundle) Close() error {
+	err := b.File.Close()
+	_ = os.Remove(b.Name())
+	return err
+}
+
+// CreateBundle makes a bundle of the current branch of the repository id with
+// every commit that base (empty: none) lacks. The bundle is written to a
+// temporary file first so that a bundle past the size limit fails with a
+// *TooLargeError before anything is sent.
+func (w *Workspace) CreateBundle(ctx context.Context, id, base string) (*Bundle, error) {
+	repo, err := w.resolveRepo(id)
+	if err != nil {
+		return nil, err
+	}
+	branch, head, err := w.currentBranch(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"bundle", "create", "-q", "-", branch}
+	if base != "" {
+		sha, err := w.resolveCommit(ctx, repo, base)
+		if err != nil {
+			return nil, err
+		}
+		if sha == head {
+			return nil, ErrNothingNew
+		}
+		if w.isAncestor(ctx, repo, head, sha) {
+			return nil, ErrNothingNew
+		}
+		args = append(args, "^"+sha)
+	}
+	f, err := os.CreateTemp("", "sandbox-mcp-bundle-*")
+	if err != nil {
+		return nil, fmt.Errorf("bundle temp file: %w", err)
+	}
+	b := &Bundle{File: f, Branch: branch, Head: head}
+	lw := &limitWriter{w: f, left: w.maxBundle}
+	if err := w.stream(ctx, repo, nil, lw, args...); err != nil {
+		b.Close()
+		if lw.over {
+			return nil, &TooLargeError{Limit: w.maxBundle}
+		}
+		if strings.Contains(err.Error(), "empty bundle") {
+			return nil, ErrNothingNew
+		}
+		return nil, err
+	}
+	b.Size = w.maxBundle - lw.left
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// ApplyBundle fetches the branches of the bundle read from r (at most the size
+// limit) into refs/remotes/origin/* of the repository id. Nothing else moves:
+// not the local branches, not the work tree, no tags.
+func (w *Workspace) ApplyBundle(ctx context.Context, id string, r io.Reader) ([]apitype.GitRefUpdate, error) {
+	repo, err := w.resolveRepo(id)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp("", "sandbox-mcp-apply-*.bundle")
+	if err != nil {
+		return nil, fmt.Errorf("bundle temp file: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	n, err := io.Copy(f, io.LimitReader(r, w.maxBundle+1))
+	if err != nil {
+		return nil, fmt.Errorf("read bundle: %w", err)
+	}
+	if n > w.maxBundle {
+		return nil, &TooLargeError{Limit: w.maxBundle}
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	before, err := w.originRefs(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	err = w.stream(ctx, repo, nil, io.Discard, "-c", "transfer.fsckObjects=true",
+		"fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
+		f.Name(), "+refs/heads/*:refs/remotes/origin/*")
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("%w: %v", ErrBadBundle, err)
+		}
+		return nil, err
+	}
+	after, err := w.originRefs(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	updated := []apitype.GitRefUpdate{}
+	refs := make([]string, 0, len(after))
+	for ref := range after {
+		refs = append(refs, ref)
+	}
+	sort.Strings(refs)
+	for _, ref := range refs {
+		if before[ref] != after[ref] {
+			updated = append(updated, apitype.GitRefUpdate{Ref: ref, Old: before[ref], New: after[ref]})
+		}
+	}
+	return updated, nil
+}
+
+// currentBranch returns HEAD's branch ref and commit.
+func (w *Workspace) currentBranch(ctx context.Context, repo string) (ref, sha string, err error) {
+	out, _, err := w.run(ctx, repo, 4096, "symbolic-ref", "--quiet", "HEAD")
+	if err != nil {
+		return "", "", ErrNoBranch
+	}
+	ref = strings.TrimSpace(string(out))
+	if !strings.HasPrefix(ref, "refs/heads/") {
+		return "", "", ErrNoBranch
+	}
+	out, _, err = w.run(ctx, repo, 4096, "rev-parse", "--verify", "--quiet", ref+"^{commit}")
+	if err != nil {
+		return "", "", ErrNoBranch
+	}
+	return ref, strings.TrimSpace(string(out)), nil
+}
+
+// resolveCommit turns a caller's revision into a commit id. Anything that could
+// be read as an option, or that does not name a commit, is ErrBadRevision.
+func (w *Workspace) resolveCommit(ctx context.Context, repo, rev string) (string, error) {
+	if !ValidRevision(rev) {
+		return "", ErrBadRevision
+	}
+	out, _, err := w.run(ctx, repo, 4096, "rev-parse", "--verify", "--quiet", rev+"^{commit}")
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "", ErrBadRevision
+		}
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// ValidRevision reports whether rev may be given to git as a revision: not
+// empty, not an option, no whitespace or control characters, no range syntax,
+// bounded length.
+func ValidRevision(rev string) bool {
+	if rev == "" || len(rev) > maxRevisionLen || rev[0] == '-' || strings.Contains(rev, "..") {
+		return false
+	}
+	for _, c := range rev {
+		if c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// isAncestor reports whether a is an ancestor of b (or equal).
+func (w *Workspace) isAncestor(ctx context.Context, repo, a, b string) bool {
+	_, _, err := w.run(ctx, repo, 64, "merge-base", "--is-ancestor", a, b)
+	return err == nil
+}
+
+// originRefs maps refs/remotes/origin/* (symbolic refs left out) to their commits.
+func (w *Workspace) originRefs(ctx context.Context, repo string) (map[string]string, error) {
+	out, cut, err := w.run(ctx, repo, 4<<20, "for-each-ref", "--format=%(refname) %(objectname) %(symref)", "refs/remotes/origin/")
+	if err != nil {
+		return nil, err
+	}
+	if cut {
+		return nil, errors.New("too many remote refs")
+	}
+	refs := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		// Symbolic refs (origin/HEAD) follow their target and are not listed.
+		if f := strings.Fields(sc.Text()); len(f) == 2 {
+			refs[f[0]] = f[1]
+		}
+	}
+	return refs, nil
+}
+
+// stream runs git with args in dir, stdin from in (nil: none) and stdout into
+// out, with the same timeout, process limit and clean-up as run.
+func (w *Workspace) stream(ctx context.Context, dir string, in io.Reader, out io.Writer, args ...string) error {
+	select {
+	case w.procs <- struct{}{}:
+		defer func() { <-w.procs }()
+	case <-ctx.Done():
+		return fmt.Errorf("git %s in %s: %w", args[0], dir, ctx.Err())
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, w.git, append(append([]string{}, w.baseArgs...), args...)...)
+	cmd.Dir = dir
+	cmd.Env = w.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return killGroup(cmd) }
+	cmd.WaitDelay = time.Second
+	var stderr capBuffer
+	stderr.max = 4096
+	cmd.Stderr = &stderr
+	cmd.Stdin = in
+	cmd.Stdout = out
+	err := cmd.Run()
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("git %s in %s: %w (limit %s)", args[0], dir, ctx.Err(), w.timeout)
+	case err != nil:
+		return fmt.Errorf("git %s in %s: %w: %s", args[0], dir, err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// limitWriter passes at most left bytes to w and fails past them.
+type limitWriter struct {
+	w    io.Writer
+	left int64
+	over bool
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > l.left {
+		l.over = true
+		return 0, errors.New("size limit reached")
+	}
+	n, err := l.w.Write(p)
+	l.left -= int64(n)
+	return n, err
+}

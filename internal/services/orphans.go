@@ -1,0 +1,207 @@
+package services
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+)
+
+// statePrefix is the first 8 hex digits of the SHA-256 of the state dir's
+// absolute path. Every instance id of the state dir starts with it, so every
+// process of every run (and every monitor) carries a marker of the state dir
+// it belongs to, recorded or not.
+func statePrefix(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	sum := sha256.Sum256([]byte(dir))
+	return hex.EncodeToString(sum[:4])
+}
+
+// lockLaunch takes <StateDir>/launch.lock: shared (LOCK_SH) by every launch
+// from the monitor's start until its ack, exclusive (LOCK_EX) by the orphan
+// sweep, which so never sees a run that is being recorded.
+func (m *Manager) lockLaunch(how int) (func(), error) {
+	path := filepath.Join(m.cfg.StateDir, "launch.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
+	if os.IsNotExist(err) {
+		if derr := m.makeDirs(); derr == nil {
+			f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open launch lock: %w", err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), how)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock launch: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// orphanProc is a process that carries an instance marker of this state dir.
+type orphanProc struct {
+	pid, pgid int
+	start     uint64
+	monitor   bool // carries monitorEnv: it is the run's monitor
+	cmdline   string
+}
+
+// markedProcs lists the live processes (other than this one) whose
+// environment carries an instance or monitor marker starting with prefix,
+// by instance id.
+func markedProcs(prefix string) map[string][]orphanProc {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	inst := []byte(instanceEnv + "=" + prefix + "-")
+	mon := []byte(monitorEnv + "=" + prefix + "-")
+	out := map[string][]orphanProc{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self || pid <= 1 {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !bytes.Contains(env, []byte(prefix+"-")) {
+			continue
+		}
+		id, isMon := "", false
+		for kv := range bytes.SplitSeq(env, []byte{0}) {
+			switch {
+			case bytes.HasPrefix(kv, inst):
+				id = string(kv[len(instanceEnv)+1:])
+			case bytes.HasPrefix(kv, mon):
+				id, isMon = string(kv[len(monitorEnv)+1:]), true
+			}
+		}
+		if id == "" {
+			continue
+		}
+		st, err := readStat(pid)
+		if err != nil || st.state == 'Z' {
+			continue
+		}
+		cl, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		out[id] = append(out[id], orphanProc{pid: pid, pgid: st.pgid, start: st.start, monitor: isMon,
+			cmdline: strings.TrimSpace(string(bytes.ReplaceAll(cl, []byte{0}, []byte{' '})))})
+	}
+	return out
+}
+
+// sweepGrace is how long swept processes get between SIGTERM and SIGKILL.
+const sweepGrace = 500 * time.Millisecond
+
+// sweepOrphans stops every process that carries an instance marker of this
+// state dir while no running record claims its instance: the leftovers of a
+// sidecar killed in the middle of a start, or of a run whose record was
+// lost. It logs what it stopped.
+func (m *Manager) sweepOrphans() {
+	unlock, err := m.lockLaunch(syscall.LOCK_EX)
+	if err != nil {
+		m.log.Warn("orphan sweep skipped", "err", err)
+		return
+	}
+	defer unlock()
+	st, _, err := readState(m.statePath)
+	switch {
+	case err == nil:
+		sanitizeState(st)
+	case errors.Is(err, errCorrupt):
+		// Moved aside by adopt: none of its runs can be stopped through the API.
+		st = newState()
+	default:
+		m.log.Warn("orphan sweep skipped", "err", err)
+		return
+	}
+	claimed := map[string]bool{}
+	for _, r := range st.Services {
+		if r.Status == apitype.StatusRunning && r.Instance != "" {
+			claimed[r.Instance] = true
+		}
+	}
+	// First the monitors, so none of them starts a process behind the
+	// sweep's back: a SIGKILL pending stops a fork half-way, and once the
+	// monitor is dead everything it started is visible and stays put.
+	var monitors []orphanProc
+	for id, procs := range markedProcs(m.prefix) {
+		if claimed[id] {
+			continue
+		}
+		for _, p := range procs {
+			if p.monitor {
+				m.log.Warn("stopping the monitor of an unrecorded run", "instance", id, "pid", p.pid)
+				_ = syscall.Kill(p.pid, syscall.SIGKILL)
+				monitors = append(monitors, p)
+			}
+		}
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for _, p := range monitors {
+		waitDead(p.pid, p.start, time.Until(deadline))
+	}
+	var wg sync.WaitGroup
+	for id, procs := range markedProcs(m.prefix) {
+		if claimed[id] {
+			continue
+		}
+		t := target{instance: id}
+		pids := make([]int, 0, len(procs))
+		cmds := make([]string, 0, len(procs))
+		for _, p := range procs {
+			pids = append(pids, p.pid)
+			cmds = append(cmds, p.cmdline)
+			if p.pid == p.pgid && !p.monitor {
+				t.pgid, t.pgidStart = p.pid, p.start
+			}
+		}
+		m.log.Warn("stopping orphaned processes of an unrecorded run", "instance", id, "pids", pids, "commands", cmds)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := killTree(context.Background(), t, syscall.SIGTERM, sweepGrace); err != nil {
+				m.log.Error("stop orphaned processes", "instance", id, "err", err)
+			}
+			os.Remove(m.exitFile(id))
+		}()
+	}
+	wg.Wait()
+}
+
+// waitDead polls until pid (started at start) is gone or a zombie, at most d.
+func waitDead(pid int, start uint64, d time.Duration) {
+	for deadline := time.Now().Add(d); alive(pid, start) && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// ProtectSidecar lowers the OOM score of the calling process (the API
+// sidecar), so that under memory pressure the kernel kills a service, whose
+// score the monitor raised, before the process that can stop and restart it.
+// Lowering needs CAP_SYS_RESOURCE; without it the error says so and nothing changes.
+func ProtectSidecar() error {
+	return os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(sidecarOOMScoreAdj)), 0)
+}

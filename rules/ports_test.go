@@ -1,0 +1,54 @@
+package rules_test
+
+import (
+	"net"
+	"strconv"
+	"testing"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/caddy"
+	"github.com/proliferate-ai/sandbox-mcp/internal/config"
+	"github.com/proliferate-ai/sandbox-mcp/internal/preview"
+	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+)
+
+// Addresses must be constants where they are declared, so they spell the
+// port out; this keeps every spelling equal to the one rule.
+func TestAddressesUsePorts(t *testing.T) {
+	port := func(addr string) int {
+		_, p, err := net.SplitHostPort(addr)
+		n, _ := strconv.Atoi(p)
+		if err != nil {
+			t.Errorf("SplitHostPort(%q): %v", addr, err)
+		}
+		return n
+	}
+	tests := []struct {
+		what string
+		got  int
+		want int
+	}{
+		{"config.DefaultAddr", port(config.DefaultAddr), rules.PortSidecar},
+		{"config.DefaultSidecarURL", port(config.DefaultSidecarURL[len("http://"):]), rules.PortSidecar},
+		{"config.DefaultPreviewAddr", port(config.DefaultPreviewAddr), rules.PortPreviewProxy},
+		{"caddy.DefaultAPI", port(caddy.DefaultAPI), rules.PortSidecar},
+		{"caddy.DefaultVSCode", port(caddy.DefaultVSCode), rules.PortVSCode},
+		{"caddy.DefaultPreview", port(caddy.DefaultPreview), rules.PortPreviewProxy},
+		{"caddy.DefaultSite", port(caddy.DefaultSite), rules.PortPreview},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s port = %d, want %d", tt.what, tt.got, tt.want)
+		}
+	}
+	for _, got := range [][]int{caddy.DefaultFallbackPorts, preview.DefaultFallbackPorts, provider.DevServerPorts()} {
+		if len(got) != len(rules.FallbackPorts()) {
+			t.Fatalf("fallback ports %v, want %v", got, rules.FallbackPorts())
+		}
+		for i, p := range rules.FallbackPorts() {
+			if got[i] != p {
+				t.Errorf("fallback ports %v, want %v", got, rules.FallbackPorts())
+			}
+		}
+	}
+}
