@@ -2,7 +2,6 @@ package api
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -47,7 +46,7 @@ func (s *Server) routes() http.Handler {
 		r.Get("/api/git/bundle", s.handle(s.gitBundle))
 		// A bundle is no JSON request: the git leaf bounds it (413), not the 1 MiB
 		// cap, and up to 256 MiB gets longer than the 30 s read timeout.
-		r.With(s.allowBody(rules.MaxGitBundleBytes+1, bundleReadTimeout)).Post("/api/git/bundle", s.handle(s.gitApplyBundle))
+		r.With(s.allowBody(rules.MaxGitBundleBytes+1, rules.BundleReadTimeout)).Post("/api/git/bundle", s.handle(s.gitApplyBundle))
 		r.Get("/api/git/changeset", s.handle(s.gitChangeset))
 
 		r.Get("/api/ports", s.handle(s.ports))
@@ -59,9 +58,5 @@ func (s *Server) routes() http.Handler {
 	})
 	return r
 }
-
-// bundleReadTimeout is how long a POST /api/git/bundle may take to arrive:
-// 256 MiB at 0.5 MB/s.
-const bundleReadTimeout = 10 * time.Minute
 
 var errNotImplemented = errorf(http.StatusNotImplemented, "not available in this sidecar")
