@@ -128,7 +128,7 @@ func newCmdExec(a *app) *cobra.Command {
 	var cwd string
 	var envs []string
 	var timeout time.Duration
-	var stdin bool
+	var stdin, tty bool
 	cmd := &cobra.Command{
 		Use:   "exec ID [flags] -- ARGV...",
 		Short: "Run a command in a sandbox; exit with its exit code",
@@ -141,8 +141,24 @@ func newCmdExec(a *app) *cobra.Command {
 			defer b.close()
 			req := engine.ExecRequest{Argv: args[1:], Cwd: cwd, Env: envs, Timeout: timeout,
 				Stdout: a.stdout, Stderr: a.stderr}
-			if stdin {
+			resize := make(chan engine.WindowSize, 1)
+			if stdin || tty {
 				req.Stdin = a.stdin
+			}
+			if tty {
+				req.TTY = true
+				stop := a.terminalSetup(cmd.Context(), func(ws engine.WindowSize) {
+					if req.Size == (engine.WindowSize{}) {
+						req.Size = ws
+						return
+					}
+					select {
+					case resize <- ws:
+					default:
+					}
+				})
+				defer stop()
+				req.Resize = resize
 			}
 			code, err := b.Engine.Exec(cmd.Context(), args[0], req)
 			if err != nil && code != 124 {
@@ -162,6 +178,7 @@ func newCmdExec(a *app) *cobra.Command {
 	f.StringArrayVar(&envs, "env", nil, "extra environment variable KEY=VALUE (repeatable)")
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long (exit code 124)")
 	f.BoolVarP(&stdin, "interactive", "i", false, "pass stdin to the command")
+	f.BoolVarP(&tty, "tty", "t", false, "run the command on a terminal (raw mode and resizes when stdin is one; implies -i)")
 	return cmd
 }
 

@@ -264,3 +264,28 @@ func FuzzSandboxPath(f *testing.F) {
 		}
 	})
 }
+
+// serve hands the local engine and the address to the registered protocol server.
+func TestServeRegistry(t *testing.T) {
+	requireNamespaces(t)
+	bins := buildBinaries(t)
+	var got serveOptions
+	serveProtocols["test-proto"] = func(ctx context.Context, o serveOptions) error {
+		got = o
+		o.Ready(o.Addr)
+		_, err := o.Engine.List(ctx)
+		return err
+	}
+	defer delete(serveProtocols, "test-proto")
+	dir := t.TempDir()
+	env := map[string]string{"SANDBOXCTL_SANDBOX_MCP": filepath.Join(bins, "sandbox-mcp"), "SANDBOXCTL_DATA_DIR": dir}
+	var stdout, stderr strings.Builder
+	code := run(t.Context(), []string{"serve", "--protocol", "test-proto", "--addr", "127.0.0.1:9"},
+		func(k string) string { return env[k] }, strings.NewReader(""), &stdout, &stderr)
+	if code != 0 || got.Engine == nil || got.Addr != "127.0.0.1:9" || got.DataDir != dir {
+		t.Fatalf("serve = %d %q, options %+v", code, stderr.String(), got)
+	}
+	if !strings.Contains(stderr.String(), "serving test-proto on 127.0.0.1:9") {
+		t.Errorf("stderr = %q, want the ready line", stderr.String())
+	}
+}

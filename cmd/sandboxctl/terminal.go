@@ -15,6 +15,8 @@ import (
 	"github.com/coder/websocket"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
 func newCmdTerminal(a *app) *cobra.Command {
@@ -90,35 +92,11 @@ func (a *app) terminal(ctx context.Context, base, token string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	in, _ := a.stdin.(*os.File)
-	if in != nil && isTerminal(in) {
-		restore, err := makeRaw(int(in.Fd()))
-		if err == nil {
-			defer restore()
-		}
-		sendSize := func() {
-			ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ)
-			if err != nil || ws.Col == 0 {
-				return
-			}
-			b, _ := json.Marshal(map[string]any{"type": "resize", "cols": ws.Col, "rows": ws.Row})
-			_ = c.Write(ctx, websocket.MessageText, b)
-		}
-		sendSize()
-		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, syscall.SIGWINCH)
-		defer signal.Stop(winch)
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-winch:
-					sendSize()
-				}
-			}
-		}()
-	}
+	stop := a.terminalSetup(ctx, func(ws engine.WindowSize) {
+		b, _ := json.Marshal(map[string]any{"type": "resize", "cols": ws.Cols, "rows": ws.Rows})
+		_ = c.Write(ctx, websocket.MessageText, b)
+	})
+	defer stop()
 	go func() {
 		buf := make([]byte, 32<<10)
 		for {
@@ -151,6 +129,46 @@ func (a *app) terminal(ctx context.Context, base, token string) error {
 		if _, err := a.stdout.Write(p); err != nil {
 			return err
 		}
+	}
+}
+
+// terminalSetup, when stdin is a terminal, puts it in raw mode and calls size with
+// its size now and after every SIGWINCH; stop restores it.
+func (a *app) terminalSetup(ctx context.Context, size func(engine.WindowSize)) (stop func()) {
+	in, _ := a.stdin.(*os.File)
+	if in == nil || !isTerminal(in) {
+		return func() {}
+	}
+	restore, err := makeRaw(int(in.Fd()))
+	if err != nil {
+		restore = func() {}
+	}
+	send := func() {
+		ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ)
+		if err == nil && ws.Col > 0 {
+			size(engine.WindowSize{Cols: ws.Col, Rows: ws.Row})
+		}
+	}
+	send()
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-winch:
+				send()
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(winch)
+		close(done)
+		restore()
 	}
 }
 

@@ -111,6 +111,17 @@ type ExecRequest struct {
 	Stdin   io.Reader // nil: empty stdin
 	Stdout  io.Writer // streamed; nil discards
 	Stderr  io.Writer
+	// TTY runs the command on a pseudo-terminal of Size: Stdin is its keyboard,
+	// Stdout gets everything it prints (Stderr is unused), Resize changes its size.
+	TTY    bool
+	Size   WindowSize
+	Resize <-chan WindowSize
+}
+
+// WindowSize is a terminal's size; zero means 80x24.
+type WindowSize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
 }
 
 // FileInfo is one entry of ListFiles or Stat.

@@ -121,8 +121,12 @@ func TestAcceptanceTwoSandboxes(t *testing.T) {
 	if err := host.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("a host process died of kill -9 -1 inside a sandbox: %v", err)
 	}
-	if code := health(t, a.SandboxMCPURL); code == http.StatusOK {
-		t.Error("the sandbox's own sidecar survived its kill -9 -1")
+	for deadline := time.Now().Add(5 * time.Second); health(t, a.SandboxMCPURL) == http.StatusOK; {
+		if time.Now().After(deadline) {
+			t.Error("the sandbox's own sidecar survived its kill -9 -1")
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if out := execOut(t, p, a.SandboxID, "echo", "still here"); out != "still here\n" {
 		t.Errorf("the sandbox after its kill -9 -1: %q", out)

@@ -150,10 +150,7 @@ func sandboxPIDs(st boxState) []int {
 // the resident memory of the idle sandbox (init, sandbox-mcp and, when installed,
 // Caddy) and of its init alone.
 func BenchmarkBootHealthy(b *testing.B) {
-	p, err := New(Options{Root: b.TempDir(), SandboxMCP: sandboxMCP})
-	if err != nil {
-		b.Skip(err)
-	}
+	p := mustNew(b, Options{Root: b.TempDir(), SandboxMCP: sandboxMCP})
 	defer p.Close()
 	var rss, initRSS, n int
 	for b.Loop() {

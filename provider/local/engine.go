@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -786,7 +787,9 @@ func (e *Engine) dialControl(ctx context.Context, id string) (net.Conn, error) {
 
 // Exec runs req inside the sandbox. A command that cannot start (not found, not
 // executable) is exit code 127 or 126 with the reason on Stderr, as from a shell. A
-// timeout is exit code 124 and an error wrapping engine.ErrTimeout.
+// timeout is exit code 124 and an error wrapping engine.ErrTimeout. Exec returns when
+// the command is done; like os/exec, a goroutine copies req.Stdin until its Read
+// returns, so a Stdin that never ends should be closed by the caller.
 func (e *Engine) Exec(ctx context.Context, id string, req engine.ExecRequest) (int, error) {
 	code, _, err := e.exec(ctx, id, req, false)
 	return code, err
@@ -818,18 +821,41 @@ func (e *Engine) exec(ctx context.Context, id string, req engine.ExecRequest, de
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	cr := ctlRequest{Op: "exec", Argv: req.Argv, Cwd: cwd, Env: e.environ(st, req.Env),
-		TimeoutMs: req.Timeout.Milliseconds(), Detach: detach, Stdin: req.Stdin != nil && !detach}
+		TimeoutMs: req.Timeout.Milliseconds(), Detach: detach, Stdin: req.Stdin != nil && !detach,
+		TTY: req.TTY && !detach, Cols: req.Size.Cols, Rows: req.Size.Rows}
 	if req.Timeout > 0 && cr.TimeoutMs == 0 {
 		cr.TimeoutMs = 1
 	}
 	if err := writeRequest(conn, cr); err != nil {
 		return -1, 0, e.execErr(ctx, id, err)
 	}
+	fw := &frameWriter{w: conn}
 	if cr.Stdin {
 		go func() {
-			fw := &frameWriter{w: conn}
 			_, _ = io.Copy(streamWriter{fw, frameStdin}, req.Stdin)
 			_ = fw.write(frameStdinEOF, nil)
+		}()
+	}
+	if cr.TTY && req.Resize != nil {
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case ws, ok := <-req.Resize:
+					if !ok {
+						return
+					}
+					var b [4]byte
+					binary.BigEndian.PutUint16(b[:], ws.Cols)
+					binary.BigEndian.PutUint16(b[2:], ws.Rows)
+					if fw.write(frameResize, b[:]) != nil {
+						return
+					}
+				}
+			}
 		}()
 	}
 	br := bufio.NewReaderSize(conn, 64<<10)

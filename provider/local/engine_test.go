@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,7 +142,7 @@ func TestEngineSandbox(t *testing.T) {
 	}
 	// Only the sandbox's own processes: init and ps itself.
 	out, _ = sh(t, e, info.ID, "ps", "-e", "-o", "pid=,comm=")
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.HasPrefix(strings.TrimSpace(lines[0]), "1 ") {
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || strings.TrimSpace(lines[0]) != "1 sandbox-init" {
 		t.Errorf("ps inside shows %q, want only init and ps", out)
 	}
 	for _, d := range []string{"/home/user/workspace", "/home/user/.proliferate", "/tmp/proliferate"} {
@@ -414,7 +416,7 @@ func TestEnginePauseAndLimits(t *testing.T) {
 		return
 	}
 	info = createBox(t, e, engine.Spec{})
-	if _, err := e.StartDetached(t.Context(), info.ID, engine.ExecRequest{Argv: []string{"bash", "-c", "while :; do date +%s%N > /tmp/tick; sleep 0.01; done"}}); err != nil {
+	if _, err := e.StartDetached(t.Context(), info.ID, engine.ExecRequest{Argv: []string{"bash", "-c", "while :; do date +%s%N > /tmp/tick.new && mv /tmp/tick.new /tmp/tick; sleep 0.01; done"}}); err != nil {
 		t.Fatal(err)
 	}
 	tick := filepath.Join(info.Home, "..", "tmp", "tick")
@@ -653,4 +655,62 @@ func TestEngineEgress(t *testing.T) {
 	if out, code := sh(t, e, closed.ID, "curl", "-sS", "--max-time", "5", "http://"+outside+"/"); code == 0 {
 		t.Errorf("a sandbox without egress reached the outside: %q", out)
 	}
+}
+
+func TestEngineExecTTY(t *testing.T) {
+	e := newTestEngine(t)
+	info := createBox(t, e, engine.Spec{})
+	resize := make(chan engine.WindowSize, 1)
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close() // Exec's stdin copy ends with its reader
+	var out syncBuffer
+	done := make(chan error, 1)
+	var code int
+	go func() {
+		var err error
+		code, err = e.Exec(t.Context(), info.ID, engine.ExecRequest{Argv: []string{"bash", "--norc", "-i"}, TTY: true,
+			Size: engine.WindowSize{Cols: 100, Rows: 30}, Resize: resize, Stdin: stdinR, Stdout: &out, Env: []string{"PS1=$ "}})
+		done <- err
+	}()
+	wait := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(out.String(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in the terminal output %q", want, out.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	fmt.Fprintln(stdinW, "tty; stty size")
+	wait("30 100")
+	if !strings.Contains(out.String(), "/dev/pts/") {
+		t.Errorf("the command has no terminal: %q", out.String())
+	}
+	resize <- engine.WindowSize{Cols: 120, Rows: 40}
+	time.Sleep(50 * time.Millisecond)
+	fmt.Fprintln(stdinW, "stty size")
+	wait("40 120")
+	fmt.Fprintln(stdinW, "exit 5")
+	if err := <-done; err != nil || code != 5 {
+		t.Errorf("exit of the terminal command = %d, %v", code, err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/providertest"
 )
 
@@ -94,12 +95,23 @@ func killLeakedInits() []string {
 	return out
 }
 
-func newProvider(t *testing.T, env map[string]string) *Provider {
+// mustNew is New for tests: where namespaces are not permitted the test is skipped
+// (the unisolated tests still run there).
+func mustNew(t testing.TB, o Options) *Provider {
 	t.Helper()
-	p, err := New(Options{Root: t.TempDir(), SandboxMCP: sandboxMCP, Getenv: func(k string) string { return env[k] }})
+	p, err := New(o)
+	if errors.Is(err, engine.ErrNotIsolated) {
+		t.Skipf("namespaces are not permitted here: %v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+func newProvider(t *testing.T, env map[string]string) *Provider {
+	t.Helper()
+	p := mustNew(t, Options{Root: t.TempDir(), SandboxMCP: sandboxMCP, Getenv: func(k string) string { return env[k] }})
 	t.Cleanup(func() { p.Close() })
 	return p
 }
@@ -430,10 +442,7 @@ func TestHealth(t *testing.T) {
 	if !newProvider(t, nil).Health(t.Context()) {
 		t.Errorf("Health() = false with bash, git and the binary present")
 	}
-	p, err := New(Options{Root: t.TempDir(), SandboxMCP: filepath.Join(t.TempDir(), "missing")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := mustNew(t, Options{Root: t.TempDir(), SandboxMCP: filepath.Join(t.TempDir(), "missing")})
 	if p.Health(t.Context()) {
 		t.Errorf("Health() = true without the sandbox-mcp binary")
 	}
@@ -442,10 +451,7 @@ func TestHealth(t *testing.T) {
 func TestContract(t *testing.T) {
 	root := t.TempDir()
 	providertest.Run(t, func(t *testing.T) provider.SandboxProvider {
-		p, err := New(Options{Root: root, SandboxMCP: sandboxMCP, KillGrace: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := mustNew(t, Options{Root: root, SandboxMCP: sandboxMCP, KillGrace: time.Second})
 		t.Cleanup(func() { p.Close() })
 		return p
 	}, providertest.Options{
@@ -460,19 +466,13 @@ func TestContract(t *testing.T) {
 // finds them alive, CheckSandboxes changes nothing, and Terminate ends them.
 func TestSandboxOutlivesProvider(t *testing.T) {
 	root := t.TempDir()
-	p, err := New(Options{Root: root, SandboxMCP: sandboxMCP})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := mustNew(t, Options{Root: root, SandboxMCP: sandboxMCP})
 	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Close()
-	q, err := New(Options{Root: root, SandboxMCP: sandboxMCP})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := mustNew(t, Options{Root: root, SandboxMCP: sandboxMCP})
 	defer q.Close()
 	defer q.Terminate(context.Background(), "s", b.SandboxID)
 	before, _ := os.ReadFile(q.statePath(b.SandboxID))

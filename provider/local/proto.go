@@ -18,6 +18,7 @@ import (
 const (
 	frameStdin    = 'i' // engine → init: stdin bytes
 	frameStdinEOF = 'e' // engine → init: stdin is done
+	frameResize   = 'z' // engine → init: cols u16, rows u16 (TTY)
 	frameStdout   = 'o' // init → engine
 	frameStderr   = 'r' // init → engine
 	frameExit     = 'x' // init → engine: an exitFrame, the last frame
@@ -38,6 +39,10 @@ type ctlRequest struct {
 	Detach bool `json:"detach,omitempty"`
 	// Stdin says the engine will send stdin frames; otherwise stdin is /dev/null.
 	Stdin bool `json:"stdin,omitempty"`
+	// TTY runs the command on a new pseudo-terminal of Cols x Rows.
+	TTY  bool   `json:"tty,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
 }
 
 // exitFrame ends a connection.

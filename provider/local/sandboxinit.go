@@ -9,6 +9,7 @@ package local
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 )
 
@@ -82,6 +84,7 @@ func init() {
 // sandboxInit runs init; it returns only on a failed start.
 func sandboxInit() int {
 	os.Unsetenv(initEnv)
+	_ = os.WriteFile("/proc/self/comm", []byte("sandbox-init"), 0) // what ps shows inside
 	cfgFile, ready := os.NewFile(3, "config"), os.NewFile(4, "ready")
 	var cfg initConfig
 	err := json.NewDecoder(cfgFile).Decode(&cfg)
@@ -600,7 +603,25 @@ func (in *initServer) serve(c net.Conn) {
 	files := []uintptr{devNull.Fd(), devNull.Fd(), devNull.Fd()}
 	var stdinW, stdoutR, stderrR *os.File
 	var closeAfterStart []*os.File
-	if !req.Detach {
+	var ptmx *os.File
+	switch {
+	case req.Detach:
+	case req.TTY:
+		m, tty, err := pty.Open()
+		if err != nil {
+			sendExit(exitFrame{Code: -1, Error: "open a pty: " + err.Error()})
+			return
+		}
+		cols, rows := req.Cols, req.Rows
+		if cols == 0 || rows == 0 {
+			cols, rows = 80, 24
+		}
+		_ = pty.Setsize(m, &pty.Winsize{Cols: cols, Rows: rows})
+		ptmx = m
+		files = []uintptr{tty.Fd(), tty.Fd(), tty.Fd()}
+		closeAfterStart = append(closeAfterStart, tty)
+		stdinW, stdoutR = m, m
+	default:
 		if req.Stdin {
 			r, w, err := os.Pipe()
 			if err != nil {
@@ -623,8 +644,12 @@ func (in *initServer) serve(c net.Conn) {
 		files[1], files[2], stdoutR, stderrR = ow.Fd(), ew.Fd(), or, er
 		closeAfterStart = append(closeAfterStart, ow, ew)
 	}
-	attr := &syscall.ProcAttr{Dir: req.Cwd, Env: req.Env, Files: files,
-		Sys: &syscall.SysProcAttr{Setpgid: !req.Detach, Setsid: req.Detach}}
+	sys := &syscall.SysProcAttr{Setpgid: !req.Detach, Setsid: req.Detach}
+	if ptmx != nil {
+		// Its own session with the pty as controlling terminal (fd 0).
+		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
+	attr := &syscall.ProcAttr{Dir: req.Cwd, Env: req.Env, Files: files, Sys: sys}
 	reply := make(chan spawnRes, 1)
 	in.spawn <- spawnReq{argv0: argv0, argv: req.Argv, attr: attr, reply: reply}
 	res := <-reply
@@ -636,12 +661,10 @@ func (in *initServer) serve(c net.Conn) {
 		if errors.Is(res.err, syscall.ENOENT) {
 			code = 127
 		}
-		if stdinW != nil {
-			stdinW.Close()
-		}
-		if stdoutR != nil {
-			stdoutR.Close()
-			stderrR.Close()
+		for _, f := range []*os.File{stdinW, stdoutR, stderrR} {
+			if f != nil {
+				f.Close()
+			}
 		}
 		sendExit(exitFrame{Code: code, Error: fmt.Sprintf("%s: %v", req.Argv[0], res.err)})
 		return
@@ -666,7 +689,7 @@ func (in *initServer) serve(c net.Conn) {
 		for {
 			typ, p, err := readFrame(br, buf)
 			if err != nil {
-				if stdinW != nil {
+				if stdinW != nil && ptmx == nil {
 					stdinW.Close()
 				}
 				kill()
@@ -679,8 +702,12 @@ func (in *initServer) serve(c net.Conn) {
 					_, _ = stdinW.Write(p)
 				}
 			case frameStdinEOF:
-				if stdinW != nil {
+				if stdinW != nil && ptmx == nil {
 					stdinW.Close()
+				}
+			case frameResize:
+				if ptmx != nil && len(p) == 4 {
+					_ = pty.Setsize(ptmx, &pty.Winsize{Cols: binary.BigEndian.Uint16(p), Rows: binary.BigEndian.Uint16(p[2:])})
 				}
 			}
 		}
@@ -690,6 +717,9 @@ func (in *initServer) serve(c net.Conn) {
 		f   *os.File
 		typ byte
 	}{{stdoutR, frameStdout}, {stderrR, frameStderr}} {
+		if s.f == nil {
+			continue
+		}
 		copies.Add(1)
 		go func() {
 			defer copies.Done()
@@ -722,7 +752,9 @@ func (in *initServer) serve(c net.Conn) {
 	case <-time.After(time.Second):
 	}
 	stdoutR.Close()
-	stderrR.Close()
+	if stderrR != nil {
+		stderrR.Close()
+	}
 	<-done
 	e := exitFrame{Code: ws.ExitStatus(), Pid: pid, TimedOut: timedOut}
 	if ws.Signaled() {

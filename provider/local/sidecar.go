@@ -35,7 +35,7 @@ func waitSidecar(ctx context.Context, c *http.Client, url string, timeout time.D
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for sandbox-mcp at %s: %w", url, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
