@@ -3,6 +3,7 @@ package api
 import (
 	"io"
 	"net/http"
+	"time"
 )
 
 // cappedBody is a request body under the server's size cap (Options.MaxBodyBytes),
@@ -41,14 +42,20 @@ func bodyLimit(r *http.Request, def int64) int64 {
 	return def
 }
 
-// allowBody raises the body cap of one route to limit bytes (POST /api/git/bundle
-// takes repository bundles larger than any JSON request). Register it with
-// r.With(s.allowBody(n)); it must run before the handler reads the body.
-func (s *Server) allowBody(limit int64) func(http.Handler) http.Handler {
+// allowBody raises the body cap of one route to limit bytes and gives the
+// request readTimeout from now to arrive in full, in place of the server's
+// ReadTimeout (POST /api/git/bundle takes repository bundles far larger than
+// any JSON request, over links that may be slow). Register it with
+// r.With(s.allowBody(n, d)) behind requireAuth; it must run before the
+// handler reads the body.
+func (s *Server) allowBody(limit int64, readTimeout time.Duration) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if b, ok := r.Body.(*cappedBody); ok && b.r == nil {
 				b.limit = limit
+			}
+			if readTimeout > 0 {
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(readTimeout))
 			}
 			next.ServeHTTP(w, r)
 		})

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Connection limits: the sidecar keeps at most about half its file
@@ -17,8 +19,8 @@ import (
 // state writes always find descriptors, however many connections are held
 // open against it.
 const (
-	minConns = 32
-	maxConns = 4096
+	minConns = rules.MinConns
+	maxConns = rules.MaxConns
 )
 
 // connLimit is the connection cap for the current RLIMIT_NOFILE: half the

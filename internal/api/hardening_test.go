@@ -157,7 +157,7 @@ func TestBodyCap(t *testing.T) {
 		return nil
 	})
 	r.Post("/capped", read)
-	r.With(s.allowBody(1<<20)).Post("/large", read)
+	r.With(s.allowBody(1<<20, time.Minute)).Post("/large", read)
 	big := `{"k":"` + strings.Repeat("x", 64<<10) + `"}`
 	tests := []struct {
 		path    string

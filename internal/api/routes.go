@@ -44,8 +44,9 @@ func (s *Server) routes() http.Handler {
 		r.Get("/api/git/status", s.handle(s.gitStatus))
 		r.Get("/api/git/diff", s.handle(s.gitDiff))
 		r.Get("/api/git/bundle", s.handle(s.gitBundle))
-		// A bundle is no JSON request: the git leaf bounds it (413), not the 1 MiB cap.
-		r.With(s.allowBody(rules.MaxGitBundleBytes+1)).Post("/api/git/bundle", s.handle(s.gitApplyBundle))
+		// A bundle is no JSON request: the git leaf bounds it (413), not the 1 MiB
+		// cap, and up to 256 MiB gets longer than the 30 s read timeout.
+		r.With(s.allowBody(rules.MaxGitBundleBytes+1, rules.BundleReadTimeout)).Post("/api/git/bundle", s.handle(s.gitApplyBundle))
 		r.Get("/api/git/changeset", s.handle(s.gitChangeset))
 
 		r.Get("/api/ports", s.handle(s.ports))

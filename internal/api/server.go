@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Options configures the API. Only Logger is required; a feature whose
@@ -43,14 +45,14 @@ type Options struct {
 // Timeouts of the HTTP server (HTTPServer).
 const (
 	// ReadHeaderTimeout bounds the wait for a request's headers.
-	ReadHeaderTimeout = 10 * time.Second
+	ReadHeaderTimeout = rules.RequestHeaderTimeout
 	// DefaultReadTimeout bounds reading a whole request, body included.
 	// Streaming routes lift it once authenticated (liftReadDeadline).
-	DefaultReadTimeout = 30 * time.Second
+	DefaultReadTimeout = rules.RequestReadTimeout
 	// IdleTimeout closes keep-alive connections left idle longer than any
 	// client pool keeps them (an idle connection holds ~22 KiB; Go's
 	// default is 90 s).
-	IdleTimeout = 2 * time.Minute
+	IdleTimeout = rules.IdleConnTimeout
 )
 
 // Server is the sidecar's HTTP handler.
@@ -78,7 +80,7 @@ func New(opts Options) (*Server, error) {
 		opts.ReadTimeout = DefaultReadTimeout
 	}
 	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = 1 << 20
+		opts.MaxBodyBytes = rules.MaxRequestBodyBytes
 	}
 	s := &Server{opts: opts, log: opts.Logger.With("component", "api"), done: make(chan struct{})}
 	s.handler = s.routes()

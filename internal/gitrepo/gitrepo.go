@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // MaxDepth is how many levels below the workspace a repository may sit; the
@@ -52,7 +53,7 @@ var (
 )
 
 // MaxPathBytes bounds the file path of a diff (Linux's PATH_MAX).
-const MaxPathBytes = 4096
+const MaxPathBytes = rules.MaxDiffPathBytes
 
 // skipDirs are trees discovery never enters: dependency and cache folders that
 // can hold tens of thousands of entries and no repository worth showing.

@@ -459,8 +459,17 @@ func FuzzResolve(f *testing.F) {
 	if err := os.Symlink(outside, filepath.Join(ws, "repo", "out")); err != nil {
 		f.Fatal(err)
 	}
+	// Links the linear path walk must follow: a loop, a way up and back in,
+	// an absolute one out.
+	for name, target := range map[string]string{"loop": "loop", "up": "../repo", "abs": "/etc"} {
+		if err := os.Symlink(target, filepath.Join(ws, "repo", name)); err != nil {
+			f.Fatal(err)
+		}
+	}
 	w := newWorkspace(f, ws)
 	f.Add(RepoID(filepath.Join(ws, "repo")), "a.txt")
+	f.Add(RepoID(filepath.Join(ws, "repo")), "up/up/loop/x")
+	f.Add(RepoID(filepath.Join(ws, "repo")), "up/../abs/passwd")
 	f.Add(RepoID(outside), "../../etc/passwd")
 	f.Add("!!", "out/x")
 	f.Add(RepoID(filepath.Join(ws, "repo", "out")), "/etc/passwd")

@@ -13,6 +13,10 @@ import (
 // maxFrame is the most output sent in one message.
 const maxFrame = 64 << 10
 
+// batchWindow is how long output that follows a frame may wait to be sent
+// with more (see writeClient).
+const batchWindow = 2 * time.Millisecond
+
 // outputHeader is the v2 output frame header: type and offset.
 const outputHeader = 1 + 8
 
@@ -100,12 +104,35 @@ func (m *Manager) writeClient(ctx context.Context, c Conn, s *session, v *viewer
 			return err
 		}
 	}
+	// Batching: output that follows a large frame within batchWindow waits
+	// out the window (unless a full frame is ready), so a flood goes out in
+	// large frames, with a fraction of the wakeups and writes; after a small
+	// frame (an echo, a prompt) output goes out at once.
+	var lastSend time.Time
+	lastSize := 0
+	batch := time.NewTimer(time.Hour)
+	batch.Stop()
+	defer batch.Stop()
 	for {
 		finished := false
 		select {
 		case <-s.done:
 			finished = true
 		default:
+		}
+		if d := batchWindow - time.Since(lastSend); !finished && lastSize >= bulkRead && d > 0 {
+			s.mu.Lock()
+			ready := s.ring.end - v.pos
+			s.mu.Unlock()
+			if ready < maxFrame {
+				batch.Reset(d)
+				select {
+				case <-batch.C:
+				case <-s.done:
+				case <-ctx.Done():
+					return nil
+				}
+			}
 		}
 		s.mu.Lock()
 		if v.pos < s.ring.start() {
@@ -131,6 +158,7 @@ func (m *Manager) writeClient(ctx context.Context, c Conn, s *session, v *viewer
 			if err != nil {
 				return err
 			}
+			lastSend, lastSize = time.Now(), n
 			s.mu.Lock()
 			v.pos = off + int64(n)
 			v.blockedSince = time.Time{}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
@@ -184,15 +185,30 @@ func exitCode(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
+// bulkRead is the size of a PTY read that signals a flood: the line
+// discipline hands out at most 4 KiB per read, so a read this large means
+// more is probably waiting.
+const bulkRead = 2048
+
 // readLoop is the one reader of the PTY. It never waits for a viewer: output
-// goes into the ring and viewers are woken.
+// goes into the ring and viewers are woken. During a flood it takes in what
+// is already waiting (up to 64 KiB) before publishing, so one wakeup and one
+// frame carry many PTY reads; a keystroke's echo (a small read) is published
+// at once.
 func (s *session) readLoop() {
 	buf := make([]byte, 64<<10)
+	raw, rawErr := s.pty.SyscallConn()
 	carry := 0
 	for {
 		n, err := s.pty.Read(buf[carry:])
-		if n > 0 {
-			total := carry + n
+		total := carry + n
+		for err == nil && rawErr == nil && n >= bulkRead && len(buf)-total >= bulkRead {
+			if n = readNow(raw, buf[total:]); n <= 0 {
+				break
+			}
+			total += n
+		}
+		if total > carry {
 			// Hold back a character cut by the read so every chunk in the
 			// ring ends on a character boundary.
 			k := completePrefix(buf[:total])
@@ -208,6 +224,23 @@ func (s *session) readLoop() {
 			return
 		}
 	}
+}
+
+// readNow reads what is waiting on the PTY without waiting for more; 0 when
+// nothing is (or on any error, which the next blocking read reports). It
+// polls first: the PTY's descriptor may be in blocking mode.
+func readNow(raw syscall.RawConn, p []byte) int {
+	n := 0
+	_ = raw.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if k, err := unix.Poll(fds, 0); err != nil || k == 0 || fds[0].Revents&unix.POLLIN == 0 {
+			return
+		}
+		if m, err := syscall.Read(int(fd), p); err == nil {
+			n = m
+		}
+	})
+	return n
 }
 
 // publish puts p into the ring. Output goes at the pace of the slowest

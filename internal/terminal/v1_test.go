@@ -3,6 +3,7 @@ package terminal
 import (
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
+	"github.com/creack/pty"
 )
 
 func TestV1Echo(t *testing.T) {
@@ -202,5 +204,33 @@ func TestCloseKillsEverySession(t *testing.T) {
 	cl := startClient(t, c, true)
 	if got := websocket.CloseStatus(cl.waitClosed()); got != websocket.StatusGoingAway {
 		t.Errorf("connect after Close: close status %v, want 1001", got)
+	}
+}
+
+// readNow never waits: the PTY's descriptor is in blocking mode, and a read
+// that waited for more output would hold back what was already read.
+func TestReadNowDoesNotWait(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); f.Close() }()
+	raw, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() { done <- readNow(raw, make([]byte, 4096)) }()
+	select {
+	case n := <-done:
+		if n != 0 {
+			t.Fatalf("readNow on a silent PTY = %d, want 0", n)
+		}
+	case <-time.After(10 * time.Second):
+		// Unblock the stuck read so the test can end.
+		_ = cmd.Process.Kill()
+		f.Close()
+		t.Fatal("readNow waited for output")
 	}
 }
