@@ -19,6 +19,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy"
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy/caddytest"
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
@@ -70,8 +71,8 @@ func startSandbox(t *testing.T, caddyfile func(s *sandbox) []byte, startCaddy bo
 	dir := t.TempDir()
 	socket := caddytest.SocketPath(t)
 	s := &sandbox{
-		site:   caddytest.Addr(caddytest.FreePort(t)),
-		api:    caddytest.Addr(caddytest.FreePort(t)),
+		site:   caddytest.Addr(testutil.FreePort(t)),
+		api:    caddytest.Addr(testutil.FreePort(t)),
 		vscode: echoApp(t, "vscode"),
 	}
 	s.cfg = config.Config{
@@ -82,7 +83,7 @@ func startSandbox(t *testing.T, caddyfile func(s *sandbox) []byte, startCaddy bo
 		CaddySnippet: filepath.Join(dir, "snippets", "user.caddy"),
 		CaddyAdmin:   "unix/" + socket,
 		Caddyfile:    filepath.Join(dir, "Caddyfile"),
-		PreviewAddr:  caddytest.Addr(caddytest.FreePort(t)),
+		PreviewAddr:  caddytest.Addr(testutil.FreePort(t)),
 	}
 	if err := os.MkdirAll(filepath.Dir(s.cfg.CaddySnippet), 0o755); err != nil {
 		t.Fatal(err)
@@ -131,7 +132,7 @@ func renderedMain(t *testing.T) func(s *sandbox) []byte {
 			VSCode:        "127.0.0.1:" + strconv.Itoa(s.vscode),
 			SnippetPath:   s.cfg.CaddySnippet,
 			Preview:       s.cfg.PreviewAddr,
-			FallbackPorts: []int{caddytest.FreePort(t)},
+			FallbackPorts: []int{testutil.FreePort(t)},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -147,7 +148,7 @@ func oldMain(t *testing.T) func(s *sandbox) []byte {
 		return []byte("{\n    admin " + s.cfg.CaddyAdmin + "\n}\n\nhttp://" + s.site + " {\n    bind 127.0.0.1\n" +
 			"    handle_path /_proliferate/mcp/* {\n        reverse_proxy " + s.api + "\n    }\n" +
 			"    import " + s.cfg.CaddySnippet + "\n" +
-			"    handle {\n        reverse_proxy localhost:" + strconv.Itoa(caddytest.FreePort(t)) + "\n    }\n}\n")
+			"    handle {\n        reverse_proxy localhost:" + strconv.Itoa(testutil.FreePort(t)) + "\n    }\n}\n")
 	}
 }
 
@@ -332,7 +333,7 @@ func TestAPIServesWhenPreviewPortIsTaken(t *testing.T) {
 	defer taken.Close()
 	dir := t.TempDir()
 	cfg := config.Config{
-		Addr:         caddytest.Addr(caddytest.FreePort(t)),
+		Addr:         caddytest.Addr(testutil.FreePort(t)),
 		Token:        e2eToken,
 		WorkspaceDir: dir,
 		StateDir:     filepath.Join(dir, "state"),

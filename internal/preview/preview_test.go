@@ -15,6 +15,8 @@ import (
 
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -52,18 +54,6 @@ func app(t testing.TB, name string) (port int) {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.Listener.Addr().(*net.TCPAddr).Port
-}
-
-// deadPort returns a port nothing listens on.
-func deadPort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	return port
 }
 
 func newProxy(t testing.TB, opts Options) (*Proxy, string) {
@@ -121,7 +111,7 @@ func TestProxyToExposedPort(t *testing.T) {
 }
 
 func TestFallbackPicksFirstListeningPort(t *testing.T) {
-	dead, b, c := deadPort(t), app(t, "b"), app(t, "c")
+	dead, b, c := testutil.FreePort(t), app(t, "b"), app(t, "c")
 	p, url := newProxy(t, Options{FallbackPorts: []int{dead, b, c}})
 	if _, body := get(t, url, nil); body != "b" {
 		t.Errorf("GET with fallback [dead, b, c] = %q, want %q", body, "b")
@@ -140,7 +130,7 @@ func TestFallbackPicksFirstListeningPort(t *testing.T) {
 }
 
 func TestErrorPages(t *testing.T) {
-	dead := deadPort(t)
+	dead := testutil.FreePort(t)
 	tests := []struct {
 		name     string
 		exposed  int
