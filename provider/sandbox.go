@@ -83,6 +83,10 @@ type CreateResult struct {
 	SSHHost       string `json:"sshHost,omitempty"`
 	SSHPort       int    `json:"sshPort,omitempty"`
 	ExpiresAt     int64  `json:"expiresAt,omitempty"` // epoch milliseconds
+	// RestoreFallback is set when a restore from CreateOptions.SnapshotID failed and a
+	// fresh sandbox was created instead: why the restore failed (redacted). The old
+	// code lost the snapshot silently.
+	RestoreFallback string `json:"restoreFallback,omitempty"`
 }
 
 // EnsureResult is CreateResult plus whether a live sandbox was recovered.

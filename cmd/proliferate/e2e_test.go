@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
@@ -132,5 +135,35 @@ func TestWaitHonestRealSidecar(t *testing.T) {
 	}
 	for _, n := range []string{"lives", "squatted", "slow"} {
 		cli(t, ctx, env, nil, "services", "stop", "--name", n)
+	}
+}
+
+// TestLogsSplitCharacterRealSidecar: a service writes half of "€", then the
+// rest 5 s later; `logs --follow` shows the character whole, and every frame
+// it printed is valid UTF-8 (no U+FFFD: nothing was released on a timer).
+func TestLogsSplitCharacterRealSidecar(t *testing.T) {
+	_, env := realSidecar(t)
+	r := cli(t, t.Context(), env, nil, "services", "start", "--name", "euro",
+		"--command", `printf 'price: \xe2\x82'; sleep 5; printf '\xac 5\n'; sleep 60`)
+	if r.code != 0 {
+		t.Fatalf("start = %d %q", r.code, r.stderr)
+	}
+	defer cli(t, context.Background(), env, nil, "services", "stop", "--name", "euro")
+	ctx, cancel := context.WithTimeout(t.Context(), 9*time.Second)
+	defer cancel()
+	r = cli(t, ctx, env, nil, "services", "logs", "--name", "euro", "--follow")
+	var text strings.Builder
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var fr apitype.LogFrame
+		if err := json.Unmarshal([]byte(line), &fr); err != nil {
+			t.Fatalf("frame %q: %v", line, err)
+		}
+		if !utf8.ValidString(fr.Content) || strings.ContainsRune(fr.Content, utf8.RuneError) {
+			t.Errorf("frame %q splits a character", fr.Content)
+		}
+		text.WriteString(fr.Content)
+	}
+	if !strings.Contains(text.String(), "price: € 5\n") {
+		t.Errorf("followed log = %q, want it to contain %q", text.String(), "price: € 5\n")
 	}
 }

@@ -89,7 +89,7 @@ type StartServiceInput struct {
 	Cwd           string            `json:"cwd,omitempty" jsonschema:"working directory (default: the workspace)"`
 	Restart       string            `json:"restart,omitempty" jsonschema:"restart policy: no (default), on-failure or always"`
 	Env           map[string]string `json:"env,omitempty" jsonschema:"extra environment variables"`
-	ReadyPort     int               `json:"readyPort,omitempty" jsonschema:"the service counts as ready once this TCP port accepts connections"`
+	ReadyPort     int               `json:"readyPort,omitempty" jsonschema:"the service counts as ready once one of its processes listens on this TCP port (a port held by anything else never counts)"`
 	ReadyLogRegex string            `json:"readyLogRegex,omitempty" jsonschema:"the service counts as ready once a log line matches this regular expression"`
 }
 

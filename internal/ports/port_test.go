@@ -16,15 +16,20 @@ func TestPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd, port := testutil.HTTPServer(t, ServiceEnv+"=web", InstanceEnv+"=run-1")
-	for _, prefer := range [][]int{nil, {cmd.Process.Pid}, {1 << 22, cmd.Process.Pid}} {
-		ls, err := s.Port(t.Context(), port, prefer...)
-		if err != nil {
-			t.Fatalf("Port(%d, %v): %v", port, prefer, err)
-		}
-		if len(ls) != 1 || ls[0].PID != cmd.Process.Pid || ls[0].Instance != "run-1" || ls[0].Service != "web" || ls[0].Port != port {
-			t.Errorf("Port(%d, %v) = %+v, want one listener of pid %d, instance run-1", port, prefer, ls, cmd.Process.Pid)
+	// Through netlink sock_diag where the kernel has it, then through /proc/net/tcp.
+	for _, noDiag := range []bool{false, true} {
+		s.noDiag.Store(noDiag)
+		for _, prefer := range [][]int{nil, {cmd.Process.Pid}, {1 << 22, cmd.Process.Pid}} {
+			ls, err := s.Port(t.Context(), port, prefer...)
+			if err != nil {
+				t.Fatalf("Port(%d, %v) (noDiag %v): %v", port, prefer, noDiag, err)
+			}
+			if len(ls) != 1 || ls[0].PID != cmd.Process.Pid || ls[0].Instance != "run-1" || ls[0].Service != "web" || ls[0].Port != port {
+				t.Errorf("Port(%d, %v) (noDiag %v) = %+v, want one listener of pid %d, instance run-1", port, prefer, noDiag, ls, cmd.Process.Pid)
+			}
 		}
 	}
+	s.noDiag.Store(false)
 	cmd.Process.Kill()
 	cmd.Wait()
 	ls, err := s.Port(t.Context(), port)

@@ -1,5 +1,6 @@
-// Package ports lists the TCP ports listening in the sandbox: the sockets in
-// /proc/net/tcp and /proc/net/tcp6, the process owning each (socket inode →
+// Package ports lists the TCP ports listening in the sandbox: the listening
+// sockets (from netlink sock_diag, or /proc/net/tcp and /proc/net/tcp6 where
+// that is missing), the process owning each (socket inode →
 // /proc/<pid>/fd), its command line, and the service it belongs to, read from
 // the SANDBOX_MCP_SERVICE variable the service manager puts in every service's
 // environment. internal/api serves it as GET /api/ports; it knows nothing of HTTP.
@@ -19,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,7 +34,7 @@ const ServiceEnv = rules.EnvService
 
 // InstanceEnv is the environment variable unique to one run (start) of a
 // service, which every process of the run inherits.
-const InstanceEnv = "SANDBOX_MCP_SERVICE_INSTANCE"
+const InstanceEnv = rules.EnvServiceInstance
 
 // DefaultMaxAge is how long a scan is reused.
 const DefaultMaxAge = time.Second
@@ -94,6 +96,8 @@ type Scanner struct {
 	mu   sync.Mutex
 	at   time.Time
 	last []Listener
+	// noDiag is set once netlink sock_diag proved unavailable.
+	noDiag atomic.Bool
 }
 
 // New checks opts and returns a Scanner.
@@ -149,8 +153,26 @@ func (s *Scanner) scan(ctx context.Context) ([]Listener, error) {
 	return s.scanPorts(ctx, nil, nil)
 }
 
-// scanPorts lists the listening sockets that keep accepts (all when nil).
-func (s *Scanner) scanPorts(ctx context.Context, keep func(Socket) bool, prefer []int) ([]Listener, error) {
+// listening returns the listening TCP sockets: through netlink sock_diag
+// when the scanner reads the real /proc and the kernel offers it, otherwise
+// from <Proc>/net/tcp and tcp6.
+func (s *Scanner) listening() ([]Socket, error) {
+	if s.opts.Proc == "/proc" && !s.noDiag.Load() {
+		v4, err := diagListeners(syscall.AF_INET)
+		if err == nil {
+			v6, err6 := diagListeners(syscall.AF_INET6)
+			if err6 == nil || errors.Is(err6, errDiagUnsupported) {
+				return append(v4, v6...), nil // no IPv6: none of its sockets
+			}
+			err = err6
+		}
+		if errors.Is(err, errDiagUnsupported) {
+			s.noDiag.Store(true)
+			s.log.Info("netlink sock_diag unavailable; reading /proc/net/tcp", "err", err)
+		} else {
+			s.log.Warn("list sockets through netlink; reading /proc/net/tcp", "err", err)
+		}
+	}
 	var socks []Socket
 	for _, f := range []struct{ name, family string }{{"tcp", apitype.FamilyIPv4}, {"tcp6", apitype.FamilyIPv6}} {
 		b, err := os.ReadFile(filepath.Join(s.opts.Proc, "net", f.name))
@@ -165,10 +187,22 @@ func (s *Scanner) scanPorts(ctx context.Context, keep func(Socket) bool, prefer 
 			return nil, err
 		}
 		for _, so := range ss {
-			if so.State == StateListen && (keep == nil || keep(so)) {
+			if so.State == StateListen {
 				socks = append(socks, so)
 			}
 		}
+	}
+	return socks, nil
+}
+
+// scanPorts lists the listening sockets that keep accepts (all when nil).
+func (s *Scanner) scanPorts(ctx context.Context, keep func(Socket) bool, prefer []int) ([]Listener, error) {
+	socks, err := s.listening()
+	if err != nil {
+		return nil, err
+	}
+	if keep != nil {
+		socks = slices.DeleteFunc(socks, func(so Socket) bool { return !keep(so) })
 	}
 	owners, err := s.owners(ctx, socks, prefer)
 	if err != nil {

@@ -630,7 +630,7 @@ func (m *Manager) stopSettings(r *record) (syscall.Signal, time.Duration) {
 	}
 	grace := m.cfg.StopTimeout
 	if r.StopTimeoutMs != nil {
-		grace = time.Duration(*r.StopTimeoutMs) * time.Millisecond
+		grace = stopGrace(*r.StopTimeoutMs)
 	}
 	return sig, grace
 }

@@ -3,6 +3,10 @@ package services
 import (
 	"bufio"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -70,6 +74,22 @@ func TestReadinessIgnoresForeignListener(t *testing.T) {
 				t.Errorf("processes %v left after the readiness timeout", left)
 			}
 		})
+	}
+}
+
+// TestReadinessIgnoresForeignHTTP: a foreign server answering 200 on the
+// URL does not make a sleeping service ready; the reason names the holder.
+func TestReadinessIgnoresForeignHTTP(t *testing.T) {
+	m := newTestManager(t, Config{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer ts.Close()
+	port := ts.Listener.Addr().(*net.TCPAddr).Port
+	start(t, m, apitype.StartServiceRequest{Name: "web", Command: "sleep 30", Readiness: &apitype.Readiness{HTTP: ts.URL + "/", TimeoutMs: 1000}})
+	waitFor(t, "the readiness timeout", 20*time.Second, func() bool { return status(m, "web") == apitype.StatusError })
+	s := get(t, m, "web")
+	want := fmt.Sprintf("not ready after 1000 ms: port %d is held by pid %d (", port, os.Getpid())
+	if s.Ready || !strings.HasPrefix(s.Reason, want) {
+		t.Errorf("service = ready %v, reason %q; want not ready, reason starting %q", s.Ready, s.Reason, want)
 	}
 }
 

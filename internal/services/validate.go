@@ -5,13 +5,15 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// ErrConflict is matched (errors.Is) by the refusal of a new service name
-// when the state already holds rules.MaxServices services.
+// ErrConflict is matched (errors.Is) by the refusal of a start that does not
+// fit in the state: a new name beyond rules.MaxServices services, or a
+// request that would take them past rules.MaxTotalBytes.
 var ErrConflict = errors.New("conflict")
 
 // limitError is a request value outside its bound (rules.LimitError), as an
@@ -110,4 +112,11 @@ func (m *Manager) checkStart(req apitype.StartServiceRequest) error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return admit(m.st, req)
+}
+
+// stopGrace is the grace of a recorded stopTimeoutMs, clamped to its bounds:
+// a state file written before them, or by hand, may hold any number, and
+// one past 9.2e12 would overflow into an instant SIGKILL.
+func stopGrace(ms int) time.Duration {
+	return time.Duration(min(max(ms, 0), rules.MaxStopTimeoutMs)) * time.Millisecond
 }

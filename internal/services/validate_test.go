@@ -210,3 +210,21 @@ func managerStopping(t *testing.T, cfg Config, names ...string) *Manager {
 	})
 	return m
 }
+
+// TestStopGraceOfRecordedTimeout: a recorded stopTimeoutMs out of bounds (a
+// state from before them) is clamped, never an endless stop nor an overflow.
+func TestStopGraceOfRecordedTimeout(t *testing.T) {
+	m := &Manager{cfg: Config{StopTimeout: 5 * time.Second}}
+	for _, tt := range []struct {
+		ms   int
+		want time.Duration
+	}{
+		{0, 0}, {1500, 1500 * time.Millisecond}, {-7, 0},
+		{9223372036854, 5 * time.Minute}, {1<<63 - 1, 5 * time.Minute},
+	} {
+		_, got := m.stopSettings(&record{ServiceInfo: apitype.ServiceInfo{StopTimeoutMs: &tt.ms}})
+		if got != tt.want {
+			t.Errorf("stop grace of stopTimeoutMs %d = %v, want %v", tt.ms, got, tt.want)
+		}
+	}
+}

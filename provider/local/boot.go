@@ -176,6 +176,11 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 	}
 	if bootErr == nil && !r.sidecarUp {
 		bootErr = errors.New("sandbox-mcp was not started")
+		for _, rep := range st.Report {
+			if rep.Name == provider.StepNameSandboxMCP && rep.Reason != "" {
+				bootErr = fmt.Errorf("sandbox-mcp was not started: %s", rep.Reason)
+			}
+		}
 	}
 	if bootErr == nil && r.ok["start opencode"] {
 		st.Result.TunnelURL = "http://127.0.0.1:" + strconv.Itoa(provider.PortOpenCode)

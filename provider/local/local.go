@@ -63,7 +63,8 @@ type Options struct {
 	// when installed.
 	RunOpenCode bool
 	RunCaddy    bool
-	// SidecarTimeout bounds the wait for sandbox-mcp's health; zero means 20s.
+	// SidecarTimeout bounds the wait for sandbox-mcp's health; zero means 60s (a
+	// loaded machine can take tens of seconds to start a process).
 	SidecarTimeout time.Duration
 	// KillGrace is unused since sandboxes run under the engine; kept for callers.
 	KillGrace time.Duration
@@ -116,7 +117,7 @@ func New(o Options) (*Provider, error) {
 		o.LookPath = exec.LookPath
 	}
 	if o.SidecarTimeout <= 0 {
-		o.SidecarTimeout = 20 * time.Second
+		o.SidecarTimeout = 60 * time.Second
 	}
 	log := o.Logger
 	if log == nil {

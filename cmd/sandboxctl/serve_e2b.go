@@ -1,0 +1,73 @@
+package main
+
+// `sandboxctl serve --protocol e2b`: E2B's control plane and envd over the local
+// engine (provider/e2b/e2bserver), and `--provider e2b`: sandboxctl driving E2B (or
+// that server) through provider/e2b.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bserver"
+)
+
+func init() {
+	serveProtocols["e2b"] = serveE2B
+	backends["e2b"] = newE2BBackend
+}
+
+// serveE2B serves until ctx ends. The API key is E2B_API_KEY, else a fresh one; the
+// environment the SDKs and `--provider e2b` need is printed on stdout.
+func serveE2B(ctx context.Context, o serveOptions) error {
+	key := strings.TrimSpace(o.Getenv(e2b.EnvAPIKey))
+	if key == "" {
+		b := make([]byte, 20)
+		if _, err := rand.Read(b); err != nil {
+			return err
+		}
+		key = "e2b_" + hex.EncodeToString(b)
+	}
+	// Egress, as E2B sandboxes reach the internet; their ports stay their own.
+	srv, err := e2bserver.New(e2bserver.Options{Engine: o.Engine, APIKey: key, Logger: o.Logger, Egress: true})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	return srv.ListenAndServe(ctx, o.Addr, func(a net.Addr) {
+		url := "http://" + a.String()
+		fmt.Fprintf(o.Stdout, "export %s=%s\nexport %s=%s\nexport %s=localhost\nexport %s=%s\nexport %s=1\nexport %s=base\n",
+			e2b.EnvAPIURL, url, e2b.EnvSandboxURL, url, e2b.EnvDomain, e2b.EnvAPIKey, key, e2b.EnvLocalTunnels, e2b.EnvTemplate)
+		if o.Ready != nil {
+			o.Ready(a.String())
+		}
+	})
+}
+
+// newE2BBackend drives E2B through E2B_API_KEY, E2B_DOMAIN, E2B_API_URL,
+// E2B_SANDBOX_URL, E2B_TEMPLATE and E2B_LOCAL_TUNNELS.
+func newE2BBackend(ctx context.Context, o backendOptions) (*backend, error) {
+	po := e2b.OptionsFromEnv(o.Getenv)
+	if po.Client.APIKey == "" {
+		return nil, errors.New("E2B_API_KEY is required for --provider e2b")
+	}
+	po.Logger = o.Logger
+	p, err := e2b.New(po)
+	if err != nil {
+		return nil, err
+	}
+	c, err := e2b.NewClient(po.Client)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := e2b.NewEngine(c, e2b.EngineOptions{Template: po.Template})
+	if err != nil {
+		return nil, err
+	}
+	return &backend{Engine: eng, Provider: p, Sidecar: p.Sidecar}, nil
+}

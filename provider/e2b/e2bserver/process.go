@@ -1,0 +1,277 @@
+package e2bserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+)
+
+// chunk is the largest data event; envd sends output in pieces of this size too.
+const chunk = 32 << 10
+
+// maxQueued bounds the output queued for one slow stream; past it the stream is
+// ended rather than the process stalled or the server's memory grown.
+const maxQueued = 16 << 20
+
+// procTable holds the processes started through envd in one sandbox. They run until
+// they exit, are signalled, or the sandbox goes: a stream that disconnects leaves its
+// process running, as envd does.
+type procTable struct {
+	mu    sync.Mutex
+	next  uint32
+	procs map[uint32]*proc
+}
+
+func newProcTable() *procTable { return &procTable{next: 1000, procs: map[uint32]*proc{}} }
+
+// proc is one running process.
+type proc struct {
+	pid    uint32
+	tag    string
+	cfg    e2b.ProcessConfig
+	cancel context.CancelFunc
+	stdin  *io.PipeWriter // nil without stdin
+
+	mu     sync.Mutex
+	subs   map[*sub]bool
+	ended  *e2b.EndEvent
+	killed bool
+	done   chan struct{}
+}
+
+// sub is one stream's queue of events.
+type sub struct {
+	mu     sync.Mutex
+	queue  []e2b.ProcessEvent
+	size   int
+	over   bool
+	notify chan struct{}
+}
+
+func (s *sub) push(ev e2b.ProcessEvent, n int) {
+	s.mu.Lock()
+	if s.size+n > maxQueued {
+		s.over = true
+	} else if !s.over {
+		s.queue = append(s.queue, ev)
+		s.size += n
+	}
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the queued events; over says the stream fell too far behind.
+func (s *sub) take() (evs []e2b.ProcessEvent, over bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	evs, s.queue, s.size = s.queue, nil, 0
+	return evs, s.over
+}
+
+func (p *proc) publish(ev e2b.ProcessEvent, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s := range p.subs {
+		s.push(ev, n)
+	}
+}
+
+// subscribe adds a stream; ok is false when the process already ended (end is then
+// its end event).
+func (p *proc) subscribe() (s *sub, end *e2b.EndEvent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended != nil {
+		return nil, p.ended
+	}
+	s = &sub{notify: make(chan struct{}, 1)}
+	p.subs[s] = true
+	return s, nil
+}
+
+func (p *proc) unsubscribe(s *sub) {
+	p.mu.Lock()
+	delete(p.subs, s)
+	p.mu.Unlock()
+}
+
+// outWriter turns a stream of the process into data events.
+type outWriter struct {
+	p      *proc
+	stderr bool
+}
+
+func (w outWriter) Write(b []byte) (int, error) {
+	for off := 0; off < len(b); off += chunk {
+		part := append([]byte(nil), b[off:min(off+chunk, len(b))]...)
+		d := &e2b.DataEvent{Stdout: part}
+		if w.stderr {
+			d = &e2b.DataEvent{Stderr: part}
+		}
+		w.p.publish(e2b.ProcessEvent{Data: d}, len(part))
+	}
+	return len(b), nil
+}
+
+// start runs a process in the engine sandbox eid. The process's lifetime is the
+// server's (parent), not the request's.
+func (t *procTable) start(parent context.Context, eng engine.Engine, eid string, req e2b.StartRequest, wg *sync.WaitGroup) (*proc, *sub, error) {
+	if req.Process.Cmd == "" {
+		return nil, nil, &connectErr{e2b.CodeInvalidArgument, "process.cmd is required"}
+	}
+	if req.PTY != nil {
+		return nil, nil, &connectErr{e2b.CodeUnimplemented, "pty is not supported by this server"}
+	}
+	env := make([]string, 0, len(req.Process.Envs))
+	for _, k := range sortedKeys(req.Process.Envs) {
+		if !validEnvName(k) {
+			return nil, nil, &connectErr{e2b.CodeInvalidArgument, "invalid environment variable " + strconv.Quote(k)}
+		}
+		env = append(env, k+"="+req.Process.Envs[k])
+	}
+	cwd := ""
+	if req.Process.Cwd != nil {
+		cwd = *req.Process.Cwd
+	}
+	ctx, cancel := context.WithCancel(parent)
+	// The first stream subscribes before the process runs, so it misses no output.
+	first := &sub{notify: make(chan struct{}, 1)}
+	p := &proc{cfg: req.Process, cancel: cancel, subs: map[*sub]bool{first: true}, done: make(chan struct{})}
+	if req.Tag != nil {
+		p.tag = *req.Tag
+	}
+	var stdin io.Reader
+	if req.Stdin != nil && *req.Stdin {
+		pr, pw := io.Pipe()
+		stdin, p.stdin = pr, pw
+	}
+	t.mu.Lock()
+	t.next++
+	p.pid = t.next
+	t.procs[p.pid] = p
+	t.mu.Unlock()
+	argv := append([]string{req.Process.Cmd}, req.Process.Args...)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer cancel()
+		code, err := eng.Exec(ctx, eid, engine.ExecRequest{Argv: argv, Cwd: cwd, Env: env, Stdin: stdin,
+			Stdout: outWriter{p: p}, Stderr: outWriter{p: p, stderr: true}})
+		if p.stdin != nil {
+			p.stdin.CloseWithError(io.ErrClosedPipe)
+		}
+		end := &e2b.EndEvent{ExitCode: int32(code), Exited: true, Status: "exit status " + strconv.Itoa(code)}
+		p.mu.Lock()
+		killed := p.killed
+		p.mu.Unlock()
+		switch {
+		case killed || (err != nil && ctx.Err() != nil):
+			end = &e2b.EndEvent{ExitCode: -1, Status: "signal: killed"}
+		case err != nil:
+			msg := err.Error()
+			end = &e2b.EndEvent{ExitCode: -1, Status: "error", Error: &msg}
+		}
+		t.mu.Lock()
+		delete(t.procs, p.pid)
+		t.mu.Unlock()
+		p.mu.Lock()
+		p.ended = end
+		subs := p.subs
+		p.subs = map[*sub]bool{}
+		p.mu.Unlock()
+		for s := range subs {
+			s.push(e2b.ProcessEvent{End: end}, 0)
+		}
+		close(p.done)
+	}()
+	return p, first, nil
+}
+
+// find selects a running process by pid or tag.
+func (t *procTable) find(sel e2b.ProcessSelector) (*proc, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case sel.PID != nil:
+		if p, ok := t.procs[*sel.PID]; ok {
+			return p, nil
+		}
+		return nil, &connectErr{e2b.CodeNotFound, fmt.Sprintf("process with pid %d not found", *sel.PID)}
+	case sel.Tag != nil:
+		for _, p := range t.procs {
+			if p.tag == *sel.Tag {
+				return p, nil
+			}
+		}
+		return nil, &connectErr{e2b.CodeNotFound, fmt.Sprintf("process with tag %q not found", *sel.Tag)}
+	}
+	return nil, &connectErr{e2b.CodeInvalidArgument, "process selector is required"}
+}
+
+func (t *procTable) list() []e2b.ProcessInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]e2b.ProcessInfo, 0, len(t.procs))
+	for _, p := range t.procs {
+		pi := e2b.ProcessInfo{Config: p.cfg, PID: p.pid}
+		if p.tag != "" {
+			tag := p.tag
+			pi.Tag = &tag
+		}
+		out = append(out, pi)
+	}
+	return out
+}
+
+// kill ends a process (the engine kills it when its context ends).
+func (p *proc) kill() {
+	p.mu.Lock()
+	p.killed = true
+	p.mu.Unlock()
+	p.cancel()
+}
+
+// killAll kills every process; it does not wait for them.
+func (t *procTable) killAll() {
+	t.mu.Lock()
+	procs := make([]*proc, 0, len(t.procs))
+	for _, p := range t.procs {
+		procs = append(procs, p)
+	}
+	t.mu.Unlock()
+	for _, p := range procs {
+		p.kill()
+	}
+}
+
+// connectErr is an envd error with its Connect code.
+type connectErr struct {
+	code, msg string
+}
+
+func (e *connectErr) Error() string { return e.code + ": " + e.msg }
+
+// asConnect maps any error to a Connect error for the client.
+func asConnect(err error) *e2b.ConnectError {
+	var ce *connectErr
+	switch {
+	case errors.As(err, &ce):
+		return &e2b.ConnectError{Code: ce.code, Message: ce.msg}
+	case errors.Is(err, engine.ErrNotFound), errors.Is(err, errNoFile):
+		return &e2b.ConnectError{Code: e2b.CodeNotFound, Message: err.Error()}
+	case errors.Is(err, engine.ErrUnsupported):
+		return &e2b.ConnectError{Code: e2b.CodeUnimplemented, Message: err.Error()}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &e2b.ConnectError{Code: e2b.CodeDeadlineExceeded, Message: err.Error()}
+	}
+	return &e2b.ConnectError{Code: e2b.CodeInternal, Message: err.Error()}
+}

@@ -1,0 +1,340 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+)
+
+// Engine is an engine.Engine over E2B: sandboxctl drives E2B sandboxes (or the local
+// server's) with it. Sandbox ids are E2B's; Create uses EngineOptions.Template, or
+// Spec.Snapshot as the template. Every call that needs envd connects first, which
+// resumes a paused sandbox (as E2B's SDKs do); Get and List never do.
+type Engine struct {
+	c *Client
+	o EngineOptions
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// EngineOptions configure NewEngine.
+type EngineOptions struct {
+	// Template is the template of sandboxes created without a snapshot; without it,
+	// Create needs Spec.Snapshot.
+	Template string
+	// Timeout is the lifetime of new and connected sandboxes; zero means 1 hour.
+	Timeout time.Duration
+}
+
+// NewEngine returns an engine over the client.
+func NewEngine(c *Client, o EngineOptions) (*Engine, error) {
+	if c == nil {
+		return nil, errors.New("e2b engine: a client is required")
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = time.Hour
+	}
+	return &Engine{c: c, o: o}, nil
+}
+
+// engineErr maps E2B's not-found answers to engine.ErrNotFound.
+func engineErr(err error) error {
+	if err != nil && IsNotFound(err) {
+		return fmt.Errorf("%w: %v", engine.ErrNotFound, err)
+	}
+	return err
+}
+
+// Capabilities: E2B pauses and snapshots; its sandboxes are VMs.
+func (e *Engine) Capabilities() engine.Capabilities {
+	return engine.Capabilities{Isolated: true, Pause: true, Snapshot: true}
+}
+
+// Create creates a sandbox; Spec.Name, Ports, Limits and Mounts have no E2B
+// counterpart and are refused rather than ignored.
+func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
+	if spec.Name != "" || len(spec.Mounts) > 0 || spec.Limits != (engine.Limits{}) {
+		return engine.Info{}, fmt.Errorf("%w: E2B sandboxes have no names, mounts or limits", engine.ErrUnsupported)
+	}
+	env := map[string]string{}
+	for _, kv := range spec.Env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return engine.Info{}, fmt.Errorf("invalid env entry %q", kv)
+		}
+		env[k] = v
+	}
+	timeout := spec.Timeout
+	if timeout <= 0 {
+		timeout = e.o.Timeout
+	}
+	template := e.o.Template
+	if spec.Snapshot != "" {
+		template = spec.Snapshot
+	}
+	if template == "" {
+		return engine.Info{}, errors.New("create: E2B_TEMPLATE is required to create a sandbox")
+	}
+	// E2B sandboxes never share a network with anything; either flag asks for the
+	// outside.
+	net := spec.Network || spec.Egress
+	sb, err := e.c.Create(ctx, NewSandbox{TemplateID: template, Timeout: seconds(timeout), Secure: true,
+		AllowInternetAccess: &net, Metadata: spec.Labels, EnvVars: env})
+	if err != nil {
+		return engine.Info{}, engineErr(err)
+	}
+	return e.Get(ctx, sb.SandboxID)
+}
+
+func info(d SandboxDetail) engine.Info {
+	st := engine.StateRunning
+	if d.State == StatePaused {
+		st = engine.StatePaused
+	}
+	return engine.Info{ID: d.SandboxID, State: st, Created: d.StartedAt, Labels: d.Metadata, Isolated: true}
+}
+
+// Get describes a sandbox; a killed or expired one is engine.ErrNotFound.
+func (e *Engine) Get(ctx context.Context, id string) (engine.Info, error) {
+	d, err := e.c.Get(ctx, id)
+	if err != nil {
+		return engine.Info{}, engineErr(err)
+	}
+	return info(d), nil
+}
+
+// List lists the running and paused sandboxes (E2B forgets killed ones).
+func (e *Engine) List(ctx context.Context) ([]engine.Info, error) {
+	all, err := e.c.List(ctx, ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]engine.Info, 0, len(all))
+	for _, d := range all {
+		out = append(out, info(d))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func (e *Engine) envd(ctx context.Context, id string) (*Envd, error) {
+	s, err := e.c.Connect(ctx, id, e.o.Timeout)
+	if err != nil {
+		return nil, engineErr(err)
+	}
+	return e.c.Envd(s), nil
+}
+
+// Exec runs argv (as a process, no shell) and streams its output; ctx cancellation
+// or the timeout kills it (engine.ErrTimeout, exit code 124).
+func (e *Engine) Exec(ctx context.Context, id string, req engine.ExecRequest) (int, error) {
+	if len(req.Argv) == 0 {
+		return -1, errors.New("exec: argv is required")
+	}
+	ev, err := e.envd(ctx, id)
+	if err != nil {
+		return -1, err
+	}
+	env := map[string]string{}
+	for _, kv := range req.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	p, err := ev.Start(ctx, StartOptions{Cmd: req.Argv[0], Args: req.Argv[1:], Envs: env, Cwd: req.Cwd,
+		Stdin: req.Stdin != nil, Stdout: req.Stdout, Stderr: req.Stderr})
+	if err != nil {
+		return -1, engineErr(err)
+	}
+	wctx := ctx
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	if req.Stdin != nil {
+		go func() {
+			buf := make([]byte, 32<<10)
+			for {
+				n, rerr := req.Stdin.Read(buf)
+				if n > 0 && ev.SendInput(wctx, p.PID, buf[:n]) != nil {
+					return
+				}
+				if rerr != nil {
+					_ = ev.CloseStdin(wctx, p.PID)
+					return
+				}
+			}
+		}()
+	}
+	res, err := p.Wait(wctx)
+	if err != nil && wctx.Err() != nil {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = p.Kill(kctx)
+		cancel()
+		p.Detach()
+		if ctx.Err() != nil {
+			return -1, ctx.Err()
+		}
+		return 124, engine.ErrTimeout
+	}
+	if err != nil {
+		return -1, err
+	}
+	if !res.Exited && res.ExitCode < 0 {
+		return 137, nil // killed by a signal; envd does not say which
+	}
+	return res.ExitCode, nil
+}
+
+// ReadFile downloads a file.
+func (e *Engine) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+	ev, err := e.envd(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	if err := ev.Download(ctx, path, &b); err != nil {
+		return nil, fileErr(err)
+	}
+	return b.Bytes(), nil
+}
+
+func fileErr(err error) error {
+	if IsNotFound(err) {
+		return fmt.Errorf("%w: %v", fs.ErrNotExist, err)
+	}
+	return err
+}
+
+// WriteFile uploads a file (parents are created by envd) and sets its mode.
+func (e *Engine) WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) error {
+	ev, err := e.envd(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := ev.Upload(ctx, path, bytes.NewReader(data)); err != nil {
+		return err
+	}
+	if mode != 0 && fs.FileMode(mode).Perm() != 0o644 {
+		r, err := ev.Run(ctx, fmt.Sprintf("chmod %o %s", fs.FileMode(mode).Perm(), shellQuote(path)), RunOptions{Timeout: 30 * time.Second})
+		if err != nil {
+			return err
+		}
+		if r.ExitCode != 0 {
+			return fmt.Errorf("chmod %s: %s", path, r.Stderr)
+		}
+	}
+	return nil
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func fileInfo(en EntryInfo) engine.FileInfo {
+	fi := engine.FileInfo{Name: en.Name, Path: en.Path, Size: int64(en.Size), Mode: en.Mode, IsDir: en.IsDir()}
+	if en.IsDir() {
+		fi.Mode |= uint32(fs.ModeDir)
+	}
+	if en.Type == FileTypeSymlink {
+		fi.Mode |= uint32(fs.ModeSymlink)
+	}
+	if en.ModifiedTime != nil {
+		fi.ModTime = *en.ModifiedTime
+	}
+	return fi
+}
+
+// ListFiles lists a directory.
+func (e *Engine) ListFiles(ctx context.Context, id, dir string) ([]engine.FileInfo, error) {
+	ev, err := e.envd(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := ev.ListDir(ctx, dir)
+	if err != nil {
+		return nil, fileErr(err)
+	}
+	out := make([]engine.FileInfo, 0, len(entries))
+	for _, en := range entries {
+		out = append(out, fileInfo(en))
+	}
+	return out, nil
+}
+
+// Stat describes a path.
+func (e *Engine) Stat(ctx context.Context, id, path string) (engine.FileInfo, error) {
+	ev, err := e.envd(ctx, id)
+	if err != nil {
+		return engine.FileInfo{}, err
+	}
+	en, err := ev.Stat(ctx, path)
+	if err != nil {
+		return engine.FileInfo{}, fileErr(err)
+	}
+	return fileInfo(en), nil
+}
+
+// MkdirAll creates a directory and its parents.
+func (e *Engine) MkdirAll(ctx context.Context, id, path string) error {
+	ev, err := e.envd(ctx, id)
+	if err != nil {
+		return err
+	}
+	return ev.MakeDir(ctx, path)
+}
+
+// Remove removes a path (a directory with its contents).
+func (e *Engine) Remove(ctx context.Context, id, path string) error {
+	ev, err := e.envd(ctx, id)
+	if err != nil {
+		return err
+	}
+	return fileErr(ev.Remove(ctx, path))
+}
+
+// Snapshot makes a persistent E2B snapshot.
+func (e *Engine) Snapshot(ctx context.Context, id string) (string, error) {
+	s, err := e.c.CreateSnapshot(ctx, id, "")
+	if err != nil {
+		return "", engineErr(err)
+	}
+	return s.SnapshotID, nil
+}
+
+// Pause pauses; a paused sandbox is success.
+func (e *Engine) Pause(ctx context.Context, id string) error {
+	if err := e.c.Pause(ctx, id); err != nil && !IsConflict(err) {
+		return engineErr(err)
+	}
+	return nil
+}
+
+// Resume connects, which resumes a paused sandbox.
+func (e *Engine) Resume(ctx context.Context, id string) error {
+	_, err := e.c.Connect(ctx, id, e.o.Timeout)
+	return engineErr(err)
+}
+
+// Terminate kills; a gone sandbox is success.
+func (e *Engine) Terminate(ctx context.Context, id string) error {
+	if err := e.c.Kill(ctx, id); err != nil && !IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// DialPort is not offered: E2B exposes ports as HTTPS hosts (<port>-<id>.<domain>),
+// not raw TCP.
+func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	return nil, fmt.Errorf("%w: E2B exposes ports as https://%s, not raw TCP", engine.ErrUnsupported, Host(id, port, e.c.Domain()))
+}
+
+// Close releases nothing: the engine holds no connections of its own.
+func (e *Engine) Close() error { return nil }

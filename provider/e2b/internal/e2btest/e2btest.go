@@ -1,0 +1,116 @@
+// Package e2btest runs the local E2B server (e2bserver) on the real local engine for
+// the tests of provider/e2b and e2bserver: a loopback listener, an isolated engine in
+// a temp dir with sandbox-mcp bound in, and a shared read-only directory at /srv/shared
+// inside every sandbox (git repos to clone, say).
+package e2btest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bserver"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+)
+
+// SharedDir is where Server.Shared appears inside every sandbox.
+const SharedDir = "/srv/shared"
+
+// APIKey is the API key of every test server.
+const APIKey = "e2b_0123456789abcdef0123456789abcdef01234567"
+
+// BuildSandboxMCP builds cmd/sandbox-mcp into dir and returns its path.
+func BuildSandboxMCP(dir string) (string, error) {
+	out := filepath.Join(dir, "sandbox-mcp")
+	build := exec.Command("go", "build", "-o", out, "github.com/proliferate-ai/sandbox-mcp/cmd/sandbox-mcp")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build sandbox-mcp: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+// Server is a running local E2B server.
+type Server struct {
+	URL    string // control plane and envd
+	Engine engine.Engine
+	Server *e2bserver.Server
+	// Shared is the host directory seen at SharedDir in every sandbox.
+	Shared string
+}
+
+// Options configure Start.
+type Options struct {
+	// SandboxMCP is the sandbox-mcp binary bound into the sandboxes; required.
+	SandboxMCP string
+	// Logger receives the server's and engine's logs; nil discards.
+	Logger *slog.Logger
+	// NoPause hides the engine's pause from the server (the real engine, with its
+	// Capabilities saying it cannot pause), so the server pauses by snapshot and stop.
+	NoPause bool
+	// Egress lets sandboxes reach the outside through the engine's proxy.
+	Egress bool
+}
+
+// noPause is the real engine with pause masked out of its capabilities.
+type noPause struct{ engine.Engine }
+
+func (n noPause) Capabilities() engine.Capabilities {
+	c := n.Engine.Capabilities()
+	c.Pause = false
+	return c
+}
+
+// Start starts an engine and a server on 127.0.0.1; it skips the test when namespaces
+// are not permitted here. Everything is stopped when the test ends.
+func Start(t testing.TB, o Options) *Server {
+	t.Helper()
+	eng, err := local.NewEngine(local.EngineOptions{DataDir: t.TempDir(), SandboxMCP: o.SandboxMCP, Logger: o.Logger})
+	if errors.Is(err, engine.ErrNotIsolated) {
+		t.Skipf("namespaces are not permitted here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := t.TempDir()
+	var served engine.Engine = eng
+	if o.NoPause {
+		served = noPause{eng}
+	}
+	srv, err := e2bserver.New(e2bserver.Options{Engine: served, APIKey: APIKey, Logger: o.Logger, Egress: o.Egress,
+		Mounts: []engine.Mount{{Source: shared, Target: SharedDir, ReadOnly: true}}})
+	if err != nil {
+		eng.Close()
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		// The sandboxes go with the test: terminate what the engine still runs.
+		lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer lcancel()
+		if infos, err := eng.List(lctx); err == nil {
+			for _, in := range infos {
+				_ = eng.Terminate(lctx, in.ID)
+			}
+		}
+		srv.Close()
+		eng.Close()
+	})
+	return &Server{URL: "http://" + ln.Addr().String(), Engine: eng, Server: srv, Shared: shared}
+}
