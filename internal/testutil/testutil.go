@@ -10,10 +10,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"syscall"
 	"testing"
+
+	"github.com/coder/websocket"
 )
 
 // FreePort returns a loopback TCP port that was free a moment ago; nothing
@@ -28,29 +31,40 @@ func FreePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// EchoApp serves body on a free loopback port until the test ends and returns
-// the port. Its responses carry X-Frame-Options: DENY, a header a preview
-// proxy must strip.
-func EchoApp(t testing.TB, body string) int {
+// EchoApp is a dev-server stand-in on a free loopback port until the test
+// ends; it returns the port. A GET answers name, with the headers a preview
+// proxy must strip (X-Frame-Options, Content-Security-Policy) and what the app
+// saw: X-App (name), X-Seen-Host, X-Seen-Forwarded-For and X-Path. A WebSocket
+// echoes each message prefixed with name and ":".
+func EchoApp(t testing.TB, name string) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "websocket" {
+			c, err := websocket.Accept(w, r, nil)
+			if err != nil {
+				return
+			}
+			defer c.CloseNow()
+			for {
+				typ, msg, err := c.Read(r.Context())
+				if err != nil {
+					return
+				}
+				if err := c.Write(r.Context(), typ, append([]byte(name+":"), msg...)); err != nil {
+					return
+				}
+			}
+		}
 		w.Header().Set("X-Frame-Options", "DENY")
-		io.WriteString(w, body)
-	})}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		<-done
-	})
-	return ln.Addr().(*net.TCPAddr).Port
+		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
+		w.Header().Set("X-App", name)
+		w.Header().Set("X-Seen-Host", r.Host)
+		w.Header().Set("X-Seen-Forwarded-For", r.Header.Get("X-Forwarded-For"))
+		w.Header().Set("X-Path", r.URL.Path)
+		io.WriteString(w, name)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().(*net.TCPAddr).Port
 }
 
 // StartGroup starts cmd in a process group of its own and kills the group at
