@@ -292,3 +292,23 @@ func TestNoArgCommands(t *testing.T) {
 		check(t, []string{name, "x"}, got, err, nil)
 	}
 }
+
+func TestVersionCommandArgs(t *testing.T) {
+	for _, tt := range []struct {
+		args    []string
+		wantRun bool
+	}{
+		{nil, true},
+		{[]string{"x"}, false},
+	} {
+		ran := false
+		cmd := NewCmdVersion(newFactory(func(string) string { return "" }, nil, nil, nil), func() error { ran = true; return nil })
+		cmd.SetArgs(tt.args)
+		cmd.SilenceErrors, cmd.SilenceUsage = true, true
+		err := cmd.ExecuteContext(t.Context())
+		var ue *usageError
+		if ran != tt.wantRun || (!tt.wantRun && !errors.As(err, &ue)) {
+			t.Errorf("version %q: ran %v, error %v; want ran %v (else a usage error)", tt.args, ran, err, tt.wantRun)
+		}
+	}
+}
