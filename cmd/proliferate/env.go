@@ -34,29 +34,6 @@ workspacePath ("." or empty = the workspace: $WORKSPACE_DIR, else
 relative; absolute paths, ".." and paths that leave the workspace are usage
 errors (exit 2).`
 
-// NewCmdEnvApply builds `env apply`.
-func NewCmdEnvApply(f *Factory, runF func(*EnvOptions) error) *cobra.Command {
-	return envCommand(f, "apply --spec JSON", "Write env files from the overrides file and the environment",
-		`Write each entry's env file as KEY=value lines (mode 0600, written atomically;
-values with newlines, quotes, '#' or outer spaces are double-quoted and
-escaped). Values come from `+config.DefaultEnvOverrides+` (string values) and then
-the environment. If any required key is missing, nothing is written and the
-exit code is 1. Each path is added once to the repo's .git/info/exclude.
-Prints {"applied":[{"path","keyCount"}]}, each path as the spec gave it.
-
-`+specHelp, runF, envApplyRun)
-}
-
-// NewCmdEnvScrub builds `env scrub`.
-func NewCmdEnvScrub(f *Factory, runF func(*EnvOptions) error) *cobra.Command {
-	return envCommand(f, "scrub --spec JSON", "Delete secret env files and the overrides file",
-		`Delete the files of entries whose mode is "secret" (missing files are fine),
-then the overrides file. Prints {"scrubbed":[paths]}: the spec's path of each
-file actually deleted, then the overrides file's path if it was deleted.
-
-`+specHelp, runF, envScrubRun)
-}
-
 func envCommand(f *Factory, use, short, long string, runF, def func(*EnvOptions) error) *cobra.Command {
 	var spec string
 	cmd := &cobra.Command{
@@ -106,28 +83,4 @@ func (o *EnvOptions) options() (envfiles.Options, error) {
 		return envfiles.Options{}, err
 	}
 	return envfiles.Options{Workspace: ws, OverridesFile: overrides, Getenv: o.Factory.Getenv}, nil
-}
-
-func envApplyRun(o *EnvOptions) error {
-	opts, err := o.options()
-	if err != nil {
-		return err
-	}
-	applied, err := envfiles.Apply(opts, o.Entries)
-	if err != nil {
-		return envErr(err)
-	}
-	return printValue(o.Factory.IO.Out, map[string]any{"applied": applied})
-}
-
-func envScrubRun(o *EnvOptions) error {
-	opts, err := o.options()
-	if err != nil {
-		return err
-	}
-	scrubbed, err := envfiles.Scrub(opts, o.Entries)
-	if err != nil {
-		return envErr(err)
-	}
-	return printValue(o.Factory.IO.Out, map[string]any{"scrubbed": scrubbed})
 }

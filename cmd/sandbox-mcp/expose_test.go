@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,40 +18,11 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy"
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy/caddytest"
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 const e2eToken = "e2e-token"
-
-// echoApp is a dev-server stand-in on loopback: GET answers its name with
-// X-Frame-Options set; a WebSocket echoes messages prefixed with its name.
-func echoApp(t *testing.T, name string) int {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") == "websocket" {
-			c, err := websocket.Accept(w, r, nil)
-			if err != nil {
-				return
-			}
-			defer c.CloseNow()
-			for {
-				typ, msg, err := c.Read(r.Context())
-				if err != nil {
-					return
-				}
-				if err := c.Write(r.Context(), typ, append([]byte(name+":"), msg...)); err != nil {
-					return
-				}
-			}
-		}
-		w.Header().Set("X-Frame-Options", "DENY")
-		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
-		w.Header().Set("X-Path", r.URL.Path)
-		io.WriteString(w, name)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.Listener.Addr().(*net.TCPAddr).Port
-}
 
 type sandbox struct {
 	site   string // host:port of Caddy's preview site
@@ -70,9 +40,9 @@ func startSandbox(t *testing.T, caddyfile func(s *sandbox) []byte, startCaddy bo
 	dir := t.TempDir()
 	socket := caddytest.SocketPath(t)
 	s := &sandbox{
-		site:   caddytest.Addr(caddytest.FreePort(t)),
-		api:    caddytest.Addr(caddytest.FreePort(t)),
-		vscode: echoApp(t, "vscode"),
+		site:   caddytest.Addr(testutil.FreePort(t)),
+		api:    caddytest.Addr(testutil.FreePort(t)),
+		vscode: testutil.EchoApp(t, "vscode"),
 	}
 	s.cfg = config.Config{
 		Addr:         s.api,
@@ -82,7 +52,7 @@ func startSandbox(t *testing.T, caddyfile func(s *sandbox) []byte, startCaddy bo
 		CaddySnippet: filepath.Join(dir, "snippets", "user.caddy"),
 		CaddyAdmin:   "unix/" + socket,
 		Caddyfile:    filepath.Join(dir, "Caddyfile"),
-		PreviewAddr:  caddytest.Addr(caddytest.FreePort(t)),
+		PreviewAddr:  caddytest.Addr(testutil.FreePort(t)),
 	}
 	if err := os.MkdirAll(filepath.Dir(s.cfg.CaddySnippet), 0o755); err != nil {
 		t.Fatal(err)
@@ -131,7 +101,7 @@ func renderedMain(t *testing.T) func(s *sandbox) []byte {
 			VSCode:        "127.0.0.1:" + strconv.Itoa(s.vscode),
 			SnippetPath:   s.cfg.CaddySnippet,
 			Preview:       s.cfg.PreviewAddr,
-			FallbackPorts: []int{caddytest.FreePort(t)},
+			FallbackPorts: []int{testutil.FreePort(t)},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -147,7 +117,7 @@ func oldMain(t *testing.T) func(s *sandbox) []byte {
 		return []byte("{\n    admin " + s.cfg.CaddyAdmin + "\n}\n\nhttp://" + s.site + " {\n    bind 127.0.0.1\n" +
 			"    handle_path /_proliferate/mcp/* {\n        reverse_proxy " + s.api + "\n    }\n" +
 			"    import " + s.cfg.CaddySnippet + "\n" +
-			"    handle {\n        reverse_proxy localhost:" + strconv.Itoa(caddytest.FreePort(t)) + "\n    }\n}\n")
+			"    handle {\n        reverse_proxy localhost:" + strconv.Itoa(testutil.FreePort(t)) + "\n    }\n}\n")
 	}
 }
 
@@ -195,7 +165,7 @@ func wsEcho(t *testing.T, ctx context.Context, c *websocket.Conn, msg string) st
 // the preview site reaches the app, and a WebSocket opened through Caddy stays
 // open and working while the exposed port moves to B and back.
 func exposeAndSwitch(t *testing.T, s *sandbox) {
-	a, b := echoApp(t, "a"), echoApp(t, "b")
+	a, b := testutil.EchoApp(t, "a"), testutil.EchoApp(t, "b")
 	want := func(port int) string { return `{"success":true,"exposedPort":` + strconv.Itoa(port) + `}` }
 	if code, body := s.expose(t, a); code != 200 || body != want(a) {
 		t.Fatalf("POST /api/expose {%d} = %d %s, want 200 %s", a, code, body, want(a))
@@ -305,7 +275,7 @@ func TestVSCodeBehindForwardAuth(t *testing.T) {
 // port is recorded and the preview proxy already serves it.
 func TestExposeWithCaddyDown(t *testing.T) {
 	s := startSandbox(t, oldMain(t), false)
-	a := echoApp(t, "a")
+	a := testutil.EchoApp(t, "a")
 	code, body, _ := call(t, "POST", "http://"+s.api+"/api/expose", "Bearer "+e2eToken, `{"port":`+strconv.Itoa(a)+`}`)
 	var got struct {
 		Error       string `json:"error"`
@@ -332,7 +302,7 @@ func TestAPIServesWhenPreviewPortIsTaken(t *testing.T) {
 	defer taken.Close()
 	dir := t.TempDir()
 	cfg := config.Config{
-		Addr:         caddytest.Addr(caddytest.FreePort(t)),
+		Addr:         caddytest.Addr(testutil.FreePort(t)),
 		Token:        e2eToken,
 		WorkspaceDir: dir,
 		StateDir:     filepath.Join(dir, "state"),

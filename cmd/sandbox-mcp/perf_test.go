@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
@@ -336,15 +337,13 @@ func BenchmarkColdStartReadopt10(b *testing.B) {
 	for range b.N {
 		cmd := exec.Command(bin, "api")
 		cmd.Env = append(os.Environ(), first.Env...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
+		if err := testutil.StartGroup(b, cmd); err != nil {
 			b.Fatal(err)
 		}
 		waitHealthy(b, first.URL, 10*time.Second)
 		b.StopTimer()
 		// The services live in their own sessions and survive this.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
+		testutil.KillGroup(cmd)
 		b.StartTimer()
 	}
 }

@@ -1,25 +1,22 @@
 package api
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/ports"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
@@ -40,36 +37,6 @@ func (f *fakeServices) Start(context.Context, apitype.StartServiceRequest) (apit
 func (f *fakeServices) Stop(context.Context, string) error { return errors.New("not implemented") }
 func (f *fakeServices) Restart(context.Context, string) (apitype.ServiceInfo, error) {
 	return apitype.ServiceInfo{}, errors.New("not implemented")
-}
-
-// startHTTPServer starts python's HTTP server on a free loopback port in its
-// own process group with env added, and returns its pid and port.
-func startHTTPServer(t *testing.T, env ...string) (*exec.Cmd, int) {
-	t.Helper()
-	cmd := exec.Command("bash", "-c", "exec python3 -u -m http.server 0 --bind 127.0.0.1")
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start python3: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("read python3 banner: %v", err)
-	}
-	var host string
-	var port int
-	if _, err := fmt.Sscanf(line, "Serving HTTP on %s port %d", &host, &port); err != nil {
-		t.Fatalf("parse python3 banner %q: %v", line, err)
-	}
-	return cmd, port
 }
 
 func newScanner(t testing.TB, maxAge time.Duration) *ports.Scanner {
@@ -103,8 +70,8 @@ func findPort(ps []apitype.Port, port int) (apitype.Port, bool) {
 }
 
 func TestPorts(t *testing.T) {
-	marked, markedPort := startHTTPServer(t, "SANDBOX_MCP_SERVICE=web")
-	grouped, groupedPort := startHTTPServer(t)
+	marked, markedPort := testutil.HTTPServer(t, "SANDBOX_MCP_SERVICE=web")
+	grouped, groupedPort := testutil.HTTPServer(t)
 	svcs := &fakeServices{
 		list: []apitype.ServiceInfo{
 			{Name: "api", PID: grouped.Process.Pid, Status: apitype.StatusRunning},
@@ -154,8 +121,7 @@ func TestPorts(t *testing.T) {
 	}
 
 	// Stopped: gone from the list.
-	_ = syscall.Kill(-marked.Process.Pid, syscall.SIGKILL)
-	_ = marked.Wait()
+	testutil.KillGroup(marked)
 	for {
 		if _, ok := findPort(listPorts(t, ts.URL), markedPort); !ok {
 			break
@@ -169,7 +135,7 @@ func TestPorts(t *testing.T) {
 
 func TestPortsWithoutServices(t *testing.T) {
 	ts := newTestServer(t, Options{Token: testToken, Ports: newScanner(t, -1)})
-	cmd, port := startHTTPServer(t, "SANDBOX_MCP_SERVICE=web")
+	cmd, port := testutil.HTTPServer(t, "SANDBOX_MCP_SERVICE=web")
 	p, ok := findPort(listPorts(t, ts.URL), port)
 	if !ok || p.PID != cmd.Process.Pid || p.Service != "web" || p.Exposed {
 		t.Errorf("port %d without a service manager = %+v (found %v), want pid %d service web not exposed", port, p, ok, cmd.Process.Pid)

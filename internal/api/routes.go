@@ -10,7 +10,8 @@ import (
 )
 
 // routes registers every endpoint. Everything but GET /api/health sits behind
-// requireAuth; routes_test.go checks this list against the contract.
+// requireAuth; TestRoutesMatchContract (routes_test.go) checks this list
+// against the contract, route by route.
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
 	// StripSlashes and GetHead keep what the old Express server accepted:

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy/caddytest"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 // oldCaddyfile is shaped like the Caddyfile of images that predate RenderMain:
@@ -54,13 +55,13 @@ func newFixture(t *testing.T, start bool, tcpAdmin bool) *fixture {
 	caddytest.Binary(t)
 	dir := t.TempDir()
 	f := &fixture{
-		site:    caddytest.Addr(caddytest.FreePort(t)),
+		site:    caddytest.Addr(testutil.FreePort(t)),
 		snippet: filepath.Join(dir, "snippets", "user.caddy"),
 		socket:  caddytest.SocketPath(t),
 	}
 	f.admin = "unix/" + f.socket
 	if tcpAdmin {
-		f.admin = caddytest.Addr(caddytest.FreePort(t))
+		f.admin = caddytest.Addr(testutil.FreePort(t))
 	}
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "preview")
@@ -175,11 +176,11 @@ func TestEnsureLeavesRenderedMainAlone(t *testing.T) {
 	if err := os.WriteFile(snippet, []byte("# empty on purpose\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	site := caddytest.Addr(caddytest.FreePort(t))
-	preview := caddytest.Addr(caddytest.FreePort(t))
+	site := caddytest.Addr(testutil.FreePort(t))
+	preview := caddytest.Addr(testutil.FreePort(t))
 	main, err := RenderMain(MainOptions{
 		Site: "http://" + site, Bind: "127.0.0.1", AdminSocket: socket, API: "127.0.0.1:1", VSCode: "127.0.0.1:2",
-		SnippetPath: snippet, Preview: preview, FallbackPorts: []int{caddytest.FreePort(t)},
+		SnippetPath: snippet, Preview: preview, FallbackPorts: []int{testutil.FreePort(t)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -4,12 +4,15 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 // memoryStore keeps the exposed port in memory.
@@ -31,22 +34,6 @@ func (s *memoryStore) SetExposedPort(port int) error {
 	return nil
 }
 
-// echoApp serves body on a free loopback port until the test ends.
-func echoApp(t *testing.T, body string) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Frame-Options", "DENY")
-		io.WriteString(w, body)
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func get(t *testing.T, url string) (string, http.Header) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -57,6 +44,8 @@ func get(t *testing.T, url string) (string, http.Header) {
 	b, _ := io.ReadAll(resp.Body)
 	return string(b), resp.Header
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func newExposer(t *testing.T, store Store) *Exposer {
 	t.Helper()
@@ -77,7 +66,7 @@ func newExposer(t *testing.T, store Store) *Exposer {
 }
 
 func TestExposedPortRestoredAtStart(t *testing.T) {
-	a := echoApp(t, "a")
+	a := testutil.EchoApp(t, "a")
 	store := &memoryStore{}
 	store.SetExposedPort(a)
 	e := newExposer(t, store)
@@ -91,7 +80,7 @@ func TestExposedPortRestoredAtStart(t *testing.T) {
 }
 
 func TestSetExposedPortSwitchesUpstreamAndRecords(t *testing.T) {
-	a, b := echoApp(t, "a"), echoApp(t, "b")
+	a, b := testutil.EchoApp(t, "a"), testutil.EchoApp(t, "b")
 	store := &memoryStore{}
 	e := newExposer(t, store)
 	for _, tc := range []struct {

@@ -2,6 +2,8 @@ package ports
 
 import (
 	"testing"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 // TestPort: a lookup of one port finds its listener and owner afresh, with
@@ -13,7 +15,7 @@ func TestPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd, port := startListener(t, ServiceEnv+"=web", InstanceEnv+"=run-1")
+	cmd, port := testutil.HTTPServer(t, ServiceEnv+"=web", InstanceEnv+"=run-1")
 	// Through netlink sock_diag where the kernel has it, then through /proc/net/tcp.
 	for _, noDiag := range []bool{false, true} {
 		s.noDiag.Store(noDiag)
@@ -43,7 +45,7 @@ func BenchmarkPort(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd, port := startListener(b)
+	cmd, port := testutil.HTTPServer(b)
 	pid := cmd.Process.Pid
 	b.Run("owner first", func(b *testing.B) {
 		for b.Loop() {

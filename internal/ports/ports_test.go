@@ -1,21 +1,19 @@
 package ports
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 	"go.uber.org/goleak"
 )
@@ -125,42 +123,6 @@ func TestParseStat(t *testing.T) {
 	}
 }
 
-// startListener starts python's HTTP server on a free loopback port in its own
-// process group, with env added to its environment, and returns it and its port.
-func startListener(t testing.TB, env ...string) (*exec.Cmd, int) {
-	t.Helper()
-	cmd := exec.Command("bash", "-c", "exec python3 -u -m http.server 0 --bind 127.0.0.1")
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start python3: %v", err)
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			_ = cmd.Wait()
-		}
-	}
-	t.Cleanup(stop)
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("read python3 banner: %v", err)
-	}
-	// "Serving HTTP on 127.0.0.1 port 41234 (http://127.0.0.1:41234/) ..."
-	var host string
-	var port int
-	if _, err := fmt.Sscanf(line, "Serving HTTP on %s port %d", &host, &port); err != nil {
-		t.Fatalf("parse python3 banner %q: %v", line, err)
-	}
-	return cmd, port
-}
-
 func find(ls []Listener, port int) (Listener, bool) {
 	i := slices.IndexFunc(ls, func(l Listener) bool { return l.Port == port })
 	if i < 0 {
@@ -193,7 +155,7 @@ func TestServiceListenerAppearsAndGoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd, port := startListener(t, ServiceEnv+"=web")
+	cmd, port := testutil.HTTPServer(t, ServiceEnv+"=web")
 	ls := poll(t, s, "listener appears", func(ls []Listener) bool { _, ok := find(ls, port); return ok })
 	l, _ := find(ls, port)
 	if l.PID != cmd.Process.Pid || l.Service != "web" || l.PGID != cmd.Process.Pid {
@@ -206,8 +168,7 @@ func TestServiceListenerAppearsAndGoes(t *testing.T) {
 		t.Errorf("listener on %d: name %q command %q, want python's", port, l.Name, l.Command)
 	}
 
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	_ = cmd.Wait()
+	testutil.KillGroup(cmd)
 	poll(t, s, "listener goes", func(ls []Listener) bool { _, ok := find(ls, port); return !ok })
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy/caddytest"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 // BenchmarkThroughCaddy compares the two preview paths a browser request can
@@ -17,8 +18,8 @@ func BenchmarkThroughCaddy(b *testing.B) {
 	direct, proxied := benchServer(b)
 	dir := b.TempDir()
 	socket := caddytest.SocketPath(b)
-	siteDirect := caddytest.Addr(caddytest.FreePort(b))
-	siteProxy := caddytest.Addr(caddytest.FreePort(b))
+	siteDirect := caddytest.Addr(testutil.FreePort(b))
+	siteProxy := caddytest.Addr(testutil.FreePort(b))
 	cf := fmt.Sprintf("{\n    admin unix/%s\n}\n\nhttp://%s {\n    bind 127.0.0.1\n    reverse_proxy %s\n}\n\nhttp://%s {\n    bind 127.0.0.1\n    reverse_proxy %s\n}\n",
 		socket, siteDirect, strings.TrimPrefix(direct, "http://"), siteProxy, strings.TrimPrefix(proxied, "http://"))
 	caddytest.Start(b, dir, []byte(cf), socket, siteProxy)

@@ -15,56 +15,13 @@ import (
 
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// app is a dev-server stand-in: it says which app it is, echoes the Host it
-// saw, sets the headers the proxy must strip, and echoes WebSocket messages
-// prefixed with its name.
-func app(t testing.TB, name string) (port int) {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") == "websocket" {
-			c, err := websocket.Accept(w, r, nil)
-			if err != nil {
-				return
-			}
-			defer c.CloseNow()
-			for {
-				typ, msg, err := c.Read(r.Context())
-				if err != nil {
-					return
-				}
-				if err := c.Write(r.Context(), typ, append([]byte(name+":"), msg...)); err != nil {
-					return
-				}
-			}
-		}
-		w.Header().Set("X-Frame-Options", "DENY")
-		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
-		w.Header().Set("X-App", name)
-		w.Header().Set("X-Seen-Host", r.Host)
-		w.Header().Set("X-Seen-Forwarded-For", r.Header.Get("X-Forwarded-For"))
-		io.WriteString(w, name)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.Listener.Addr().(*net.TCPAddr).Port
-}
-
-// deadPort returns a port nothing listens on.
-func deadPort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	return port
-}
 
 func newProxy(t testing.TB, opts Options) (*Proxy, string) {
 	t.Helper()
@@ -97,7 +54,7 @@ func get(t testing.TB, url string, header http.Header) (*http.Response, string) 
 }
 
 func TestProxyToExposedPort(t *testing.T) {
-	a := app(t, "a")
+	a := testutil.EchoApp(t, "a")
 	p, url := newProxy(t, Options{FallbackPorts: []int{}})
 	p.SetPort(a)
 	resp, body := get(t, url+"/path?q=1", http.Header{"X-Forwarded-For": {"203.0.113.7"}})
@@ -121,7 +78,7 @@ func TestProxyToExposedPort(t *testing.T) {
 }
 
 func TestFallbackPicksFirstListeningPort(t *testing.T) {
-	dead, b, c := deadPort(t), app(t, "b"), app(t, "c")
+	dead, b, c := testutil.FreePort(t), testutil.EchoApp(t, "b"), testutil.EchoApp(t, "c")
 	p, url := newProxy(t, Options{FallbackPorts: []int{dead, b, c}})
 	if _, body := get(t, url, nil); body != "b" {
 		t.Errorf("GET with fallback [dead, b, c] = %q, want %q", body, "b")
@@ -140,7 +97,7 @@ func TestFallbackPicksFirstListeningPort(t *testing.T) {
 }
 
 func TestErrorPages(t *testing.T) {
-	dead := deadPort(t)
+	dead := testutil.FreePort(t)
 	tests := []struct {
 		name     string
 		exposed  int
@@ -175,7 +132,7 @@ func TestErrorPages(t *testing.T) {
 // TestWebSocketSurvivesUpstreamChange: a connection keeps its upstream when
 // the exposed port changes; new connections go to the new port.
 func TestWebSocketSurvivesUpstreamChange(t *testing.T) {
-	a, b := app(t, "a"), app(t, "b")
+	a, b := testutil.EchoApp(t, "a"), testutil.EchoApp(t, "b")
 	p, url := newProxy(t, Options{FallbackPorts: []int{}})
 	p.SetPort(a)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -313,7 +270,7 @@ func TestDefaultHostReachesIPv6OnlyApp(t *testing.T) {
 // TestConcurrentSetPort: requests in flight while the port flips between two
 // apps always reach one of them.
 func TestConcurrentSetPort(t *testing.T) {
-	a, b := app(t, "a"), app(t, "b")
+	a, b := testutil.EchoApp(t, "a"), testutil.EchoApp(t, "b")
 	p, url := newProxy(t, Options{FallbackPorts: []int{}})
 	p.SetPort(a)
 	done := make(chan struct{})

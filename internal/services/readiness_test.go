@@ -9,10 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
@@ -22,18 +22,13 @@ func holdPort(t *testing.T) (pid, port int) {
 	t.Helper()
 	cmd := exec.Command("python3", "-u", "-c", `import socket,time
 s=socket.socket(); s.bind(("127.0.0.1",0)); s.listen(); print(s.getsockname()[1]); time.sleep(300)`)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := testutil.StartGroup(t, cmd); err != nil {
 		t.Skipf("python3: %v", err)
 	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-	})
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		t.Fatalf("read the holder's port: %v", err)

@@ -16,9 +16,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 // Binary returns the caddy binary on PATH, skipping t when there is none.
@@ -29,17 +30,6 @@ func Binary(t testing.TB) string {
 		t.Skip("caddy is not on PATH")
 	}
 	return bin
-}
-
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // Caddy is a running caddy process.
@@ -69,13 +59,11 @@ func start(t testing.TB, dir string, caddyfile []byte, site string, adminReady f
 	c.cmd = exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
 	c.cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
 	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := c.cmd.Start(); err != nil {
+	if err := testutil.StartGroup(t, c.cmd); err != nil {
 		t.Fatalf("start caddy: %v", err)
 	}
 	t.Cleanup(func() {
-		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
-		_ = c.cmd.Wait()
+		testutil.KillGroup(c.cmd) // before StartGroup's cleanup: the log is complete
 		if t.Failed() {
 			t.Logf("caddy output:\n%s", c.log.String())
 		}
