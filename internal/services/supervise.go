@@ -113,6 +113,7 @@ func (m *Manager) waitExit(in *instance) (code int, known, monitorDied, ok bool)
 				return code, known, !known, true
 			}
 			if msg.Type == msgExited && msg.Code != nil {
+				in.status.Close() // the monitor has nothing more to say
 				return *msg.Code, true, false, true
 			}
 		}
