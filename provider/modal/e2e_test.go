@@ -5,6 +5,9 @@ package modal
 // proliferate services).
 
 import (
+	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/gitpush"
+
 	"context"
 	"errors"
 	"net/http"
@@ -79,34 +82,6 @@ func isolatedEngine(t testing.TB) *local.Engine {
 	return eng
 }
 
-// originRepo makes a git repo the sandboxes can clone by file:// URL. It lives under
-// the package directory: the isolated engine gives each sandbox its own /tmp and
-// /home, and shows the rest of the host read-only.
-func originRepo(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp(".", ".e2e-origin-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	abs, _ := filepath.Abs(dir)
-	t.Cleanup(func() { os.RemoveAll(abs) })
-	git := func(args ...string) {
-		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@e", "-c", "commit.gpgsign=false"}, args...)...)
-		cmd.Dir = abs
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	git("init", "-q", "-b", "main")
-	if err := os.WriteFile(filepath.Join(abs, "README.md"), []byte("hello from the origin\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	git("add", ".")
-	git("commit", "-q", "-m", "first")
-	return abs
-}
-
 // sidecarHealthy polls the sidecar's health through the preview tunnel (Caddy routes
 // /_proliferate/mcp/* to sandbox-mcp) until it answers 200.
 func sidecarHealthy(ctx context.Context, c *http.Client, previewURL string) error {
@@ -135,7 +110,11 @@ func e2eProvider(t testing.TB) (*Provider, *http.Client) {
 	srv, env := localServer(t, eng)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}, Timeout: 5 * time.Second}
 	t.Cleanup(hc.CloseIdleConnections)
-	p := New(Options{Getenv: func(k string) string { return env[k] }, HTTPClient: hc, ReadyWait: time.Second})
+	mirrors, err := gitpush.New(gitpush.Options{CacheDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{Getenv: func(k string) string { return env[k] }, HTTPClient: hc, ReadyWait: time.Second, GitMirrors: mirrors})
 	t.Cleanup(p.Close)
 	return p, hc
 }
@@ -150,8 +129,11 @@ func TestEndToEnd(t *testing.T) {
 	p, hc := e2eProvider(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	origin := originRepo(t)
-	opts := provider.CreateOptions{SessionID: "e2e-session", Repos: []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "app"}},
+	// A private repo behind a token: the host fetches it and the sandbox gets a
+	// bundle (tokenless git), as in production.
+	remote := gittest.New(t, "git-token")
+	origin := remote.CreateRepo(t, "origin", map[string]string{"README.md": "hello from the origin\n"})
+	opts := provider.CreateOptions{SessionID: "e2e-session", Repos: []provider.RepoSpec{{RepoURL: origin, Token: "git-token", WorkspacePath: "app"}},
 		EnvVars: map[string]string{provider.EnvSandboxMCPAuthToken: "e2e-token"}, SnapshotHasDeps: true,
 		ServiceCommands: []provider.ConfigurationServiceCommand{{Name: "sleeper", Command: "sleep 600", WorkspacePath: "app"}}}
 
@@ -245,7 +227,11 @@ func TestContractLifecycle(t *testing.T) {
 	srv, env := localServer(t, eng)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}, Timeout: 5 * time.Second}
 	providertest.Run(t, func(t *testing.T) provider.SandboxProvider {
-		p := New(Options{Getenv: func(k string) string { return env[k] }, HTTPClient: hc, ReadyWait: time.Second})
+		mirrors, err := gitpush.New(gitpush.Options{CacheDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := New(Options{Getenv: func(k string) string { return env[k] }, HTTPClient: hc, ReadyWait: time.Second, GitMirrors: mirrors})
 		t.Cleanup(p.Close)
 		return p
 	}, providertest.Options{Kind: provider.KindModal, Timeout: 4 * time.Minute,
