@@ -11,8 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // realSidecar starts a real `sandbox-mcp api` and returns the CLI's environment for it.

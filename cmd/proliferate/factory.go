@@ -12,8 +12,8 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
 	"github.com/proliferate-ai/sandbox-mcp/internal/grants"
-	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // IOStreams are the command's standard streams.

@@ -13,9 +13,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/spf13/cobra"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/envfiles"
 	"github.com/proliferate-ai/sandbox-mcp/internal/grants"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // The tests in this file are gh-style: each command is built with a runF that

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )

@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // waiter waits for one service on behalf of `services start --wait` and

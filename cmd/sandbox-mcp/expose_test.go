@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy"
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy/caddytest"
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 const e2eToken = "e2e-token"

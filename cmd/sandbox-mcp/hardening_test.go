@@ -18,9 +18,9 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
 	"github.com/proliferate-ai/sandbox-mcp/internal/terminal"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // debugStats reads GET /api/debug/stats on a fresh connection, so the

@@ -17,7 +17,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/logtail"
 	"github.com/proliferate-ai/sandbox-mcp/internal/mcpserver"
 	"github.com/proliferate-ai/sandbox-mcp/internal/services"
-	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/version"
 

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // mcpProc is a `sandbox-mcp mcp` process spoken to in raw JSON-RPC lines, so

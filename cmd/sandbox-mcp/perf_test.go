@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // startWithServices starts a real sidecar with n services running `sleep 600`;

@@ -11,7 +11,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
-	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // TestPushAndSyncCommands drives `sandboxctl push` and `sandboxctl sync` on a

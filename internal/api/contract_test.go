@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/services"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // wantCORSHeaders are the headers the contract puts on every response.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 // debugStats answers GET /api/debug/stats: what the sidecar holds right now.

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 // EventSource feeds GET /api/events.

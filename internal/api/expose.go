@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 // Exposer routes the preview site to a port: the preview proxy follows the

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 // recordingExposer records the port and answers EnsureRouted with routeErr.

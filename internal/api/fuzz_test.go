@@ -3,7 +3,7 @@ package api
 import (
 	"testing"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 // FuzzDecodeStartRequest: any body decodes to a value or a 400 *Error, never a panic.

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/gitrepo"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // Git answers the workspace's git questions. Status and Diff fail with

@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/gitrepo"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // gitEnv isolates git from the machine's configuration for this test.

@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/gitrepo"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // BundleContentType is the media type of a git bundle on the wire.

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/gitrepo"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 func gitOut(t *testing.T, dir string, args ...string) string {

@@ -3,7 +3,7 @@ package api
 import (
 	"net/http"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/logtail"
 	"github.com/proliferate-ai/sandbox-mcp/internal/services"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // TestLogStreamFollowsRealRotation: a real service writes through the real

@@ -21,8 +21,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/logtail"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // checkLogLeaks fails t if goroutines started during the test outlive its cleanups.

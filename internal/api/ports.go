@@ -4,8 +4,8 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/ports"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // Ports lists the TCP ports listening in the sandbox.

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/services"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // TestPortsAttributesRealService starts a listener through the real service

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/ports"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // fakeServices is a service list for annotating ports; the service manager

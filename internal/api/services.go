@@ -5,8 +5,8 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/services"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 

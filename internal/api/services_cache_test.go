@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/services"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // plainServices hides ListVersion, so the server encodes the list on every request.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/terminal"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // Terminal runs PTY sessions for WebSocket clients (internal/terminal).

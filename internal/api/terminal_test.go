@@ -13,8 +13,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/terminal"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 func newTerminalServer(t *testing.T) (base, wsURL string) {

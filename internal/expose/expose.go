@@ -14,9 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy"
 	"github.com/proliferate-ai/sandbox-mcp/internal/preview"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // Store persists the exposed port across sidecar restarts (the service

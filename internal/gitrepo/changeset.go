@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 // MaxChangesetCommits bounds the commits a changeset lists.

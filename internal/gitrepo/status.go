@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 // ParseStatus parses the output of `git status --porcelain=v2 --branch -z`.

@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )

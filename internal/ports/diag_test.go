@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 // procListeners reads the listening sockets from /proc/net/tcp{,6}.

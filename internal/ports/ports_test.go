@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 	"go.uber.org/goleak"
 )
 

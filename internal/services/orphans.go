@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 // statePrefix is the first 8 hex digits of the SHA-256 of the state dir's

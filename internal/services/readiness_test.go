@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 // holdPort starts python3 listening on a free loopback port in a process

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 func intp(n int) *int { return &n }

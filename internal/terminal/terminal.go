@@ -29,7 +29,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 // Conn is one WebSocket connection as the terminal uses it.

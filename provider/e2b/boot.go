@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // StepReport is how one boot step went; the provider logs one per step.

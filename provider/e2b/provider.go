@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
-	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // EnvLocalTunnels, when "1" or "true", makes the provider ask the local server

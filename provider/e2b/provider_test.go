@@ -18,7 +18,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/internal/e2btest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/providertest"
-	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 var sandboxMCP string

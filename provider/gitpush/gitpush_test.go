@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
-	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 const testToken = "tok-3f9a1c77e2"

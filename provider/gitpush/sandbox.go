@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // PushSandbox pushes the current branch of the repo repoID of a sandbox, read

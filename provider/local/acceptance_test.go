@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 )
 
 func health(t *testing.T, url string) int {

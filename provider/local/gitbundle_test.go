@@ -14,7 +14,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/gitpush"
-	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // inSandbox runs a bash command inside the sandbox and returns its output.

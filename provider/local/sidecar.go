@@ -9,9 +9,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/provider/sidecar"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // sidecarClient is a client for the sandbox's sidecar; the boot waits for the

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 

@@ -10,7 +10,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 // ErrStop, returned by a stream callback, ends the stream; the stream method
