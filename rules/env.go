@@ -24,6 +24,8 @@ const (
 	EnvPreviewAddr = "SANDBOX_MCP_PREVIEW_ADDR"
 	// EnvLogLevel is the sidecar's log level (info, debug).
 	EnvLogLevel = "SANDBOX_MCP_LOG_LEVEL"
+	// EnvGOGC is the Go runtime's GC target; the sidecar only checks whether it is set.
+	EnvGOGC = "GOGC"
 	// EnvMaxTerminals caps the live terminal sessions (1-4096).
 	EnvMaxTerminals = "SANDBOX_MCP_MAX_TERMINALS"
 	// EnvSidecarURL is where the CLI and the MCP mode reach the API.

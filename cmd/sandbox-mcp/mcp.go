@@ -36,7 +36,7 @@ func runMCP(ctx context.Context, args []string, getenv func(string) string, stdi
 		fmt.Fprintf(stderr, "sandbox-mcp: %v\n", err)
 		return 1
 	}
-	log := newLogger(stderr, getenv)
+	log := newLogger(stderr, cfg)
 	backend, closeBackend, err := newMCPBackend(cfg, log)
 	if err != nil {
 		log.Error("mcp backend", "err", err)

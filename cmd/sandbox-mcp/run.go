@@ -71,9 +71,9 @@ func loadConfig(getenv func(string) string) (config.Config, error) {
 	return config.Load(getenv, cwd)
 }
 
-func newLogger(w io.Writer, getenv func(string) string) *slog.Logger {
+func newLogger(w io.Writer, cfg config.Config) *slog.Logger {
 	level := slog.LevelInfo
-	if getenv(rules.EnvLogLevel) == "debug" {
+	if cfg.LogLevel == "debug" {
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: durationsAsText}))
@@ -100,13 +100,13 @@ func runAPI(ctx context.Context, args []string, getenv func(string) string, stde
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
-	log := newLogger(stderr, getenv)
+	log := newLogger(stderr, cfg)
 	// Services run at nice +10 with a raised OOM score (set by their monitor);
 	// the sidecar that answers health and stops them protects itself where permitted.
 	if err := services.ProtectSidecar(); err != nil {
 		log.Info("oom_score_adj of the sidecar left as is (lowering it is not permitted here)", "err", err)
 	}
-	if getenv("GOGC") == "" {
+	if cfg.GOGC == "" {
 		// Half the default heap growth: after a burst of requests the sidecar
 		// keeps ~2 MiB less resident (12.2 vs 14.4 MiB after 4 s of wrk over 16
 		// connections) with no measurable loss of throughput. GOGC still wins.

@@ -57,6 +57,7 @@ var Settings = []Setting{
 	{rules.EnvCaddyfile, DefaultCaddyfile, "main Caddyfile loaded when Caddy does not route to the preview proxy", true, false},
 	{rules.EnvPreviewAddr, DefaultPreviewAddr, "loopback listener of the preview proxy", true, false},
 	{rules.EnvLogLevel, DefaultLogLevel, "log level: info or debug", true, false},
+	{rules.EnvGOGC, "50 for `api` (half Go's default)", "Go's garbage collector target, read by the Go runtime", true, false},
 	{rules.EnvMaxTerminals, strconv.Itoa(rules.DefaultMaxTerminals), "live terminal sessions at most (1-" + strconv.Itoa(rules.MaxTerminalsCeiling) + "); past it the terminal answers 503", true, false},
 	{rules.EnvSidecarURL, DefaultSidecarURL + " (from " + rules.EnvAddr + " when set)", "where the CLI and `mcp` reach the API", true, true},
 	{rules.EnvGatewayURL, "—", "platform actions gateway (`proliferate actions`)", false, true},
@@ -117,6 +118,8 @@ type Config struct {
 	SidecarURLFrom string
 	// LogLevel is "info" or "debug".
 	LogLevel string
+	// GOGC is Go's own GC setting as given; `api` halves Go's default when it is unset.
+	GOGC string
 	// GatewayURL and SessionID locate the platform's actions gateway.
 	GatewayURL string
 	SessionID  string
@@ -145,6 +148,7 @@ func Load(getenv func(string) string, cwd string) (Config, error) {
 		PreviewURLFile:   DefaultPreviewURLFile,
 		EnvOverridesFile: DefaultEnvOverrides,
 		LogLevel:         or(getenv(rules.EnvLogLevel), DefaultLogLevel),
+		GOGC:             getenv(rules.EnvGOGC),
 		GatewayURL:       strings.TrimRight(getenv(rules.EnvGatewayURL), "/"),
 		SessionID:        getenv(rules.EnvSessionID),
 	}
