@@ -3,8 +3,13 @@ package services
 import (
 	"cmp"
 	"errors"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
@@ -119,4 +124,107 @@ func (m *Manager) checkStart(req apitype.StartServiceRequest) error {
 // one past 9.2e12 would overflow into an instant SIGKILL.
 func stopGrace(ms int) time.Duration {
 	return time.Duration(min(max(ms, 0), rules.MaxStopTimeoutMs)) * time.Millisecond
+}
+
+var stopSignals = map[string]syscall.Signal{
+	"SIGTERM": syscall.SIGTERM,
+	"SIGINT":  syscall.SIGINT,
+	"SIGHUP":  syscall.SIGHUP,
+	"SIGQUIT": syscall.SIGQUIT,
+}
+
+// maxCommandBytes is the longest command `bash -c` can be given: the
+// kernel's limit of one argument (MAX_ARG_STRLEN, 128 KiB with its NUL).
+const maxCommandBytes = 128<<10 - 1
+
+// normalize validates req and fills its defaults (cwd, restart policy).
+func (m *Manager) normalize(req apitype.StartServiceRequest) (apitype.StartServiceRequest, error) {
+	if req.Name == "" || strings.TrimSpace(req.Command) == "" {
+		return req, invalidf("name and command are required")
+	}
+	if err := ValidateName(req.Name); err != nil {
+		return req, err
+	}
+	if err := m.checkStart(req); err != nil {
+		return req, err
+	}
+	if strings.IndexByte(req.Command, 0) >= 0 {
+		return req, invalidf("command must not contain NUL bytes")
+	}
+	if len(req.Command) > maxCommandBytes {
+		return req, invalidf("command is %d bytes long; the limit is %d", len(req.Command), maxCommandBytes)
+	}
+	if req.Cwd == "" {
+		req.Cwd = m.cfg.WorkspaceDir
+	} else if !filepath.IsAbs(req.Cwd) {
+		req.Cwd = filepath.Join(m.cfg.WorkspaceDir, req.Cwd)
+	}
+	fi, err := os.Stat(req.Cwd)
+	switch {
+	case err != nil:
+		return req, invalidf("cwd %q does not exist", req.Cwd)
+	case !fi.IsDir():
+		return req, invalidf("cwd %q is not a directory", req.Cwd)
+	}
+	switch req.Restart {
+	case "":
+		req.Restart = apitype.RestartNo
+	case apitype.RestartNo, apitype.RestartOnFailure, apitype.RestartAlways:
+	default:
+		return req, invalidf("restart must be %q, %q or %q", apitype.RestartNo, apitype.RestartOnFailure, apitype.RestartAlways)
+	}
+	if req.MaxRestarts != nil && *req.MaxRestarts < 0 {
+		return req, invalidf("maxRestarts must be 0 or more")
+	}
+	if req.StopSignal != "" {
+		if _, ok := stopSignals[req.StopSignal]; !ok {
+			return req, invalidf("stopSignal must be one of SIGTERM, SIGINT, SIGHUP, SIGQUIT")
+		}
+	}
+	if req.StopTimeoutMs != nil && *req.StopTimeoutMs < 0 {
+		return req, invalidf("stopTimeoutMs must be 0 or more")
+	}
+	for k, v := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+			return req, invalidf("env key %q is not a valid environment variable name", k)
+		}
+	}
+	if rd := req.Readiness; rd != nil {
+		n := 0
+		if rd.TCP != nil {
+			n++
+			if *rd.TCP < 1 || *rd.TCP > 65535 {
+				return req, invalidf("readiness.tcp must be a port from 1 to 65535")
+			}
+		}
+		if rd.HTTP != "" {
+			n++
+			u, err := url.Parse(rd.HTTP)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return req, invalidf("readiness.http must be an http:// or https:// URL")
+			}
+		}
+		if rd.Log != "" {
+			n++
+			if _, err := regexp.Compile(rd.Log); err != nil {
+				return req, invalidf("readiness.log is not a valid regular expression: %v", err)
+			}
+		}
+		if n != 1 {
+			return req, invalidf("readiness must have exactly one of tcp, http or log")
+		}
+		if rd.TimeoutMs < 0 {
+			return req, invalidf("readiness.timeoutMs must be 0 or more")
+		}
+	}
+	return req, nil
+}
+
+// requestOf rebuilds the start request a record was started with.
+func requestOf(r *record) apitype.StartServiceRequest {
+	return apitype.StartServiceRequest{
+		Name: r.Name, Command: r.Command, Cwd: r.Cwd,
+		Restart: r.Restart, MaxRestarts: r.MaxRestarts, Readiness: r.Readiness,
+		Env: r.Env, StopSignal: r.StopSignal, StopTimeoutMs: r.StopTimeoutMs,
+	}
 }
