@@ -1,7 +1,6 @@
 package services
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,13 +39,7 @@ func (m *Manager) adopt() error {
 					}
 				}
 			}
-			ictx, icancel := context.WithCancel(m.ctx)
-			in := &instance{
-				name: name, id: r.Instance, req: requestOf(r), t: r.target(),
-				startedAt: time.UnixMilli(r.StartedAt),
-				ctx:       ictx, cancel: icancel,
-				exited: make(chan struct{}), gone: make(chan struct{}),
-			}
+			in := m.newInstance(name, r.Instance, requestOf(r), r.target(), time.UnixMilli(r.StartedAt))
 			if waiting {
 				close(in.exited)
 				close(in.gone)
@@ -155,13 +148,7 @@ func (m *Manager) adoptForeign(r record) {
 			return // not started yet or already handled elsewhere; adopt() covers restarts
 		}
 	}
-	ictx, icancel := context.WithCancel(m.ctx)
-	in := &instance{
-		name: r.Name, id: r.Instance, req: requestOf(&r), t: r.target(),
-		startedAt: time.UnixMilli(r.StartedAt),
-		ctx:       ictx, cancel: icancel,
-		exited: make(chan struct{}), gone: make(chan struct{}),
-	}
+	in := m.newInstance(r.Name, r.Instance, requestOf(&r), r.target(), time.UnixMilli(r.StartedAt))
 	m.setCurrent(in)
 	m.log.Info("service adopted from another process", "service", r.Name, "pid", r.PID)
 	m.wg.Add(1)

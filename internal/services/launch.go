@@ -194,14 +194,9 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 	if aerr != nil {
 		m.log.Warn("monitor gone before the ack", "service", req.Name, "instance", id, "err", aerr)
 	}
-	ictx, icancel := context.WithCancel(m.ctx)
-	in := &instance{
-		name: req.Name, id: id, req: req, startedAt: now, logOffset: msg.LogOffset,
-		t:   t,
-		cmd: cmd, status: pr, br: br,
-		ctx: ictx, cancel: icancel,
-		exited: make(chan struct{}), gone: make(chan struct{}),
-	}
+	in := m.newInstance(req.Name, id, req, t, now)
+	in.logOffset = msg.LogOffset
+	in.cmd, in.status, in.br = cmd, pr, br
 	m.setCurrent(in)
 	m.emit(apitype.Event{Type: apitype.EventStarted, Service: req.Name})
 	if info.Ready {

@@ -110,6 +110,18 @@ type instance struct {
 	failReason atomic.Pointer[string]
 }
 
+// newInstance is the only place an instance is built: whether launched here
+// or adopted, a run's context ends with the Manager's and its exited and gone
+// channels are open until the run ends.
+func (m *Manager) newInstance(name, id string, req apitype.StartServiceRequest, t target, startedAt time.Time) *instance {
+	ctx, cancel := context.WithCancel(m.ctx)
+	return &instance{
+		name: name, id: id, req: req, t: t, startedAt: startedAt,
+		ctx: ctx, cancel: cancel,
+		exited: make(chan struct{}), gone: make(chan struct{}),
+	}
+}
+
 // New loads the state file and re-adopts the services still running.
 func New(cfg Config) (*Manager, error) {
 	if cfg.StateDir == "" {
