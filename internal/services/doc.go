@@ -13,4 +13,60 @@
 // orphaned descendants as a child subreaper and outlives the sidecar, so a
 // sidecar restart never takes a dev server down. docs/services-lifecycle.md
 // describes how no process is lost when the sidecar, a monitor or the disk fails.
+//
+// # Files
+//
+// manager.go holds Config, Manager, instance and New; validate.go checks
+// requests; launch.go starts runs (Start, Restart, launch); stop.go stops
+// them; state.go is the file format, state_lock.go the read-modify-write of
+// it; query.go answers List, Get and LogPath; supervise.go handles exits and
+// restart policies; probe.go readiness probes (readiness.go checks that the
+// listener belongs to the run); events.go fans events out; adopt.go takes
+// over runs at start-up and from other processes; orphans.go sweeps what a
+// crashed sidecar left; monitor.go is the per-service monitor process.
+//
+// # State and locks
+//
+// The state file <StateDir>/state.json is shared by every process on the
+// state dir (the API server and MCP direct mode). Every change of it is a
+// read-modify-write in update or updateDurable (state_lock.go), which takes
+// in this order: writeMu (this process), the flock on <StateDir> (every
+// process), and mu only to swap the cached copy st. Start, Stop, Restart and
+// the restart path hold lockName(name) around it; that lock is per process,
+// so each write also checks that the record's Instance is still the run it
+// acts on. A launch holds <StateDir>/launch.lock shared; the orphan sweep in
+// New holds it exclusive.
+//
+// Who writes which record field (all inside update, so under writeMu and the
+// flock; "name" means lockName is held too):
+//
+//	field                                   writer (file)               lock   only if
+//	Name Command Cwd PID PGID StartTime     launch (launch.go)          name   admit passes
+//	  MonitorPID MonitorStartTime Instance
+//	  Status=running StartedAt LogFile
+//	  Ready Restarts Consecutive, options
+//	  NextRestartAt StoppedAt Reason
+//	  StopRequested (cleared)
+//	Order                                   launch, a name's first run  name   -
+//	StopRequested                           stopLocked (stop.go)        name   Instance is the stopped run
+//	Status=stopped StoppedAt Ready          stopLocked                  name   Instance is the stopped run
+//	  NextRestartAt=nil
+//	ExitedInstance                          recordExit (supervise.go)   -      Instance is the run, exit not yet recorded
+//	Status ExitCode LastExitAt Ready Reason recordExit via applyExit    -      as above, and no stop requested
+//	Consecutive Restarts NextRestartAt      afterExit (supervise.go)    name   run is current here, no stop requested
+//	  Status=error Reason
+//	NextRestartAt=nil (claims the restart)  relaunchAfter               name   NextRestartAt set, Instance is the run
+//	Status=error Reason                     relaunchAfter, launch fails name   Instance is the run
+//	Ready=true                              markReady (probe.go)        -      Status running, Instance is the run
+//	StartTime PGID (entries without them)   adopt (adopt.go)            -      in New, before any watcher runs
+//	ExitedInstance Status ExitCode ...      adopt via applyExit         -      run ended while no sidecar watched
+//	PID PGID StartTime Monitor* Status      sanitizeState (state.go)    -      untrusted process ids, on every read
+//	  Reason Ready NextRestartAt
+//	ExposedPort (stateFile)                 SetExposedPort (query.go)   -      -
+//
+// In memory: mu guards st, stamp, gen and pending (written by updateState
+// and refresh only); instMu guards inst (current, setCurrent, Close); subMu
+// guards subs (Subscribe, emit, Close); namesMu guards names. An instance is
+// built only by newInstance and not changed once shared, except stopping and
+// failReason, which are atomics.
 package services
