@@ -13,6 +13,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/internal/version"
 )
 
@@ -99,7 +100,7 @@ func TestGeneratedTokenHandOff(t *testing.T) {
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "SANDBOX_MCP_STATE_DIR=" + filepath.Join(dir, "state"),
 		"WORKSPACE_DIR=" + dir, "SANDBOX_MCP_PREVIEW_ADDR=127.0.0.1:0", "SANDBOX_MCP_CADDY_ADMIN=127.0.0.1:1",
 		"SANDBOX_MCP_CADDY_SNIPPET=" + filepath.Join(dir, "user.caddy"), "SANDBOX_MCP_CADDYFILE=" + filepath.Join(dir, "Caddyfile")}
-	stderr := &syncBuffer{}
+	stderr := &testutil.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -11,32 +11,14 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
-
-// syncBuffer is a log sink the test can read while the server writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestServeAPIShutdownKillsTerminals checks the wiring: the API serves the
 // terminal, and stopping the sidecar kills the shells it started.
@@ -45,7 +27,7 @@ func TestServeAPIShutdownKillsTerminals(t *testing.T) {
 	// commands at start-up (version managers) can swallow the typed-ahead line.
 	t.Setenv("HOME", t.TempDir())
 	cfg := config.Config{Addr: "127.0.0.1:0", Token: "tok", WorkspaceDir: t.TempDir(), StateDir: filepath.Join(t.TempDir(), "state")}
-	var logs syncBuffer
+	var logs testutil.Buffer
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() { errc <- serveAPI(ctx, cfg, slog.New(slog.NewJSONHandler(&logs, nil))) }()

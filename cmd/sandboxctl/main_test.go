@@ -5,18 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/spf13/cobra"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
@@ -31,33 +29,10 @@ func TestMain(m *testing.M) {
 	})
 }
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// buildBinaries builds sandbox-mcp and proliferate once, for the local backend to
-// bind into sandboxes.
+// buildBinaries builds sandbox-mcp and proliferate for the local backend to bind
+// into sandboxes, in a temp dir of t.
 func buildBinaries(t *testing.T) string {
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "sandboxctl-test-bin-")
-		if buildErr != nil {
-			return
-		}
-		for _, b := range []string{"sandbox-mcp", "proliferate"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b), "github.com/proliferate-ai/sandbox-mcp/cmd/"+b)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("build %s: %v\n%s", b, err, out)
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
+	return testutil.Commands(t, "sandbox-mcp", "proliferate")
 }
 
 // requireNamespaces skips where the local engine may not isolate.

@@ -2,13 +2,12 @@ package main
 
 import (
 	"bytes"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 	"github.com/proliferate-ai/sandbox-mcp/sidecar"
@@ -18,12 +17,7 @@ import (
 // tokenless local sandbox made from a private repo (the remote demands the token).
 func TestPushAndSyncCommands(t *testing.T) {
 	const token = "ghs_sandboxctl_push_5e2a"
-	bin := filepath.Join(t.TempDir(), "sandbox-mcp")
-	build := exec.Command("go", "build", "-o", bin, "github.com/proliferate-ai/sandbox-mcp/cmd/sandbox-mcp")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build sandbox-mcp: %v\n%s", err, out)
-	}
+	bin := filepath.Join(testutil.Commands(t, "sandbox-mcp"), "sandbox-mcp")
 	srv := gittest.New(t, token)
 	url := srv.CreateRepo(t, "app", map[string]string{"README.md": "private\n"})
 	dataDir := t.TempDir()

@@ -4,13 +4,12 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
@@ -25,12 +24,7 @@ func TestServeE2B(t *testing.T) {
 	} else {
 		e.Close()
 	}
-	bin := filepath.Join(t.TempDir(), "sandbox-mcp")
-	build := exec.Command("go", "build", "-o", bin, "github.com/proliferate-ai/sandbox-mcp/cmd/sandbox-mcp")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build sandbox-mcp: %v\n%s", err, out)
-	}
+	bin := filepath.Join(testutil.Commands(t, "sandbox-mcp"), "sandbox-mcp")
 	env := map[string]string{"SANDBOXCTL_SANDBOX_MCP": bin, "HOME": t.TempDir()}
 	getenv := func(k string) string { return env[k] }
 	pr, pw := io.Pipe()

@@ -5,27 +5,11 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestServeModal: `sandboxctl serve --protocol modal` over the local engine, driven by
 // `sandboxctl --provider modal` (Modal's Go SDK): create boots the platform's plan,
@@ -39,7 +23,7 @@ func TestServeModal(t *testing.T) {
 	getenv := func(k string) string { return env[k] }
 
 	ctx, cancel := context.WithCancel(t.Context())
-	var out, errOut lockedBuffer
+	var out, errOut testutil.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--protocol", "modal", "--addr", "127.0.0.1:0", "--data-dir", dataDir}, getenv, nil, &out, &errOut)

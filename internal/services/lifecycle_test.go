@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 // markedWith lists the live (non-zombie) processes whose initial environment
@@ -264,7 +265,7 @@ func TestOrphanSweep(t *testing.T) {
 	other := spawn(otherID, "exec sleep 306")
 	waitFor(t, "the orphan's processes", 5*time.Second, func() bool { return len(markedWith(instanceEnv, orphanID)) >= 3 })
 
-	var logs syncBuf
+	var logs testutil.Buffer
 	m := newTestManager(t, Config{StateDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if left := markedWith(instanceEnv, orphanID); len(left) > 0 {
 		t.Errorf("orphans %v survived the start-up sweep", left)
@@ -339,7 +340,7 @@ func TestUntrustedStateEntries(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "state.json"), []byte(state), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuf
+	var logs testutil.Buffer
 	m := newTestManager(t, Config{StateDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for _, name := range []string{"one", "neg", "group"} {
 		s := get(t, m, name)
@@ -374,7 +375,7 @@ func TestUnusableStateFileMovedAside(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var logs syncBuf
+			var logs testutil.Buffer
 			m := newTestManager(t, Config{StateDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			start(t, m, apitype.StartServiceRequest{Name: "after", Command: "sleep 300"})
 			fi, err := os.Stat(p)
@@ -419,23 +420,6 @@ func TestStateDirRecreated(t *testing.T) {
 		t.Errorf("lock file not recreated: %v", err)
 	}
 	start(t, m, apitype.StartServiceRequest{Name: "c", Command: "sleep 300"})
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // TestAdoptedRunWhoseMonitorDies: a run adopted from a sidecar killed with

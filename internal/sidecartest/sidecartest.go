@@ -12,12 +12,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -27,16 +27,7 @@ const Token = "sidecartest-token"
 // Build compiles cmd/sandbox-mcp into a temp dir of t and returns its path.
 func Build(t testing.TB) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	bin := filepath.Join(t.TempDir(), "sandbox-mcp")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sandbox-mcp")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/sandbox-mcp: %v\n%s", err, out)
-	}
-	return bin
+	return filepath.Join(testutil.Commands(t, "sandbox-mcp"), "sandbox-mcp")
 }
 
 // Sidecar is a running `sandbox-mcp api`.
@@ -48,7 +39,7 @@ type Sidecar struct {
 	Env []string
 
 	cmd      *exec.Cmd
-	stderr   *syncBuffer
+	stderr   *testutil.Buffer
 	done     chan struct{}
 	waitErr  error // set before done is closed
 	stopOnce sync.Once
@@ -85,7 +76,7 @@ func Start(t testing.TB, bin string, env ...string) *Sidecar {
 	s.Env = append(s.Env, env...)
 	s.cmd = exec.Command(bin, "api")
 	s.cmd.Env = append(os.Environ(), s.Env...)
-	s.stderr = &syncBuffer{}
+	s.stderr = &testutil.Buffer{}
 	s.cmd.Stderr = s.stderr
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
@@ -198,21 +189,4 @@ func (s *Sidecar) stop(t testing.TB) {
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		<-s.done
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -7,14 +7,15 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
@@ -33,10 +34,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	sidecarBin = filepath.Join(dir, "sandbox-mcp")
-	cmd := exec.Command("go", "build", "-o", sidecarBin, "../../cmd/sandbox-mcp")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build sandbox-mcp: %v\n%s", err, out)
+	if err := testutil.BuildCommands(dir, "sandbox-mcp"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -14,10 +14,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
@@ -663,7 +663,7 @@ func TestEngineExecTTY(t *testing.T) {
 	resize := make(chan engine.WindowSize, 1)
 	stdinR, stdinW := io.Pipe()
 	defer stdinW.Close() // Exec's stdin copy ends with its reader
-	var out syncBuffer
+	var out testutil.Buffer
 	done := make(chan error, 1)
 	var code int
 	go func() {
@@ -695,22 +695,4 @@ func TestEngineExecTTY(t *testing.T) {
 	if err := <-done; err != nil || code != 5 {
 		t.Errorf("exit of the terminal command = %d, %v", code, err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/providertest"
@@ -37,10 +38,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	sandboxMCP = filepath.Join(dir, "sandbox-mcp")
-	build := exec.Command("go", "build", "-o", sandboxMCP, "github.com/proliferate-ai/sandbox-mcp/cmd/sandbox-mcp")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build sandbox-mcp: %v\n%s", err, out)
+	if err := testutil.BuildCommands(dir, "sandbox-mcp"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}

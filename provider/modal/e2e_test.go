@@ -6,18 +6,16 @@ package modal
 
 import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/gitpush"
 
 	"context"
 	"errors"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,35 +25,9 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/providertest"
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// binaries builds sandbox-mcp and proliferate once per test binary.
+// binaries builds sandbox-mcp and proliferate into a temp dir of t.
 func binaries(t testing.TB) string {
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "modal-e2e-bin-")
-		if buildErr != nil {
-			return
-		}
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
-		for _, b := range []string{"sandbox-mcp", "proliferate"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b), "./cmd/"+b)
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = errors.New("go build ./cmd/" + b + ": " + err.Error() + "\n" + string(out))
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
+	return testutil.Commands(t, "sandbox-mcp", "proliferate")
 }
 
 // isolatedEngine is the local engine in isolated mode; the test is skipped where

@@ -6,7 +6,6 @@ package caddytest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +35,7 @@ type Caddy struct {
 	// Caddyfile is the path it was started with.
 	Caddyfile string
 	cmd       *exec.Cmd
-	log       *syncBuffer
+	log       *testutil.Buffer
 }
 
 // Start runs `caddy run` on caddyfile (written to dir/Caddyfile), waits until
@@ -55,7 +53,7 @@ func start(t testing.TB, dir string, caddyfile []byte, site string, adminReady f
 	if err := os.WriteFile(path, caddyfile, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := &Caddy{Caddyfile: path, log: &syncBuffer{}}
+	c := &Caddy{Caddyfile: path, log: &testutil.Buffer{}}
 	c.cmd = exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
 	c.cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
 	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
@@ -117,23 +115,6 @@ func accepts(addr string) bool {
 
 // Addr returns "127.0.0.1:port".
 func Addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // SocketPath returns a short path for a unix socket (the kernel limits them
 // to about 100 bytes, which t.TempDir paths can exceed), removed at cleanup.

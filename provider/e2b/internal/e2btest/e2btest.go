@@ -11,11 +11,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bserver"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
@@ -27,15 +29,32 @@ const SharedDir = "/srv/shared"
 // APIKey is the API key of every test server.
 const APIKey = "e2b_0123456789abcdef0123456789abcdef01234567"
 
-// BuildSandboxMCP builds cmd/sandbox-mcp into dir and returns its path.
-func BuildSandboxMCP(dir string) (string, error) {
-	out := filepath.Join(dir, "sandbox-mcp")
-	build := exec.Command("go", "build", "-o", out, "github.com/proliferate-ai/sandbox-mcp/cmd/sandbox-mcp")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build sandbox-mcp: %v\n%s", err, b)
+// Main runs a test binary's tests with *sandboxMCP set to a sandbox-mcp built for
+// them (removed afterwards), then checks that no goroutine leaked; it exits.
+func Main(m *testing.M, sandboxMCP *string) {
+	dir, err := os.MkdirTemp("", "e2b-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	return out, nil
+	if err := testutil.BuildCommands(dir, "sandbox-mcp"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	*sandboxMCP = filepath.Join(dir, "sandbox-mcp")
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		// Idle keep-alive connections of the HTTP clients end on their own.
+		if err := goleak.Find(goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait")); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // Server is a running local E2B server.
