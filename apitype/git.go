@@ -72,3 +72,22 @@ type GitRefUpdate struct {
 type GitBundleApplyResponse struct {
 	Updated []GitRefUpdate `json:"updated"`
 }
+
+// GitBundleContentType is the media type of a git bundle on the wire
+// (GET and POST /api/git/bundle).
+const GitBundleContentType = "application/x-git-bundle"
+
+// Headers of GET /api/git/bundle that describe the bundle in its body.
+const (
+	HeaderGitBranch = "X-Git-Branch"
+	HeaderGitHead   = "X-Git-Head"
+)
+
+// GitBundleInfo describes a bundle of GET /api/git/bundle: the branch and
+// commit it carries (headers HeaderGitBranch and HeaderGitHead) and its size
+// (Content-Length).
+type GitBundleInfo struct {
+	Branch string // refs/heads/<name> the bundle carries
+	Head   string // its commit
+	Size   int64  // bytes
+}

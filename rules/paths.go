@@ -20,3 +20,12 @@ const (
 	// PreviewURLFile holds the preview URL for the MCP tool get_preview_url.
 	PreviewURLFile = "/tmp/.proliferate_preview_url"
 )
+
+// Files of the state dir (StateDir).
+const (
+	// StateFileName is the state file: {"services":{…},"exposedPort":N}.
+	StateFileName = "state.json"
+	// StateLockName is the lock every process sharing the state dir takes
+	// (flock, exclusive) to change the state file.
+	StateLockName = "state.lock"
+)

@@ -13,14 +13,10 @@ import (
 )
 
 // BundleContentType is the media type of a git bundle on the wire.
-const BundleContentType = "application/x-git-bundle"
+const BundleContentType = apitype.GitBundleContentType
 
-// BundleInfo describes a bundle GitBundle received.
-type BundleInfo struct {
-	Branch string // refs/heads/<name> the bundle carries
-	Head   string // its commit
-	Size   int64  // bytes written
-}
+// BundleInfo describes a bundle GitBundle received (Size: bytes written).
+type BundleInfo = apitype.GitBundleInfo
 
 // GitBundle calls GET /api/git/bundle?repo=id[&base=rev] and copies the bundle
 // into w. The transfer is bounded by ctx only (a bundle may be large); a 409
@@ -35,7 +31,7 @@ func (c *Client) GitBundle(ctx context.Context, repoID, base string, w io.Writer
 		return BundleInfo{}, err
 	}
 	defer resp.Body.Close()
-	info := BundleInfo{Branch: resp.Header.Get("X-Git-Branch"), Head: resp.Header.Get("X-Git-Head")}
+	info := BundleInfo{Branch: resp.Header.Get(apitype.HeaderGitBranch), Head: resp.Header.Get(apitype.HeaderGitHead)}
 	n, err := io.Copy(w, resp.Body)
 	info.Size = n
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy"
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy/caddytest"

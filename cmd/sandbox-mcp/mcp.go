@@ -17,6 +17,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/logtail"
 	"github.com/proliferate-ai/sandbox-mcp/internal/mcpserver"
 	"github.com/proliferate-ai/sandbox-mcp/internal/services"
+	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/version"
@@ -103,7 +104,7 @@ func newMCPBackend(cfg config.Config, log *slog.Logger) (mcpserver.Backend, func
 			mu.Lock()
 			mgr = m
 			mu.Unlock()
-			return &mcpserver.Direct{Manager: m, Logs: logs}, nil
+			return &mcpserver.Direct{Manager: m, Logs: logs, Exposed: statefile.ExposedPort{Dir: cfg.StateDir}}, nil
 		},
 	}
 	closeFn := func() {

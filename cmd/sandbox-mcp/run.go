@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/api"
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
 	"github.com/proliferate-ai/sandbox-mcp/internal/expose"
@@ -23,6 +24,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/logtail"
 	"github.com/proliferate-ai/sandbox-mcp/internal/ports"
 	"github.com/proliferate-ai/sandbox-mcp/internal/services"
+	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 	"github.com/proliferate-ai/sandbox-mcp/internal/terminal"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -157,7 +159,9 @@ func serveAPIAnnounce(ctx context.Context, cfg config.Config, log *slog.Logger, 
 	}
 	// Without port exposure the rest of the API still serves; /api/expose answers 501.
 	if exp, err := expose.New(ctx, expose.Options{PreviewAddr: cfg.PreviewAddr, CaddySnippet: cfg.CaddySnippet,
-		Caddyfile: cfg.Caddyfile, CaddyAdmin: cfg.CaddyAdmin, Store: mgr, Logger: log}); err != nil {
+		Caddyfile: cfg.Caddyfile, CaddyAdmin: cfg.CaddyAdmin, Store: statefile.ExposedPort{Dir: cfg.StateDir},
+		OnExposed: func(port int) { mgr.Publish(apitype.Event{Type: apitype.EventExposed, Port: &port}) },
+		Logger:    log}); err != nil {
 		log.Error("port exposure disabled", "err", err)
 	} else {
 		defer func() {

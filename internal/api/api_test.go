@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 )
 
 const testToken = "test-token"
@@ -160,8 +162,8 @@ func TestDecodeJSON(t *testing.T) {
 			t.Errorf("decodeJSON(%q) error = %v, wantErr %v", tt.body, err, tt.wantErr)
 		}
 		if err != nil {
-			if e, ok := err.(*Error); !ok || e.Status != 400 {
-				t.Errorf("decodeJSON(%q) error = %#v, want *Error with status 400", tt.body, err)
+			if e, ok := err.(*fault.Error); !ok || e.Status != 400 {
+				t.Errorf("decodeJSON(%q) error = %#v, want *fault.Error with status 400", tt.body, err)
 			}
 		}
 	}

@@ -105,7 +105,7 @@ func (n *namedServices) record(name string) error {
 	return services.ValidateName(name)
 }
 
-func (n *namedServices) List() ([]apitype.ServiceInfo, *int) { return nil, nil }
+func (n *namedServices) List() []apitype.ServiceInfo { return nil }
 func (n *namedServices) Get(name string) (apitype.ServiceInfo, error) {
 	return apitype.ServiceInfo{Name: name}, n.record(name)
 }

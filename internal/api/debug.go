@@ -28,7 +28,7 @@ func (s *Server) debugStats(w http.ResponseWriter, r *http.Request) error {
 		st.TerminalSessions = len(s.opts.Terminal.Sessions())
 	}
 	if s.opts.Services != nil {
-		list, _ := s.opts.Services.List()
+		list := s.opts.Services.List()
 		st.Services = len(list)
 		for _, svc := range list {
 			if svc.Status == "running" {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 )
 
 // Exposer routes the preview site to a port: the preview proxy follows the
@@ -21,6 +22,16 @@ type Exposer interface {
 	EnsureRouted(ctx context.Context) error
 	// ExposeStatus reports where the preview site currently goes.
 	ExposeStatus(ctx context.Context) apitype.ExposeStatus
+	// ExposedPort is the exposed port, nil when none is.
+	ExposedPort() *int
+}
+
+// exposedPort is the exposed port as exposure holds it; nil without exposure.
+func (s *Server) exposedPort() *int {
+	if s.opts.Expose == nil {
+		return nil
+	}
+	return s.opts.Expose.ExposedPort()
 }
 
 type exposeRequest struct {
@@ -31,11 +42,11 @@ type exposeRequest struct {
 func parsePort(raw json.RawMessage) (int, error) {
 	var n json.Number
 	if len(raw) == 0 || raw[0] == '"' || json.Unmarshal(raw, &n) != nil || n == "" {
-		return 0, errorf(http.StatusBadRequest, "port must be a number")
+		return 0, fault.New(http.StatusBadRequest, "port must be a number")
 	}
 	f, err := strconv.ParseFloat(n.String(), 64)
 	if err != nil || f != math.Trunc(f) || f < 1 || f > 65535 {
-		return 0, errorf(http.StatusBadRequest, "port must be an integer between 1 and 65535")
+		return 0, fault.New(http.StatusBadRequest, "port must be an integer between 1 and 65535")
 	}
 	return int(f), nil
 }
@@ -56,7 +67,7 @@ func (s *Server) expose(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := s.opts.Expose.EnsureRouted(r.Context()); err != nil {
-		return &Error{
+		return &fault.Error{
 			Status: http.StatusBadGateway,
 			Msg:    "port " + strconv.Itoa(port) + " is exposed on the preview proxy, but Caddy does not route the preview site to it: " + err.Error(),
 			Fields: map[string]any{"exposedPort": port},

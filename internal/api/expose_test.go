@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 )
 
 // recordingExposer records the port and answers EnsureRouted with routeErr.
@@ -28,6 +30,12 @@ func (e *recordingExposer) SetExposedPort(port int) error {
 	}
 	e.port = &port
 	return nil
+}
+
+func (e *recordingExposer) ExposedPort() *int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.port
 }
 
 func (e *recordingExposer) EnsureRouted(ctx context.Context) error { return e.routeErr }
@@ -143,7 +151,7 @@ func FuzzParsePort(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		p, err := parsePort(raw)
 		if err != nil {
-			var e *Error
+			var e *fault.Error
 			if !errors.As(err, &e) || e.Status != 400 {
 				t.Fatalf("parsePort(%q) = %v, want a 400 *Error", raw, err)
 			}

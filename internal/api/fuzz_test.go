@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 )
 
 // FuzzDecodeStartRequest: any body decodes to a value or a 400 *Error, never a panic.
@@ -14,7 +15,7 @@ func FuzzDecodeStartRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req apitype.StartServiceRequest
 		if err := decodeJSON(body, &req); err != nil {
-			if e, ok := err.(*Error); !ok || e.Status != 400 {
+			if e, ok := err.(*fault.Error); !ok || e.Status != 400 {
 				t.Fatalf("decodeJSON(%q) = %v, want a 400 *Error", body, err)
 			}
 		}

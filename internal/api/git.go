@@ -2,17 +2,15 @@ package api
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/gitrepo"
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 )
 
-// Git answers the workspace's git questions. Status and Diff fail with
-// gitrepo.ErrInvalidRepo for an id that names no repository of the workspace
-// and Diff with gitrepo.ErrInvalidPath for a path leaving the repository.
+// Git answers the workspace's git questions (internal/gitrepo). Status and
+// Diff fail with a 400 *fault.Error for an id that names no repository of the
+// workspace, and Diff for a path leaving the repository.
 type Git interface {
 	Repos(ctx context.Context) ([]apitype.GitRepo, error)
 	Status(ctx context.Context, id string) (apitype.GitStatusResponse, error)
@@ -44,7 +42,7 @@ func (s *Server) gitStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	st, err := s.opts.Git.Status(r.Context(), id)
 	if err != nil {
-		return gitError(err)
+		return err
 	}
 	if st.Files == nil {
 		st.Files = []apitype.GitFile{}
@@ -63,7 +61,7 @@ func (s *Server) gitDiff(w http.ResponseWriter, r *http.Request) error {
 	}
 	diff, err := s.opts.Git.Diff(r.Context(), id, r.URL.Query().Get("path"))
 	if err != nil {
-		return gitError(err)
+		return err
 	}
 	writeJSON(w, http.StatusOK, apitype.GitDiffResponse{Diff: diff})
 	return nil
@@ -72,21 +70,7 @@ func (s *Server) gitDiff(w http.ResponseWriter, r *http.Request) error {
 func repoParam(r *http.Request) (string, error) {
 	id := r.URL.Query().Get("repo")
 	if id == "" {
-		return "", errorf(http.StatusBadRequest, "repo query parameter is required")
+		return "", fault.New(http.StatusBadRequest, "repo query parameter is required")
 	}
 	return id, nil
-}
-
-// gitError maps the validation failures of the git leaf to the contract's 400s;
-// anything else (git itself failing) stays a logged 500.
-func gitError(err error) error {
-	switch {
-	case errors.Is(err, gitrepo.ErrInvalidRepo):
-		return &Error{Status: http.StatusBadRequest, Msg: "Invalid repo ID", Err: err}
-	case errors.Is(err, gitrepo.ErrPathTooLong):
-		return &Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("Invalid file path: longer than %d bytes", gitrepo.MaxPathBytes), Err: err}
-	case errors.Is(err, gitrepo.ErrInvalidPath):
-		return &Error{Status: http.StatusBadRequest, Msg: "Invalid file path", Err: err}
-	}
-	return err
 }

@@ -6,21 +6,24 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/gitrepo"
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 )
 
 // BundleContentType is the media type of a git bundle on the wire.
-const BundleContentType = "application/x-git-bundle"
+const BundleContentType = apitype.GitBundleContentType
 
 // GitBundler moves commits in and out of the sandbox without a credential: the
 // host takes a bundle of the agent's branch and pushes it itself, and hands the
 // sandbox bundles of the remote. A Git that also implements it serves
 // /api/git/bundle and /api/git/changeset; otherwise they answer 501.
 type GitBundler interface {
-	CreateBundle(ctx context.Context, id, base string) (*gitrepo.Bundle, error)
+	// CreateBundle returns a bundle of the repo's current branch with every
+	// commit base lacks; the caller closes the file.
+	CreateBundle(ctx context.Context, id, base string) (*os.File, apitype.GitBundleInfo, error)
 	ApplyBundle(ctx context.Context, id string, r io.Reader) ([]apitype.GitRefUpdate, error)
 	Changeset(ctx context.Context, id, base string) (apitype.GitChangesetResponse, error)
 }
@@ -43,16 +46,16 @@ func (s *Server) gitBundle(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	b, err := g.CreateBundle(r.Context(), id, r.URL.Query().Get("base"))
+	b, info, err := g.CreateBundle(r.Context(), id, r.URL.Query().Get("base"))
 	if err != nil {
 		return gitBundleError(err)
 	}
 	defer b.Close()
 	h := w.Header()
 	h.Set("Content-Type", BundleContentType)
-	h.Set("Content-Length", strconv.FormatInt(b.Size, 10))
-	h.Set("X-Git-Branch", b.Branch)
-	h.Set("X-Git-Head", b.Head)
+	h.Set("Content-Length", strconv.FormatInt(info.Size, 10))
+	h.Set(apitype.HeaderGitBranch, info.Branch)
+	h.Set(apitype.HeaderGitHead, info.Head)
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
 		return nil
@@ -75,7 +78,7 @@ func (s *Server) gitChangeset(w http.ResponseWriter, r *http.Request) error {
 	}
 	base := r.URL.Query().Get("base")
 	if base == "" {
-		return errorf(http.StatusBadRequest, "base query parameter is required")
+		return fault.New(http.StatusBadRequest, "base query parameter is required")
 	}
 	cs, err := g.Changeset(r.Context(), id, base)
 	if err != nil {
@@ -100,7 +103,7 @@ func (s *Server) gitApplyBundle(w http.ResponseWriter, r *http.Request) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != BundleContentType && mt != "application/octet-stream") {
-			return errorf(http.StatusBadRequest, "Content-Type must be %s", BundleContentType)
+			return fault.New(http.StatusBadRequest, "Content-Type must be %s", BundleContentType)
 		}
 	}
 	up, err := g.ApplyBundle(r.Context(), id, r.Body)
@@ -111,25 +114,13 @@ func (s *Server) gitApplyBundle(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// gitBundleError maps the bundle failures of the git leaf to statuses.
+// gitBundleError answers a body past the route's cap as the git leaf answers
+// a bundle past its own: 413 with the "limit"; the leaf's other failures
+// carry their status.
 func gitBundleError(err error) error {
-	var tl *gitrepo.TooLargeError
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		return &Error{Status: http.StatusRequestEntityTooLarge, Msg: "Bundle too large",
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		return &fault.Error{Status: http.StatusRequestEntityTooLarge, Msg: "Bundle too large",
 			Fields: map[string]any{"limit": mbe.Limit}, Err: err}
-	case errors.As(err, &tl):
-		return &Error{Status: http.StatusRequestEntityTooLarge, Msg: "Bundle too large",
-			Fields: map[string]any{"limit": tl.Limit}, Err: err}
-	case errors.Is(err, gitrepo.ErrBadRevision):
-		return &Error{Status: http.StatusBadRequest, Msg: "Invalid revision", Err: err}
-	case errors.Is(err, gitrepo.ErrBadBundle):
-		return &Error{Status: http.StatusBadRequest, Msg: "Invalid bundle", Err: err}
-	case errors.Is(err, gitrepo.ErrNothingNew):
-		return &Error{Status: http.StatusConflict, Msg: "No commits since base", Err: err}
-	case errors.Is(err, gitrepo.ErrNoBranch):
-		return &Error{Status: http.StatusConflict, Msg: "HEAD is not on a branch", Err: err}
 	}
-	return gitError(err)
+	return err
 }

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 )
 
 // decode reads r's JSON body into v. Every failure is a 400 with a JSON body.
@@ -16,22 +18,22 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return errorf(http.StatusBadRequest, "Content-Type must be application/json")
+			return fault.New(http.StatusBadRequest, "Content-Type must be application/json")
 		}
 	}
 	limit := bodyLimit(r, s.opts.MaxBodyBytes)
 	if r.ContentLength > limit {
 		// Refused unread: the server closes the connection instead of reading it.
-		return errorf(http.StatusBadRequest, "request body too large (limit %d bytes)", limit)
+		return fault.New(http.StatusBadRequest, "request body too large (limit %d bytes)", limit)
 	}
 	// gate has put r.Body under the cap.
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return errorf(http.StatusBadRequest, "request body too large (limit %d bytes)", mbe.Limit)
+			return fault.New(http.StatusBadRequest, "request body too large (limit %d bytes)", mbe.Limit)
 		}
-		return errorf(http.StatusBadRequest, "read request body: %v", err)
+		return fault.New(http.StatusBadRequest, "read request body: %v", err)
 	}
 	return decodeJSON(body, v)
 }
@@ -39,18 +41,18 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 // decodeJSON parses exactly one JSON value from body into v.
 func decodeJSON(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
-		return errorf(http.StatusBadRequest, "request body must be a JSON object")
+		return fault.New(http.StatusBadRequest, "request body must be a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) && ute.Field != "" {
-			return errorf(http.StatusBadRequest, "invalid JSON: field %q must be %s", ute.Field, ute.Type.String())
+			return fault.New(http.StatusBadRequest, "invalid JSON: field %q must be %s", ute.Field, ute.Type.String())
 		}
-		return errorf(http.StatusBadRequest, "invalid JSON: %v", err)
+		return fault.New(http.StatusBadRequest, "invalid JSON: %v", err)
 	}
 	if dec.More() {
-		return errorf(http.StatusBadRequest, "invalid JSON: trailing data after the object")
+		return fault.New(http.StatusBadRequest, "invalid JSON: trailing data after the object")
 	}
 	return nil
 }

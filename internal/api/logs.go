@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
@@ -42,7 +43,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	if q := r.URL.Query(); q.Has("tail") {
 		n, err := strconv.Atoi(q.Get("tail"))
 		if err != nil || n < 1 || n > maxTailLines {
-			return errorf(http.StatusBadRequest, "tail must be an integer from 1 to %d", maxTailLines)
+			return fault.New(http.StatusBadRequest, "tail must be an integer from 1 to %d", maxTailLines)
 		}
 		lines, err := s.opts.Logs.Tail(name, n)
 		if err != nil {
@@ -92,9 +93,9 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 func logError(name string, err error) error {
 	switch {
 	case errors.Is(err, fs.ErrInvalid):
-		return &Error{Status: http.StatusBadRequest, Msg: err.Error()}
+		return &fault.Error{Status: http.StatusBadRequest, Msg: err.Error()}
 	case errors.Is(err, fs.ErrNotExist):
-		return &Error{Status: http.StatusNotFound, Msg: rules.NoLogs(name), Err: err}
+		return &fault.Error{Status: http.StatusNotFound, Msg: rules.NoLogs(name), Err: err}
 	}
 	return err
 }

@@ -5,12 +5,13 @@ import (
 	"net/http"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/ports"
 )
 
-// Ports lists the TCP ports listening in the sandbox.
+// Ports lists the TCP ports listening in the sandbox (internal/ports).
 type Ports interface {
-	List(ctx context.Context) ([]ports.Listener, error)
+	// Ports returns the listening sockets; serviceOf names the service of a
+	// process group for sockets whose process carries no service marker.
+	Ports(ctx context.Context, serviceOf func(pgid int) string) ([]apitype.Port, error)
 }
 
 // ports answers GET /api/ports. A listener belongs to a service when its
@@ -21,37 +22,22 @@ func (s *Server) ports(w http.ResponseWriter, r *http.Request) error {
 	if s.opts.Ports == nil {
 		return errNotImplemented
 	}
-	ls, err := s.opts.Ports.List(r.Context())
-	if err != nil {
-		return err
-	}
-	var exposed *int
 	byPGID := map[int]string{}
 	if s.opts.Services != nil {
-		var svcs []apitype.ServiceInfo
-		svcs, exposed = s.opts.Services.List()
-		for _, svc := range svcs {
+		for _, svc := range s.opts.Services.List() {
 			if svc.Status == apitype.StatusRunning && svc.PID > 0 {
 				byPGID[svc.PID] = svc.Name
 			}
 		}
 	}
-	out := make([]apitype.Port, 0, len(ls))
-	for _, l := range ls {
-		p := apitype.Port{
-			Port:    l.Port,
-			Address: l.Address,
-			Family:  l.Family,
-			PID:     l.PID,
-			Command: l.Command,
-			Service: l.Service,
-			Kind:    l.Kind,
-			Exposed: exposed != nil && *exposed == l.Port,
+	out, err := s.opts.Ports.Ports(r.Context(), func(pgid int) string { return byPGID[pgid] })
+	if err != nil {
+		return err
+	}
+	if exposed := s.exposedPort(); exposed != nil {
+		for i := range out {
+			out[i].Exposed = out[i].Port == *exposed
 		}
-		if p.Service == "" && l.PGID > 0 {
-			p.Service = byPGID[l.PGID]
-		}
-		out = append(out, p)
 	}
 	writeJSON(w, http.StatusOK, apitype.PortsResponse{Ports: out})
 	return nil

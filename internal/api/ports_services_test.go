@@ -22,8 +22,9 @@ func TestPortsAttributesRealService(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
+	exp := &recordingExposer{}
 	s, err := New(Options{Token: testToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Services: m, Ports: newScanner(t, -1)})
+		Services: m, Ports: newScanner(t, -1), Expose: exp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestPortsAttributesRealService(t *testing.T) {
 		t.Fatalf("start: %v", err)
 	}
 	t.Cleanup(func() { _ = m.Stop(context.Background(), "web") })
-	if err := m.SetExposedPort(port); err != nil {
+	if err := exp.SetExposedPort(port); err != nil {
 		t.Fatal(err)
 	}
 

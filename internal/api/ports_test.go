@@ -23,11 +23,10 @@ import (
 // fakeServices is a service list for annotating ports; the service manager
 // itself is not under test here.
 type fakeServices struct {
-	list    []apitype.ServiceInfo
-	exposed *int
+	list []apitype.ServiceInfo
 }
 
-func (f *fakeServices) List() ([]apitype.ServiceInfo, *int) { return f.list, f.exposed }
+func (f *fakeServices) List() []apitype.ServiceInfo { return f.list }
 func (f *fakeServices) Get(string) (apitype.ServiceInfo, error) {
 	return apitype.ServiceInfo{}, errors.New("not implemented")
 }
@@ -77,9 +76,8 @@ func TestPorts(t *testing.T) {
 			{Name: "api", PID: grouped.Process.Pid, Status: apitype.StatusRunning},
 			{Name: "old", PID: marked.Process.Pid, Status: apitype.StatusStopped},
 		},
-		exposed: &groupedPort,
 	}
-	ts := newTestServer(t, Options{Token: testToken, Ports: newScanner(t, -1), Services: svcs})
+	ts := newTestServer(t, Options{Token: testToken, Ports: newScanner(t, -1), Services: svcs, Expose: &recordingExposer{port: &groupedPort}})
 	own, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

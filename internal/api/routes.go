@@ -6,6 +6,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -18,10 +19,10 @@ func (s *Server) routes() http.Handler {
 	// "/api/health/" and HEAD requests.
 	r.Use(s.recoverer, s.gate, cors, middleware.StripSlashes, middleware.GetHead)
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
-		return errorf(http.StatusNotFound, "Not found")
+		return fault.New(http.StatusNotFound, "Not found")
 	}))
 	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error {
-		return errorf(http.StatusMethodNotAllowed, "Method not allowed")
+		return fault.New(http.StatusMethodNotAllowed, "Method not allowed")
 	}))
 
 	r.Get("/api/health", s.handle(s.health))
@@ -60,4 +61,4 @@ func (s *Server) routes() http.Handler {
 	return r
 }
 
-var errNotImplemented = errorf(http.StatusNotImplemented, "not available in this sidecar")
+var errNotImplemented = fault.New(http.StatusNotImplemented, "not available in this sidecar")

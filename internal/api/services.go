@@ -6,42 +6,30 @@ import (
 	"net/http"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/services"
-	"github.com/proliferate-ai/sandbox-mcp/rules"
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 )
 
 // Services is the service manager as the API sees it.
 type Services interface {
-	// List returns the services in the order their names were first started, and the exposed port.
-	List() ([]apitype.ServiceInfo, *int)
+	// List returns the services in the order their names were first started.
+	List() []apitype.ServiceInfo
 	Get(name string) (apitype.ServiceInfo, error)
 	Start(ctx context.Context, req apitype.StartServiceRequest) (apitype.ServiceInfo, error)
 	Stop(ctx context.Context, name string) error
 	Restart(ctx context.Context, name string) (apitype.ServiceInfo, error)
 }
 
-// serviceError maps the manager's errors, each with the manager's message:
-// invalid requests are 400 (a value out of bounds also names its "field"),
-// unknown names 404, a new name beyond the service cap 409; anything else is
-// a 500 that still says what failed, so an agent can act on it.
+// serviceError answers the manager's errors: its *fault.Error as it is
+// (invalid requests 400 naming the "field" out of bounds, unknown names 404,
+// a new name beyond the service cap 409), a canceled request 503, and
+// anything else a 500 whose message is the manager's, so an agent can act
+// on it.
 func serviceError(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, services.ErrInvalid):
-		e := &Error{Status: http.StatusBadRequest, Msg: err.Error()}
-		if le := (*rules.LimitError)(nil); errors.As(err, &le) {
-			e.Fields = map[string]any{"field": le.Field}
-		}
-		return e
-	case errors.Is(err, services.ErrConflict):
-		return &Error{Status: http.StatusConflict, Msg: err.Error()}
-	case errors.Is(err, services.ErrNotFound):
-		return &Error{Status: http.StatusNotFound, Msg: err.Error()}
-	case errors.Is(err, context.Canceled):
-		return &Error{Status: http.StatusServiceUnavailable, Msg: "request canceled", Err: err}
+	var fe *fault.Error
+	if err == nil || errors.As(err, &fe) || errors.Is(err, context.Canceled) {
+		return err
 	}
-	return &Error{Status: http.StatusInternalServerError, Msg: err.Error(), Err: err}
+	return &fault.Error{Status: http.StatusInternalServerError, Msg: err.Error(), Err: err}
 }
 
 // listVersioner is a Services that tells cheaply whether its list may have
@@ -51,9 +39,10 @@ type listVersioner interface {
 	ListVersion() uint64
 }
 
-// encodedList is the GET /api/services body for one ListVersion.
+// encodedList is the GET /api/services body for one ListVersion and exposed port.
 type encodedList struct {
 	version uint64
+	port    int // 0: none
 	body    []byte
 }
 
@@ -68,25 +57,30 @@ func (s *Server) listServices(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The version is read before List, so a cached body is never older than its version.
 	v := lv.ListVersion()
+	port := 0
+	if p := s.exposedPort(); p != nil {
+		port = *p
+	}
 	c := s.listCache.Load()
-	if c == nil || c.version != v {
+	if c == nil || c.version != v || c.port != port {
 		body, err := marshalJSON(s.servicesResponse())
 		if err != nil {
 			return err
 		}
-		c = &encodedList{version: v, body: body}
+		c = &encodedList{version: v, port: port, body: body}
 		s.listCache.Store(c)
 	}
 	writeJSONBody(w, http.StatusOK, c.body)
 	return nil
 }
 
+// servicesResponse is the services of the manager with the port of exposure.
 func (s *Server) servicesResponse() apitype.ServicesResponse {
-	list, port := s.opts.Services.List()
+	list := s.opts.Services.List()
 	if list == nil {
 		list = []apitype.ServiceInfo{}
 	}
-	return apitype.ServicesResponse{Services: list, ExposedPort: port}
+	return apitype.ServicesResponse{Services: list, ExposedPort: s.exposedPort()}
 }
 
 func (s *Server) startService(w http.ResponseWriter, r *http.Request) error {
@@ -98,7 +92,7 @@ func (s *Server) startService(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.Name == "" || req.Command == "" {
-		return errorf(http.StatusBadRequest, "name and command are required")
+		return fault.New(http.StatusBadRequest, "name and command are required")
 	}
 	info, err := s.opts.Services.Start(r.Context(), req)
 	if err != nil {

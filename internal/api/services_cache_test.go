@@ -44,7 +44,8 @@ func getList(t *testing.T, url string) string {
 
 // TestListServicesCacheFollowsEveryChange: the cached list answer changes with
 // every change, made through this API or by another manager (process) sharing
-// the state dir, and is byte-for-byte what encoding the list afresh gives.
+// the state dir, and with the exposed port, and is byte-for-byte what
+// encoding the list afresh gives.
 func TestListServicesCacheFollowsEveryChange(t *testing.T) {
 	stateDir, work := t.TempDir(), t.TempDir()
 	newManager := func() *services.Manager {
@@ -56,11 +57,12 @@ func TestListServicesCacheFollowsEveryChange(t *testing.T) {
 	}
 	mine, other := newManager(), newManager()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cached, err := New(Options{Token: testToken, Logger: log, Services: mine})
+	exp := &recordingExposer{}
+	cached, err := New(Options{Token: testToken, Logger: log, Services: mine, Expose: exp})
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := New(Options{Token: testToken, Logger: log, Services: plainServices{mine}})
+	plain, err := New(Options{Token: testToken, Logger: log, Services: plainServices{mine}, Expose: exp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ func TestListServicesCacheFollowsEveryChange(t *testing.T) {
 	t.Cleanup(func() {
 		cts.Close()
 		pts.Close()
-		list, _ := mine.List()
+		list := mine.List()
 		for _, svc := range list {
 			_ = mine.Stop(context.Background(), svc.Name)
 		}
@@ -121,8 +123,12 @@ func TestListServicesCacheFollowsEveryChange(t *testing.T) {
 	}
 	check("stopped by the other manager", func(r apitype.ServicesResponse) bool { return status(r, "theirs") == apitype.StatusStopped })
 
-	if err := other.SetExposedPort(3000); err != nil {
+	if err := exp.SetExposedPort(3000); err != nil {
 		t.Fatal(err)
 	}
-	check("port exposed by the other manager", func(r apitype.ServicesResponse) bool { return r.ExposedPort != nil && *r.ExposedPort == 3000 })
+	check("port exposed", func(r apitype.ServicesResponse) bool { return r.ExposedPort != nil && *r.ExposedPort == 3000 })
+	if err := exp.SetExposedPort(3001); err != nil {
+		t.Fatal(err)
+	}
+	check("another port exposed", func(r apitype.ServicesResponse) bool { return r.ExposedPort != nil && *r.ExposedPort == 3001 })
 }

@@ -42,7 +42,7 @@ func newServicesServer(t testing.TB) (string, *services.Manager) {
 	t.Cleanup(func() {
 		s.Close()
 		ts.Close()
-		list, _ := m.List()
+		list := m.List()
 		for _, svc := range list {
 			_ = m.Stop(context.Background(), svc.Name)
 		}
@@ -198,9 +198,8 @@ func TestEventsStream(t *testing.T) {
 	if f := nextFrame(t, frames); f != ": keep-alive" {
 		t.Errorf("first frame of an idle stream = %q, want a keep-alive comment", f)
 	}
-	if err := m.SetExposedPort(3000); err != nil {
-		t.Fatal(err)
-	}
+	port := 3000
+	m.Publish(apitype.Event{Type: apitype.EventExposed, Port: &port})
 	if _, err := m.Start(t.Context(), apitype.StartServiceRequest{Name: "ev", Command: "sleep 300"}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,16 +8,17 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/terminal"
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 )
 
 // Terminal runs PTY sessions for WebSocket clients (internal/terminal).
 type Terminal interface {
-	// Reserve takes room for one more session before the upgrade; it fails
-	// with terminal.ErrTooManySessions at the cap. The reservation serves
-	// the connection: ServeV1 for one that negotiated no subprotocol, ServeV2
-	// for terminal.SubprotocolV2.
-	Reserve() (*terminal.Reservation, error)
+	// Subprotocols are the WebSocket subprotocols a connection may negotiate.
+	Subprotocols() []string
+	// ReserveWebSocket takes room for one more session before the upgrade;
+	// it fails at the cap (503). serve runs the accepted connection, release
+	// gives back a reservation that served nothing.
+	ReserveWebSocket() (serve func(context.Context, *websocket.Conn) error, release func(), err error)
 	// Sessions lists the live sessions.
 	Sessions() []apitype.TerminalSession
 }
@@ -29,20 +30,20 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
 		return errNotImplemented
 	}
 	if !wantsWebSocket(r) {
-		return errorf(http.StatusUpgradeRequired, "GET /api/terminal is a WebSocket: send Upgrade: websocket")
+		return fault.New(http.StatusUpgradeRequired, "GET /api/terminal is a WebSocket: send Upgrade: websocket")
 	}
 	// Refused before the upgrade, so the client reads why.
-	res, err := s.opts.Terminal.Reserve()
+	serve, release, err := s.opts.Terminal.ReserveWebSocket()
 	if err != nil {
-		return &Error{Status: http.StatusServiceUnavailable, Msg: err.Error(), Err: err}
+		return &fault.Error{Status: http.StatusServiceUnavailable, Msg: err.Error(), Err: err}
 	}
-	defer res.Release()
+	defer release()
 	// After the upgrade the connection is the terminal's: lift the read
 	// deadline before the WebSocket library takes it over.
 	defer s.stream(w)()
 	hw := &handshakeWriter{ResponseWriter: w}
 	c, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
-		Subprotocols: []string{terminal.SubprotocolV2},
+		Subprotocols: s.opts.Terminal.Subprotocols(),
 		// The gateway proxies browsers whose Origin is the web app, never this
 		// host; the bearer token, not the Origin, is what authorizes.
 		InsecureSkipVerify: true,
@@ -51,21 +52,14 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		s.log.Debug("terminal upgrade", "err", err)
 		if hw.status != 0 {
-			return &Error{Status: hw.status, Msg: strings.TrimSpace(hw.msg.String()), Err: err}
+			return &fault.Error{Status: hw.status, Msg: strings.TrimSpace(hw.msg.String()), Err: err}
 		}
 		return nil
 	}
 	defer c.CloseNow()
-	c.SetReadLimit(terminal.MaxMessage)
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
-	conn := wsConn{c}
-	if c.Subprotocol() == terminal.SubprotocolV2 {
-		err = res.ServeV2(ctx, conn)
-	} else {
-		err = res.ServeV1(ctx, conn)
-	}
-	if err != nil {
+	if err := serve(ctx, c); err != nil {
 		s.log.Debug("terminal connection ended", "err", err)
 	}
 	return nil
@@ -77,28 +71,6 @@ func (s *Server) terminalSessions(w http.ResponseWriter, r *http.Request) error 
 	}
 	writeJSON(w, http.StatusOK, apitype.TerminalSessionsResponse{Sessions: s.opts.Terminal.Sessions()})
 	return nil
-}
-
-// wsConn adapts a coder/websocket connection to terminal.Conn.
-type wsConn struct{ c *websocket.Conn }
-
-func (w wsConn) Read(ctx context.Context) (bool, []byte, error) {
-	typ, p, err := w.c.Read(ctx)
-	return typ == websocket.MessageBinary, p, err
-}
-
-func (w wsConn) Write(ctx context.Context, binary bool, p []byte) error {
-	typ := websocket.MessageText
-	if binary {
-		typ = websocket.MessageBinary
-	}
-	return w.c.Write(ctx, typ, p)
-}
-
-func (w wsConn) Ping(ctx context.Context) error { return w.c.Ping(ctx) }
-
-func (w wsConn) Close(code int, reason string) error {
-	return w.c.Close(websocket.StatusCode(code), reason)
 }
 
 // wantsWebSocket reports whether r asks for a WebSocket upgrade, so a plain

@@ -129,7 +129,7 @@ type Config struct {
 }
 
 // StateFile is the path of the JSON state file.
-func (c Config) StateFile() string { return filepath.Join(c.StateDir, "state.json") }
+func (c Config) StateFile() string { return filepath.Join(c.StateDir, rules.StateFileName) }
 
 // LogDir is the folder of the service log files.
 func (c Config) LogDir() string { return filepath.Join(c.StateDir, "logs") }

@@ -1,7 +1,8 @@
 // Package expose routes the sandbox's preview site to the exposed port: it runs
 // the loopback preview proxy (internal/preview), keeps Caddy routing the preview
-// site to it (internal/caddy), and records the port in a Store. cmd/sandbox-mcp
-// wires it into the API as api.Exposer.
+// site to it (internal/caddy), and owns the exposed port: it holds it, answers
+// it, and keeps it in a Store across restarts (statefile.ExposedPort).
+// cmd/sandbox-mcp wires it into the API as api.Exposer.
 package expose
 
 import (
@@ -16,14 +17,17 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy"
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 	"github.com/proliferate-ai/sandbox-mcp/internal/preview"
 )
 
-// Store persists the exposed port across sidecar restarts (the service
-// manager's state file).
+// Store keeps the exposed port across sidecar restarts
+// (statefile.ExposedPort: the "exposedPort" of the state file).
 type Store interface {
-	ExposedPort() *int
-	SetExposedPort(port int) error
+	// Load returns the recorded port, nil when none is.
+	Load() (*int, error)
+	// Save records port.
+	Save(port int) error
 }
 
 // Options configures an Exposer.
@@ -34,17 +38,22 @@ type Options struct {
 	// Caddyfile and admin endpoint (host:port or unix//path).
 	CaddySnippet, Caddyfile, CaddyAdmin string
 	Store                               Store
-	Logger                              *slog.Logger
+	// OnExposed, when set, is called with every newly exposed port (the
+	// service manager's event stream publishes it as an "exposed" event).
+	OnExposed func(port int)
+	Logger    *slog.Logger
 }
 
 // Exposer is the preview proxy's listener and Caddy's routing.
 type Exposer struct {
 	store       Store
+	onExposed   func(port int)
 	proxy       *preview.Proxy
 	caddy       *caddy.Manager
 	previewAddr string
 	log         *slog.Logger
-	mu          sync.Mutex // serializes SetExposedPort
+	mu          sync.Mutex // serializes SetExposedPort; guards port
+	port        *int
 
 	srv  *http.Server
 	ln   net.Listener
@@ -79,10 +88,16 @@ func New(ctx context.Context, o Options) (*Exposer, error) {
 		ln.Close()
 		return nil, err
 	}
-	if p := store.ExposedPort(); p != nil {
-		proxy.SetPort(*p)
+	e := &Exposer{store: store, onExposed: o.OnExposed, proxy: proxy, caddy: cm, previewAddr: ln.Addr().String(), log: log.With("component", "expose"), ln: ln}
+	port, err := store.Load()
+	if err != nil {
+		// The preview still works once a port is exposed again.
+		e.log.Warn("exposed port not restored", "err", err)
 	}
-	e := &Exposer{store: store, proxy: proxy, caddy: cm, previewAddr: ln.Addr().String(), log: log.With("component", "expose"), ln: ln}
+	if port != nil {
+		proxy.SetPort(*port)
+		e.port = port
+	}
 	e.srv = &http.Server{
 		Handler:           proxy,
 		ReadHeaderTimeout: 30 * time.Second,
@@ -101,7 +116,7 @@ func New(ctx context.Context, o Options) (*Exposer, error) {
 		defer e.wg.Done()
 		e.routeAtBoot(bctx)
 	}()
-	e.log.Info("preview proxy listening", "addr", e.previewAddr, "exposed_port", store.ExposedPort())
+	e.log.Info("preview proxy listening", "addr", e.previewAddr, "exposed_port", e.ExposedPort())
 	return e, nil
 }
 
@@ -129,17 +144,38 @@ func (e *Exposer) routeAtBoot(ctx context.Context) {
 	}
 }
 
-// SetExposedPort records port and points the preview proxy at it.
+// SetExposedPort points the preview proxy at port and records it. When it
+// cannot be recorded (disk full) the port is exposed all the same and the
+// failure logged: what the sidecar answers follows what happened, and only a
+// restart would forget it.
 func (e *Exposer) SetExposedPort(port int) error {
+	if port < 1 || port > 65535 {
+		return &fault.Error{Status: http.StatusBadRequest, Msg: "port must be an integer between 1 and 65535"}
+	}
 	// One at a time, so the proxy ends where the recorded port says.
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := e.store.SetExposedPort(port); err != nil {
-		return fmt.Errorf("record exposed port %d: %w", port, err)
-	}
 	e.proxy.SetPort(port)
+	e.port = &port
+	if err := e.store.Save(port); err != nil {
+		e.log.Error("exposed port not recorded; a restart of the sidecar forgets it", "port", port, "err", err)
+	}
 	e.log.Info("port exposed", "port", port)
+	if e.onExposed != nil {
+		e.onExposed(port)
+	}
 	return nil
+}
+
+// ExposedPort is the port the preview routes to, nil when none was exposed.
+func (e *Exposer) ExposedPort() *int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.port == nil {
+		return nil
+	}
+	p := *e.port
+	return &p
 }
 
 // EnsureRouted makes Caddy route the preview site to the proxy, loading the snippet only when it does not yet.
@@ -147,7 +183,7 @@ func (e *Exposer) EnsureRouted(ctx context.Context) error { return e.caddy.Ensur
 
 // ExposeStatus says which upstream the proxy uses and whether Caddy routes to it.
 func (e *Exposer) ExposeStatus(ctx context.Context) apitype.ExposeStatus {
-	st := apitype.ExposeStatus{ExposedPort: e.store.ExposedPort(), PreviewAddr: e.previewAddr}
+	st := apitype.ExposeStatus{ExposedPort: e.ExposedPort(), PreviewAddr: e.previewAddr}
 	port, src := e.proxy.Upstream(ctx)
 	st.Upstream = src
 	if port != 0 {

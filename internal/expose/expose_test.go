@@ -2,6 +2,7 @@ package expose
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,26 +13,21 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
-// memoryStore keeps the exposed port in memory.
-type memoryStore struct {
-	mu   sync.Mutex
-	port *int
-}
+// newStore is the state file of a fresh state dir, as the sidecar uses it.
+func newStore(t *testing.T) statefile.ExposedPort { return statefile.ExposedPort{Dir: t.TempDir()} }
 
-func (s *memoryStore) ExposedPort() *int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.port
-}
-
-func (s *memoryStore) SetExposedPort(port int) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.port = &port
-	return nil
+// recorded is the port the store holds.
+func recorded(t *testing.T, s Store) *int {
+	t.Helper()
+	p, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func get(t *testing.T, url string) (string, http.Header) {
@@ -47,10 +43,15 @@ func get(t *testing.T, url string) (string, http.Header) {
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newExposer(t *testing.T, store Store) *Exposer {
+func newExposer(t *testing.T, store Store, onExposed ...func(int)) *Exposer {
 	t.Helper()
 	dir := t.TempDir()
+	var on func(int)
+	if len(onExposed) > 0 {
+		on = onExposed[0]
+	}
 	e, err := New(t.Context(), Options{
+		OnExposed:    on,
 		PreviewAddr:  "127.0.0.1:0",
 		CaddySnippet: filepath.Join(dir, "user.caddy"),
 		Caddyfile:    filepath.Join(dir, "Caddyfile"),
@@ -67,9 +68,14 @@ func newExposer(t *testing.T, store Store) *Exposer {
 
 func TestExposedPortRestoredAtStart(t *testing.T) {
 	a := testutil.EchoApp(t, "a")
-	store := &memoryStore{}
-	store.SetExposedPort(a)
+	store := newStore(t)
+	if err := store.Save(a); err != nil {
+		t.Fatal(err)
+	}
 	e := newExposer(t, store)
+	if p := e.ExposedPort(); p == nil || *p != a {
+		t.Errorf("ExposedPort() after restart = %v, want %d", p, a)
+	}
 	if body, h := get(t, "http://"+e.PreviewAddr()+"/"); body != "a" || h.Get("X-Frame-Options") != "" {
 		t.Errorf("GET preview proxy after restart = %q (X-Frame-Options %q), want %q without the header", body, h.Get("X-Frame-Options"), "a")
 	}
@@ -81,8 +87,9 @@ func TestExposedPortRestoredAtStart(t *testing.T) {
 
 func TestSetExposedPortSwitchesUpstreamAndRecords(t *testing.T) {
 	a, b := testutil.EchoApp(t, "a"), testutil.EchoApp(t, "b")
-	store := &memoryStore{}
-	e := newExposer(t, store)
+	store := newStore(t)
+	var events []int
+	e := newExposer(t, store, func(p int) { events = append(events, p) })
 	for _, tc := range []struct {
 		port int
 		want string
@@ -93,9 +100,35 @@ func TestSetExposedPortSwitchesUpstreamAndRecords(t *testing.T) {
 		if body, _ := get(t, "http://"+e.PreviewAddr()+"/"); body != tc.want {
 			t.Errorf("after SetExposedPort(%d), preview = %q, want %q", tc.port, body, tc.want)
 		}
-		if p := store.ExposedPort(); p == nil || *p != tc.port {
+		if p := recorded(t, store); p == nil || *p != tc.port {
 			t.Errorf("after SetExposedPort(%d), store = %v", tc.port, p)
 		}
+		if p := e.ExposedPort(); p == nil || *p != tc.port {
+			t.Errorf("after SetExposedPort(%d), ExposedPort() = %v", tc.port, p)
+		}
+	}
+	if fmt.Sprint(events) != fmt.Sprint([]int{a, b, a}) {
+		t.Errorf("OnExposed got %v, want %v", events, []int{a, b, a})
+	}
+	if err := e.SetExposedPort(70000); err == nil {
+		t.Error("SetExposedPort(70000) succeeded")
+	}
+}
+
+// A port that cannot be recorded (the state dir is gone, the disk full) is
+// exposed all the same: the answer follows what happened.
+func TestSetExposedPortUnrecorded(t *testing.T) {
+	a := testutil.EchoApp(t, "a")
+	store := statefile.ExposedPort{Dir: filepath.Join(t.TempDir(), "missing")}
+	e := newExposer(t, store)
+	if err := e.SetExposedPort(a); err != nil {
+		t.Fatalf("SetExposedPort with an unwritable store = %v, want success", err)
+	}
+	if p := e.ExposedPort(); p == nil || *p != a {
+		t.Errorf("ExposedPort() = %v, want %d", p, a)
+	}
+	if body, _ := get(t, "http://"+e.PreviewAddr()+"/"); body != "a" {
+		t.Errorf("preview = %q, want %q", body, "a")
 	}
 }
 
@@ -108,19 +141,19 @@ func TestNewRequiresStoreAndLogger(t *testing.T) {
 // jitterStore delays every write by a varying time, to let concurrent writes
 // overtake each other.
 type jitterStore struct {
-	memoryStore
+	statefile.ExposedPort
 }
 
-func (s *jitterStore) SetExposedPort(port int) error {
+func (s jitterStore) Save(port int) error {
 	time.Sleep(time.Duration(port%7) * time.Millisecond)
-	return s.memoryStore.SetExposedPort(port)
+	return s.ExposedPort.Save(port)
 }
 
 // TestConcurrentExposeKeepsProxyAndStateTogether: after concurrent exposes,
 // the preview proxy goes where the recorded port (what GET /api/services and
 // the next start say) points.
 func TestConcurrentExposeKeepsProxyAndStateTogether(t *testing.T) {
-	store := &jitterStore{}
+	store := jitterStore{newStore(t)}
 	e := newExposer(t, store)
 	for round := range 20 {
 		var wg sync.WaitGroup
@@ -129,7 +162,7 @@ func TestConcurrentExposeKeepsProxyAndStateTogether(t *testing.T) {
 		}
 		wg.Wait()
 		got, _ := e.proxy.Upstream(t.Context())
-		if rec := store.ExposedPort(); rec == nil || *rec != got {
+		if rec := recorded(t, store); rec == nil || *rec != got {
 			t.Fatalf("round %d: preview proxy goes to %d, recorded port is %v", round, got, rec)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -23,15 +25,16 @@ const DefaultMaxBundleBytes = rules.MaxGitBundleBytes
 // maxRevisionLen bounds a base revision given by a caller.
 const maxRevisionLen = 256
 
+// The bundle errors, each with the status the API answers it with.
 var (
 	// ErrBadRevision means base does not name a commit of the repository.
-	ErrBadRevision = errors.New("invalid revision")
+	ErrBadRevision error = &fault.Error{Status: http.StatusBadRequest, Msg: "Invalid revision"}
 	// ErrNoBranch means HEAD is not on a branch (detached or unborn).
-	ErrNoBranch = errors.New("HEAD is not on a branch with commits")
+	ErrNoBranch error = &fault.Error{Status: http.StatusConflict, Msg: "HEAD is not on a branch"}
 	// ErrNothingNew means the branch holds no commit that base lacks.
-	ErrNothingNew = errors.New("no commits since base")
+	ErrNothingNew error = &fault.Error{Status: http.StatusConflict, Msg: "No commits since base"}
 	// ErrBadBundle means a bundle given to ApplyBundle is not one git accepts.
-	ErrBadBundle = errors.New("invalid bundle")
+	ErrBadBundle error = &fault.Error{Status: http.StatusBadRequest, Msg: "Invalid bundle"}
 )
 
 // TooLargeError says a bundle went past Limit bytes.
@@ -41,71 +44,65 @@ func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("bundle exceeds %d bytes", e.Limit)
 }
 
-// Bundle is a bundle file made by CreateBundle; the caller reads and Closes it,
-// which removes the file.
-type Bundle struct {
-	*os.File
-	Size   int64
-	Branch string // refs/heads/<name>
-	Head   string
-}
-
-// Close closes and removes the bundle file.
-func (b *Bundle) Close() error {
-	err := b.File.Close()
-	_ = os.Remove(b.Name())
-	return err
+// tooLarge is a *TooLargeError answered with 413 and the "limit".
+func tooLarge(limit int64) error {
+	return &fault.Error{Status: http.StatusRequestEntityTooLarge, Msg: "Bundle too large",
+		Fields: map[string]any{"limit": limit}, Err: &TooLargeError{Limit: limit}}
 }
 
 // CreateBundle makes a bundle of the current branch of the repository id with
 // every commit that base (empty: none) lacks. The bundle is written to a
 // temporary file first so that a bundle past the size limit fails with a
-// *TooLargeError before anything is sent.
-func (w *Workspace) CreateBundle(ctx context.Context, id, base string) (*Bundle, error) {
+// *TooLargeError before anything is sent. The file is already unlinked: the
+// caller reads it and closes it, and nothing is left behind either way.
+func (w *Workspace) CreateBundle(ctx context.Context, id, base string) (*os.File, apitype.GitBundleInfo, error) {
 	repo, err := w.resolveRepo(id)
 	if err != nil {
-		return nil, err
+		return nil, apitype.GitBundleInfo{}, err
 	}
 	branch, head, err := w.currentBranch(ctx, repo)
 	if err != nil {
-		return nil, err
+		return nil, apitype.GitBundleInfo{}, err
 	}
 	args := []string{"bundle", "create", "-q", "-", branch}
 	if base != "" {
 		sha, err := w.resolveCommit(ctx, repo, base)
 		if err != nil {
-			return nil, err
+			return nil, apitype.GitBundleInfo{}, err
 		}
 		if sha == head {
-			return nil, ErrNothingNew
+			return nil, apitype.GitBundleInfo{}, ErrNothingNew
 		}
 		if w.isAncestor(ctx, repo, head, sha) {
-			return nil, ErrNothingNew
+			return nil, apitype.GitBundleInfo{}, ErrNothingNew
 		}
 		args = append(args, "^"+sha)
 	}
 	f, err := os.CreateTemp("", "sandbox-mcp-bundle-*")
 	if err != nil {
-		return nil, fmt.Errorf("bundle temp file: %w", err)
+		return nil, apitype.GitBundleInfo{}, fmt.Errorf("bundle temp file: %w", err)
 	}
-	b := &Bundle{File: f, Branch: branch, Head: head}
+	// Unlinked at once: the descriptor keeps the data for as long as the
+	// caller reads it, and no crash leaves a bundle in the temp dir.
+	_ = os.Remove(f.Name())
+	info := apitype.GitBundleInfo{Branch: branch, Head: head}
 	lw := &limitWriter{w: f, left: w.maxBundle}
 	if err := w.stream(ctx, repo, nil, lw, args...); err != nil {
-		b.Close()
+		f.Close()
 		if lw.over {
-			return nil, &TooLargeError{Limit: w.maxBundle}
+			return nil, apitype.GitBundleInfo{}, tooLarge(w.maxBundle)
 		}
 		if strings.Contains(err.Error(), "empty bundle") {
-			return nil, ErrNothingNew
+			return nil, apitype.GitBundleInfo{}, ErrNothingNew
 		}
-		return nil, err
+		return nil, apitype.GitBundleInfo{}, err
 	}
-	b.Size = w.maxBundle - lw.left
+	info.Size = w.maxBundle - lw.left
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		b.Close()
-		return nil, err
+		f.Close()
+		return nil, apitype.GitBundleInfo{}, err
 	}
-	return b, nil
+	return f, info, nil
 }
 
 // ApplyBundle fetches the branches of the bundle read from r (at most the size
@@ -127,7 +124,7 @@ func (w *Workspace) ApplyBundle(ctx context.Context, id string, r io.Reader) ([]
 		return nil, fmt.Errorf("read bundle: %w", err)
 	}
 	if n > w.maxBundle {
-		return nil, &TooLargeError{Limit: w.maxBundle}
+		return nil, tooLarge(w.maxBundle)
 	}
 	if err := f.Close(); err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
@@ -32,7 +33,7 @@ func bundleRepo(t *testing.T) (string, string) {
 	return ws, base
 }
 
-func readAll(t *testing.T, b *Bundle) []byte {
+func readAll(t *testing.T, b io.Reader) []byte {
 	t.Helper()
 	data, err := io.ReadAll(b)
 	if err != nil {
@@ -44,19 +45,19 @@ func readAll(t *testing.T, b *Bundle) []byte {
 func TestCreateBundleSinceBase(t *testing.T) {
 	ws, base := bundleRepo(t)
 	w := newWorkspace(t, ws)
-	b, err := w.CreateBundle(t.Context(), RepoID(ws), base)
+	b, info, err := w.CreateBundle(t.Context(), RepoID(ws), base)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The file is unlinked before it is handed out: nothing to clean up.
+	if _, err := os.Stat(b.Name()); !os.IsNotExist(err) {
+		t.Errorf("bundle file %s still in the file system", b.Name())
+	}
 	data := readAll(t, b)
-	name := b.Name()
-	if b.Branch != "refs/heads/main" || int64(len(data)) != b.Size {
-		t.Errorf("bundle branch %q size %d (read %d), want refs/heads/main and equal sizes", b.Branch, b.Size, len(data))
+	if info.Branch != "refs/heads/main" || int64(len(data)) != info.Size {
+		t.Errorf("bundle branch %q size %d (read %d), want refs/heads/main and equal sizes", info.Branch, info.Size, len(data))
 	}
 	b.Close()
-	if _, err := os.Stat(name); !os.IsNotExist(err) {
-		t.Errorf("bundle file %s still there after Close", name)
-	}
 	// Unbundle into a clone at base: the branch tip arrives.
 	clone := t.TempDir()
 	git(t, clone, "clone", "-q", ws, ".")
@@ -78,7 +79,7 @@ func TestCreateBundleSinceBase(t *testing.T) {
 func TestCreateBundleFullAndErrors(t *testing.T) {
 	ws, base := bundleRepo(t)
 	w := newWorkspace(t, ws)
-	b, err := w.CreateBundle(t.Context(), RepoID(ws), "")
+	b, _, err := w.CreateBundle(t.Context(), RepoID(ws), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,16 +101,16 @@ func TestCreateBundleFullAndErrors(t *testing.T) {
 		{"descendant named", "main", ErrNothingNew},
 	}
 	for _, tt := range tests {
-		_, err := w.CreateBundle(t.Context(), RepoID(ws), tt.base)
+		_, _, err := w.CreateBundle(t.Context(), RepoID(ws), tt.base)
 		if !errors.Is(err, tt.want) {
 			t.Errorf("%s: CreateBundle(%q) = %v, want %v", tt.name, tt.base, err, tt.want)
 		}
 	}
-	if _, err := w.CreateBundle(t.Context(), RepoID("/etc"), ""); !errors.Is(err, ErrInvalidRepo) {
+	if _, _, err := w.CreateBundle(t.Context(), RepoID("/etc"), ""); !errors.Is(err, ErrInvalidRepo) {
 		t.Errorf("CreateBundle(/etc) = %v, want ErrInvalidRepo", err)
 	}
 	git(t, ws, "checkout", "-q", "--detach")
-	if _, err := w.CreateBundle(t.Context(), RepoID(ws), ""); !errors.Is(err, ErrNoBranch) {
+	if _, _, err := w.CreateBundle(t.Context(), RepoID(ws), ""); !errors.Is(err, ErrNoBranch) {
 		t.Errorf("CreateBundle on detached HEAD = %v, want ErrNoBranch", err)
 	}
 }
@@ -120,7 +121,7 @@ func TestCreateBundleTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = w.CreateBundle(t.Context(), RepoID(ws), "")
+	_, _, err = w.CreateBundle(t.Context(), RepoID(ws), "")
 	var tl *TooLargeError
 	if !errors.As(err, &tl) || tl.Limit != 100 {
 		t.Fatalf("CreateBundle past 100 bytes = %v, want *TooLargeError{100}", err)
@@ -348,7 +349,7 @@ func BenchmarkCreateBundle(b *testing.B) {
 	git(b, ws, "commit", "-qm", "new")
 	w := newWorkspace(b, ws)
 	for b.Loop() {
-		bn, err := w.CreateBundle(b.Context(), RepoID(ws), base)
+		bn, _, err := w.CreateBundle(b.Context(), RepoID(ws), base)
 		if err != nil {
 			b.Fatal(err)
 		}

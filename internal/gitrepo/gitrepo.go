@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -44,12 +46,13 @@ const maxVisited = 50000
 
 var (
 	// ErrInvalidRepo means a repo id does not name a repository of the workspace.
-	ErrInvalidRepo = errors.New("invalid repo id")
+	ErrInvalidRepo error = &fault.Error{Status: http.StatusBadRequest, Msg: "Invalid repo ID"}
 	// ErrInvalidPath means a file path is not inside the repository.
-	ErrInvalidPath = errors.New("invalid file path")
+	ErrInvalidPath error = &fault.Error{Status: http.StatusBadRequest, Msg: "Invalid file path"}
 	// ErrPathTooLong means a file path is longer than MaxPathBytes; it is
 	// also an ErrInvalidPath.
-	ErrPathTooLong = fmt.Errorf("%w: longer than %d bytes", ErrInvalidPath, MaxPathBytes)
+	ErrPathTooLong error = &fault.Error{Status: http.StatusBadRequest,
+		Msg: fmt.Sprintf("Invalid file path: longer than %d bytes", MaxPathBytes), Kind: ErrInvalidPath}
 )
 
 // MaxPathBytes bounds the file path of a diff (Linux's PATH_MAX).

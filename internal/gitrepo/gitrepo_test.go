@@ -15,8 +15,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"go.uber.org/goleak"
+
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
 
 func TestMain(m *testing.M) {

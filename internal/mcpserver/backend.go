@@ -15,10 +15,16 @@ import (
 
 // Manager is the service manager's surface that Direct uses.
 type Manager interface {
-	List() ([]apitype.ServiceInfo, *int)
+	List() []apitype.ServiceInfo
 	Start(ctx context.Context, req apitype.StartServiceRequest) (apitype.ServiceInfo, error)
 	Stop(ctx context.Context, name string) error
-	SetExposedPort(port int) error
+}
+
+// PortStore keeps the exposed port where the API server restores it from
+// (statefile.ExposedPort).
+type PortStore interface {
+	Load() (*int, error)
+	Save(port int) error
 }
 
 // LogReader returns the last lines of a service's log.
@@ -31,12 +37,16 @@ type LogReader interface {
 type Direct struct {
 	Manager Manager
 	Logs    LogReader
+	Exposed PortStore
 }
 
 // List implements Backend.
 func (d *Direct) List(context.Context) ([]apitype.ServiceInfo, *int, error) {
-	svcs, exposed := d.Manager.List()
-	return svcs, exposed, nil
+	exposed, err := d.Exposed.Load()
+	if err != nil {
+		return nil, nil, err
+	}
+	return d.Manager.List(), exposed, nil
 }
 
 // Start implements Backend.
@@ -50,7 +60,7 @@ func (d *Direct) Stop(ctx context.Context, name string) error { return d.Manager
 // Expose implements Backend: without an API server there is no preview proxy
 // yet, so the port is recorded for it to pick up.
 func (d *Direct) Expose(_ context.Context, port int) (string, error) {
-	if err := d.Manager.SetExposedPort(port); err != nil {
+	if err := d.Exposed.Save(port); err != nil {
 		return "", err
 	}
 	return "No sidecar API is running right now; the preview routes to this port as soon as it starts.", nil

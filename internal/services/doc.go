@@ -62,7 +62,7 @@
 //	ExitedInstance Status ExitCode ...      adopt via applyExit         -      run ended while no sidecar watched
 //	PID PGID StartTime Monitor* Status      sanitizeState (state.go)    -      untrusted process ids, on every read
 //	  Reason Ready NextRestartAt
-//	ExposedPort (stateFile)                 SetExposedPort (query.go)   -      -
+//	ExposedPort: exposure's, not ours       statefile.ExposedPort.Save  -      kept as read by every update
 //
 // In memory: mu guards st, stamp, gen and pending (written by updateState
 // and refresh only); instMu guards inst (current, setCurrent, Close); subMu

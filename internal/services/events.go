@@ -48,3 +48,7 @@ func (m *Manager) emit(ev apitype.Event) {
 		}
 	}
 }
+
+// Publish sends ev to the subscribers of Subscribe, for the events others
+// put on the same stream (exposure's "exposed").
+func (m *Manager) Publish(ev apitype.Event) { m.emit(ev) }

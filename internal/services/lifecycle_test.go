@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
@@ -316,7 +317,7 @@ func TestSweepSparesConcurrentLaunches(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	list, _ := m.List()
+	list := m.List()
 	if len(list) != 8 {
 		t.Fatalf("List = %d services, want 8", len(list))
 	}
@@ -351,7 +352,7 @@ func TestUntrustedStateEntries(t *testing.T) {
 			t.Errorf("Stop(%s): %v", name, err)
 		}
 	}
-	if p := m.ExposedPort(); p != nil {
+	if p, _ := (statefile.ExposedPort{Dir: dir}).Load(); p != nil {
 		t.Errorf("exposed port = %d, want none", *p)
 	}
 	if !strings.Contains(logs.String(), "refused") {
@@ -476,15 +477,15 @@ func FuzzStateFile(f *testing.F) {
 				}
 			}
 		}
-		if p := st.ExposedPort; p != nil && (*p < 1 || *p > 65535) {
-			t.Fatalf("kept exposedPort %d", *p)
-		}
 		enc, err := encodeState(st)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(p, enc, 0o600); err != nil {
 			t.Fatal(err)
+		}
+		if port, err := (statefile.ExposedPort{Dir: dir}).Load(); err == nil && port != nil && (*port < 1 || *port > 65535) {
+			t.Fatalf("exposure reads exposedPort %d from our encoding", *port)
 		}
 		again, _, _, err := readStateRaw(p)
 		if err != nil {
@@ -520,7 +521,7 @@ func TestStateFileReplacedWhileRunning(t *testing.T) {
 				st, _, err := readState(p)
 				return err == nil && st.Services["kept"] != nil && st.Services["kept"].Status == apitype.StatusRunning
 			})
-			if list, _ := m.List(); len(list) != 1 || list[0].Status != apitype.StatusRunning {
+			if list := m.List(); len(list) != 1 || list[0].Status != apitype.StatusRunning {
 				t.Errorf("List = %+v, want kept running", list)
 			}
 		})

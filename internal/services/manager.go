@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 )
 
 // Config configures a Manager. StateDir and WorkspaceDir are required.
@@ -183,7 +184,7 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", "services"),
-		statePath: filepath.Join(cfg.StateDir, "state.json"),
+		statePath: statefile.Path(cfg.StateDir),
 		logDir:    filepath.Join(cfg.StateDir, "logs"),
 		runDir:    filepath.Join(cfg.StateDir, "run"),
 		bash:      bash,

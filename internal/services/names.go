@@ -3,7 +3,9 @@ package services
 import (
 	"errors"
 	"fmt"
+	"net/http"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -13,21 +15,26 @@ var ErrNotFound = errors.New("service not found")
 // ErrInvalid is matched (errors.Is) by errors about a request the caller must fix.
 var ErrInvalid = errors.New("invalid request")
 
-// userError is an error whose message is meant for the caller as is.
-type userError struct {
-	kind error
-	msg  string
+// userError is an error whose message is meant for the caller as is: a
+// *fault.Error with the status the API answers it with, matching kind
+// (ErrInvalid 400, ErrNotFound 404, ErrConflict 409).
+func userError(kind error, msg string) error {
+	status := http.StatusBadRequest
+	switch kind {
+	case ErrNotFound:
+		status = http.StatusNotFound
+	case ErrConflict:
+		status = http.StatusConflict
+	}
+	return &fault.Error{Status: status, Msg: msg, Kind: kind}
 }
 
-func (e *userError) Error() string        { return e.msg }
-func (e *userError) Is(target error) bool { return target == e.kind }
-
 func invalidf(format string, args ...any) error {
-	return &userError{kind: ErrInvalid, msg: fmt.Sprintf(format, args...)}
+	return userError(ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 func notFound(name string) error {
-	return &userError{kind: ErrNotFound, msg: rules.ServiceNotFound(name)}
+	return userError(ErrNotFound, rules.ServiceNotFound(name))
 }
 
 // MaxNameLen is the longest service name (rules.MaxNameLen).

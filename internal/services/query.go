@@ -1,7 +1,6 @@
 package services
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,15 +10,14 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// List returns every service in the order its name was first started, and the exposed port.
-func (m *Manager) List() ([]apitype.ServiceInfo, *int) {
+// List returns every service in the order its name was first started.
+func (m *Manager) List() []apitype.ServiceInfo {
 	m.refresh()
 	m.mu.RLock()
 	recs := make([]*record, 0, len(m.st.Services))
 	for _, r := range m.st.Services {
 		recs = append(recs, r)
 	}
-	port := m.st.ExposedPort
 	m.mu.RUnlock()
 	slices.SortFunc(recs, func(a, b *record) int {
 		if a.Order != b.Order {
@@ -31,11 +29,7 @@ func (m *Manager) List() ([]apitype.ServiceInfo, *int) {
 	for i, r := range recs {
 		out[i] = r.ServiceInfo
 	}
-	if port != nil {
-		p := *port
-		port = &p
-	}
-	return out, port
+	return out
 }
 
 // ListVersion returns a number that changes whenever what List returns may
@@ -63,28 +57,6 @@ func (m *Manager) Get(name string) (apitype.ServiceInfo, error) {
 	return r.ServiceInfo, nil
 }
 
-// ExposedPort returns the port the preview routes to, or nil.
-func (m *Manager) ExposedPort() *int {
-	_, p := m.List()
-	return p
-}
-
-// SetExposedPort records the exposed port in the state file and emits an "exposed" event.
-func (m *Manager) SetExposedPort(port int) error {
-	if port < 1 || port > 65535 {
-		return invalidf("port must be an integer from 1 to 65535")
-	}
-	err := m.update(func(st *stateFile) error {
-		st.ExposedPort = &port
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("set exposed port: %w", err)
-	}
-	m.emit(apitype.Event{Type: apitype.EventExposed, Port: &port})
-	return nil
-}
-
 // LogPath returns <StateDir>/logs/<name>.log. The error matches ErrInvalid
 // for a bad name and ErrNotFound when the service is unknown and has no log.
 func (m *Manager) LogPath(name string) (string, error) {
@@ -96,7 +68,7 @@ func (m *Manager) LogPath(name string) (string, error) {
 		return p, nil
 	}
 	if _, err := os.Stat(p); err != nil {
-		return "", &userError{kind: ErrNotFound, msg: rules.NoLogs(name)}
+		return "", userError(ErrNotFound, rules.NoLogs(name))
 	}
 	return p, nil
 }

@@ -16,8 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"go.uber.org/goleak"
+
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 )
 
 func init() {
@@ -80,7 +82,7 @@ func newTestManager(t *testing.T, cfg Config) *Manager {
 
 // stopAll stops every service so no test leaves a process behind.
 func stopAll(t *testing.T, m *Manager) {
-	list, _ := m.List()
+	list := m.List()
 	for _, s := range list {
 		if err := m.Stop(context.Background(), s.Name); err != nil {
 			t.Errorf("cleanup: Stop(%q): %v", s.Name, err)
@@ -187,9 +189,9 @@ func TestStartListStop(t *testing.T) {
 		t.Fatalf("Start = %+v, want running with a pid, cwd %q, ready", info, cwd)
 	}
 	start(t, m, apitype.StartServiceRequest{Name: "db", Command: "sleep 300"})
-	list, port := m.List()
-	if len(list) != 2 || list[0].Name != "web" || list[1].Name != "db" || port != nil {
-		t.Fatalf("List = %+v, %v; want web, db in start order and no port", list, port)
+	list := m.List()
+	if len(list) != 2 || list[0].Name != "web" || list[1].Name != "db" {
+		t.Fatalf("List = %+v; want web, db in start order", list)
 	}
 	logPath := filepath.Join(m.cfg.StateDir, "logs", "web.log")
 	if info.LogFile != logPath {
@@ -228,7 +230,7 @@ func TestStartListStop(t *testing.T) {
 	}
 	// Restart by starting the same name again keeps its place in the list.
 	start(t, m, apitype.StartServiceRequest{Name: "web", Command: "sleep 300"})
-	list, _ = m.List()
+	list = m.List()
 	if list[0].Name != "web" || list[0].Status != apitype.StatusRunning {
 		t.Errorf("List after restart = %+v, want web first and running", list)
 	}
@@ -316,7 +318,7 @@ func TestStartValidation(t *testing.T) {
 			t.Errorf("Start(%+v) = %v, want ErrInvalid %q", tt.req, err, tt.want)
 		}
 	}
-	if list, _ := m.List(); len(list) != 0 {
+	if list := m.List(); len(list) != 0 {
 		t.Errorf("List after invalid starts = %+v, want empty", list)
 	}
 }
@@ -385,7 +387,7 @@ func TestConcurrentStarts(t *testing.T) {
 			t.Errorf("Start: %v", err)
 		}
 	}
-	list, _ := m.List()
+	list := m.List()
 	if len(list) != n {
 		t.Fatalf("List has %d services, want %d", len(list), n)
 	}
@@ -467,9 +469,6 @@ func TestRecycledPID(t *testing.T) {
 	if s := get(t, m, "old"); s.Status != apitype.StatusStopped {
 		t.Errorf("old = %+v, want stopped", s)
 	}
-	if p := m.ExposedPort(); p == nil || *p != 3000 {
-		t.Errorf("ExposedPort = %v, want 3000", p)
-	}
 	if err := m.Stop(t.Context(), "old"); err != nil {
 		t.Errorf("Stop(old): %v", err)
 	}
@@ -479,33 +478,8 @@ func TestRecycledPID(t *testing.T) {
 	if !processExists(pid) {
 		t.Fatalf("process %d with the recycled pid was signalled", pid)
 	}
-}
-
-func TestExposedPort(t *testing.T) {
-	m := newTestManager(t, Config{})
-	ch, unsub := m.Subscribe()
-	defer unsub()
-	if err := m.SetExposedPort(0); !errors.Is(err, ErrInvalid) {
-		t.Errorf("SetExposedPort(0) = %v, want ErrInvalid", err)
-	}
-	if err := m.SetExposedPort(5173); err != nil {
-		t.Fatal(err)
-	}
-	if p := m.ExposedPort(); p == nil || *p != 5173 {
-		t.Errorf("ExposedPort = %v, want 5173", p)
-	}
-	ev := <-ch
-	if ev.Type != apitype.EventExposed || ev.Port == nil || *ev.Port != 5173 {
-		t.Errorf("event = %+v, want exposed 5173", ev)
-	}
-	// A second manager on the same state dir sees it.
-	m2, err := New(Config{StateDir: m.cfg.StateDir, WorkspaceDir: m.cfg.WorkspaceDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m2.Close()
-	if p := m2.ExposedPort(); p == nil || *p != 5173 {
-		t.Errorf("second manager ExposedPort = %v, want 5173", p)
+	if p, err := (statefile.ExposedPort{Dir: stateDir}).Load(); err != nil || p == nil || *p != 3000 {
+		t.Errorf("exposed port after the manager's writes = %v, %v; want 3000 kept", p, err)
 	}
 }
 
@@ -557,7 +531,7 @@ func TestCorruptStateFile(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "state.json"), []byte(`{"services":{"a":`), 0o644)
 	m := newTestManager(t, Config{StateDir: dir})
-	if list, _ := m.List(); len(list) != 0 {
+	if list := m.List(); len(list) != 0 {
 		t.Errorf("List with a corrupt state file = %+v, want empty", list)
 	}
 	moved, _ := filepath.Glob(filepath.Join(dir, "state.json.corrupt-*"))

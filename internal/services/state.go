@@ -3,15 +3,13 @@ package services
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
@@ -44,10 +42,12 @@ func (r *record) target() target {
 	return target{pgid: r.PGID, pgidStart: r.StartTime, instance: r.Instance, monitor: r.MonitorPID, monStart: r.MonitorStartTime}
 }
 
-// stateFile is the JSON of <StateDir>/state.json.
+// stateFile is the JSON of <StateDir>/state.json (internal/statefile). The
+// manager owns "services"; "exposedPort" is exposure's and is kept as it was
+// read.
 type stateFile struct {
 	Services    map[string]*record `json:"services"`
-	ExposedPort *int               `json:"exposedPort"`
+	ExposedPort json.RawMessage    `json:"exposedPort"`
 }
 
 func newState() *stateFile { return &stateFile{Services: map[string]*record{}} }
@@ -93,8 +93,8 @@ func statStamp(path string) (fileStamp, error) {
 	return fileStamp{ino: sys.Ino, size: sys.Size, mtime: sys.Mtim.Nano()}, nil
 }
 
-// errCorrupt marks a state file that exists but is not valid JSON.
-var errCorrupt = errors.New("state file is corrupt")
+// errCorrupt marks a state file that exists but cannot be used.
+var errCorrupt = statefile.ErrUnusable
 
 // readState reads path; a missing file is an empty state.
 func readState(path string) (*stateFile, fileStamp, error) {
@@ -106,25 +106,16 @@ func readState(path string) (*stateFile, fileStamp, error) {
 // A file that cannot be used as the state (not JSON, not a regular file,
 // unreadable) is an error matching errCorrupt, for the caller to move aside.
 func readStateRaw(path string) (*stateFile, fileStamp, []byte, error) {
-	// O_NONBLOCK: a FIFO planted as state.json must not hang the sidecar.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if os.IsNotExist(err) {
+	raw, fi, err := statefile.Read(path)
+	if err != nil {
+		var stamp fileStamp
+		if fi != nil {
+			stamp = stampOf(fi)
+		}
+		return nil, stamp, nil, err
+	}
+	if raw == nil {
 		return newState(), fileStamp{}, nil, nil
-	}
-	if err != nil {
-		return nil, fileStamp{}, nil, fmt.Errorf("open %s: %w: %w", path, errCorrupt, err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fileStamp{}, nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, stampOf(fi), nil, fmt.Errorf("%s is a %v, not a regular file: %w", path, fi.Mode().Type(), errCorrupt)
-	}
-	raw, err := io.ReadAll(f)
-	if err != nil {
-		return nil, fileStamp{}, nil, fmt.Errorf("read %s: %w: %w", path, errCorrupt, err)
 	}
 	st := newState()
 	if err := json.NewDecoder(bytes.NewReader(raw)).Decode(st); err != nil {
@@ -146,7 +137,7 @@ func readStateRaw(path string) (*stateFile, fileStamp, []byte, error) {
 // sanitizeState refuses what no sidecar would have written and what would
 // make it signal processes that are not a service's: a pid, process group or
 // monitor pid of 1 or less, or this process's own pid or group (a stop would
-// send kill(-1) or kill the sidecar), and an exposed port outside 1-65535.
+// send kill(-1) or kill the sidecar).
 // A refused record keeps its name and settings but no process: it reads as
 // ended with a reason. It returns what it refused.
 func sanitizeState(st *stateFile) []string {
@@ -167,26 +158,15 @@ func sanitizeState(st *stateFile) []string {
 			r.ExitedInstance = r.Instance
 		}
 	}
-	if p := st.ExposedPort; p != nil && (*p < 1 || *p > 65535) {
-		problems = append(problems, fmt.Sprintf("exposedPort %d is outside 1-65535; dropped", *p))
-		st.ExposedPort = nil
-	}
 	return problems
 }
 
-// encodeState is the content of the state file for st: two-space indented JSON.
-func encodeState(st *stateFile) ([]byte, error) {
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
+// encodeState is the content of the state file for st.
+func encodeState(st *stateFile) ([]byte, error) { return statefile.Encode(st) }
 
 // writeState replaces path atomically with b from encodeState.
 func writeState(path string, b []byte) (fileStamp, error) {
-	// 0600: services' env (echoed options) may hold secrets.
-	if err := writeFileAtomic(path, b, 0o600); err != nil {
+	if err := statefile.Write(path, b); err != nil {
 		return fileStamp{}, err
 	}
 	fi, err := os.Stat(path)
@@ -200,26 +180,6 @@ func writeState(path string, b []byte) (fileStamp, error) {
 // renames it over path, so readers see the old or the new content, never half.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return atomicfile.WriteFile(path, data, perm)
-}
-
-// flock takes an exclusive lock on <dir>/state.lock, shared with every
-// sidecar process using the same state dir.
-func flock(dir string) (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(dir, "state.lock"), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open state lock: %w", err)
-	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if err != syscall.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock state: %w", err)
-	}
-	return func() { f.Close() }, nil // closing releases the lock
 }
 
 // quarantine moves a corrupt state file aside so the sidecar keeps serving.

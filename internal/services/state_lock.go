@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"sync"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 )
 
 // lockName serializes start, stop and restart of one name.
@@ -93,7 +95,7 @@ func (m *Manager) updateState(durable bool, fn func(st *stateFile) error) error 
 // lockState takes the cross-process state lock, recreating the state dir
 // when it was deleted.
 func (m *Manager) lockState() (func(), error) {
-	unlock, err := flock(m.cfg.StateDir)
+	unlock, err := statefile.Lock(m.cfg.StateDir)
 	if err == nil || !errors.Is(err, os.ErrNotExist) {
 		return unlock, err
 	}
@@ -101,7 +103,7 @@ func (m *Manager) lockState() (func(), error) {
 		return nil, fmt.Errorf("%w (recreate state dir: %w)", err, derr)
 	}
 	m.log.Warn("state dir was deleted; created it again", "dir", m.cfg.StateDir)
-	return flock(m.cfg.StateDir)
+	return statefile.Lock(m.cfg.StateDir)
 }
 
 // readForUpdate returns the state an update starts from: the file, unless

@@ -1,10 +1,14 @@
 package services
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 )
 
 // TestUnchangedStateIsNotRewritten: an update that changes nothing, such as
@@ -29,10 +33,11 @@ func TestUnchangedStateIsNotRewritten(t *testing.T) {
 		return st
 	}
 
-	m := open()
-	if err := m.SetExposedPort(3000); err != nil {
+	// Exposure's key, written by its own writer, is kept by every update.
+	if err := (statefile.ExposedPort{Dir: dir}).Save(3000); err != nil {
 		t.Fatal(err)
 	}
+	m := open()
 	m.Close()
 	before := stamp()
 
@@ -41,27 +46,21 @@ func TestUnchangedStateIsNotRewritten(t *testing.T) {
 	if got := stamp(); got != before {
 		t.Errorf("state.json after New with nothing to change = %+v, want unchanged %+v", got, before)
 	}
-	if err := m.SetExposedPort(3000); err != nil {
+	if _, err := m.Start(t.Context(), apitype.StartServiceRequest{Name: "web", Command: "sleep 300"}); err != nil {
 		t.Fatal(err)
 	}
-	if got := stamp(); got != before {
-		t.Errorf("state.json after setting the same port = %+v, want unchanged %+v", got, before)
-	}
-	if p := m.ExposedPort(); p == nil || *p != 3000 {
-		t.Errorf("ExposedPort() = %v, want 3000", p)
-	}
-
-	if err := m.SetExposedPort(3001); err != nil {
-		t.Fatal(err)
-	}
+	defer m.Stop(context.Background(), "web")
 	if got := stamp(); got == before {
-		t.Errorf("state.json after changing the port is still %+v, want a new file", got)
+		t.Errorf("state.json after a start is still %+v, want a new file", got)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), `"exposedPort": 3001`) {
-		t.Errorf("state.json = %s, want exposedPort 3001", b)
+	if !strings.Contains(string(b), `"exposedPort": 3000`) || !strings.Contains(string(b), `"web"`) {
+		t.Errorf("state.json = %s, want the service and exposedPort 3000 kept", b)
+	}
+	if p, err := (statefile.ExposedPort{Dir: dir}).Load(); err != nil || p == nil || *p != 3000 {
+		t.Errorf("exposed port after the manager's writes = %v, %v; want 3000", p, err)
 	}
 }

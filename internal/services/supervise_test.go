@@ -342,7 +342,7 @@ func TestSharedStateDir(t *testing.T) {
 	start(t, a, apitype.StartServiceRequest{Name: "shared", Command: "sleep 300", Restart: apitype.RestartAlways})
 	start(t, b, apitype.StartServiceRequest{Name: "other", Command: "sleep 300"})
 	for _, m := range []*Manager{a, b} {
-		list, _ := m.List()
+		list := m.List()
 		if len(list) != 2 || list[0].Name != "shared" || list[1].Name != "other" {
 			t.Fatalf("List = %+v, want shared and other", list)
 		}

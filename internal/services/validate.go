@@ -3,6 +3,7 @@ package services
 import (
 	"cmp"
 	"errors"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -22,11 +24,12 @@ import (
 var ErrConflict = errors.New("conflict")
 
 // limitError is a request value outside its bound (rules.LimitError), as an
-// ErrInvalid the caller must fix; errors.As finds the field it names.
-type limitError struct{ *rules.LimitError }
-
-func (e limitError) Is(target error) bool { return target == ErrInvalid }
-func (e limitError) Unwrap() error        { return e.LimitError }
+// ErrInvalid the caller must fix: a 400 naming the "field"; errors.As finds
+// the *rules.LimitError.
+func limitError(le *rules.LimitError) error {
+	return &fault.Error{Status: http.StatusBadRequest, Msg: le.Error(),
+		Fields: map[string]any{"field": le.Field}, Err: le, Kind: ErrInvalid}
+}
 
 // checkLimits checks req against the bounds of rules: sizes and counts of the
 // command, cwd, env and probes, and the ranges of the timeouts and restarts.
@@ -34,7 +37,7 @@ func (e limitError) Unwrap() error        { return e.LimitError }
 func checkLimits(req apitype.StartServiceRequest) error {
 	var le *rules.LimitError
 	if errors.As(startOf(req).Check(), &le) {
-		return limitError{le}
+		return limitError(le)
 	}
 	return nil
 }
@@ -60,7 +63,7 @@ func startOf(req apitype.StartServiceRequest) rules.Start {
 func admit(st *stateFile, req apitype.StartServiceRequest) error {
 	cur, exists := st.Services[req.Name]
 	if !exists && len(st.Services) >= rules.MaxServices {
-		return &userError{kind: ErrConflict, msg: rules.TooManyServices(len(st.Services), stoppedNames(st))}
+		return userError(ErrConflict, rules.TooManyServices(len(st.Services), stoppedNames(st)))
 	}
 	size := startOf(req).Bytes()
 	old := 0
@@ -75,7 +78,7 @@ func admit(st *stateFile, req apitype.StartServiceRequest) error {
 		total += startOf(requestOf(r)).Bytes()
 	}
 	if total-old+size > rules.MaxTotalBytes {
-		return &userError{kind: ErrConflict, msg: rules.TotalTooLarge(size, total-old, stoppedNames(st))}
+		return userError(ErrConflict, rules.TotalTooLarge(size, total-old, stoppedNames(st)))
 	}
 	return nil
 }

@@ -74,7 +74,7 @@ func TestStartBounds(t *testing.T) {
 			}
 		})
 	}
-	if list, _ := m.List(); len(list) != 0 {
+	if list := m.List(); len(list) != 0 {
 		t.Errorf("List after refused starts = %+v, want empty", list)
 	}
 	// At the bounds, a start goes through.
@@ -143,7 +143,7 @@ func TestServiceCap(t *testing.T) {
 	if ok != 2 {
 		t.Errorf("%d of %d starts of new names succeeded, want 2", ok, tries)
 	}
-	if list, _ := m.List(); len(list) != rules.MaxServices {
+	if list := m.List(); len(list) != rules.MaxServices {
 		t.Errorf("List has %d services, want %d", len(list), rules.MaxServices)
 	}
 	// Reusing a stopped name (and restarting a running one) is always allowed.

@@ -55,9 +55,9 @@ func newTestServer(t testing.TB, opts Options) (*Manager, string) {
 		defer c.CloseNow()
 		c.SetReadLimit(MaxMessage)
 		if c.Subprotocol() == SubprotocolV2 {
-			_ = m.ServeV2(r.Context(), testConn{c})
+			_ = m.ServeV2(r.Context(), wsConn{c})
 		} else {
-			_ = m.ServeV1(r.Context(), testConn{c})
+			_ = m.ServeV1(r.Context(), wsConn{c})
 		}
 	}))
 	t.Cleanup(func() {
@@ -65,25 +65,6 @@ func newTestServer(t testing.TB, opts Options) (*Manager, string) {
 		ts.Close()
 	})
 	return m, "ws" + strings.TrimPrefix(ts.URL, "http")
-}
-
-type testConn struct{ c *websocket.Conn }
-
-func (w testConn) Read(ctx context.Context) (bool, []byte, error) {
-	typ, p, err := w.c.Read(ctx)
-	return typ == websocket.MessageBinary, p, err
-}
-
-func (w testConn) Write(ctx context.Context, binary bool, p []byte) error {
-	typ := websocket.MessageText
-	if binary {
-		typ = websocket.MessageBinary
-	}
-	return w.c.Write(ctx, typ, p)
-}
-func (w testConn) Ping(ctx context.Context) error { return w.c.Ping(ctx) }
-func (w testConn) Close(code int, reason string) error {
-	return w.c.Close(websocket.StatusCode(code), reason)
 }
 
 func dial(t testing.TB, url string, v2 bool) *websocket.Conn {
