@@ -22,15 +22,8 @@ var limitFlags = map[string]string{
 // checkStartLimits refuses, as a usage error, a start request the sidecar
 // would refuse for its bounds: the message is the sidecar's, after the flag.
 func checkStartLimits(req apitype.StartServiceRequest) error {
-	b := rules.Start{
-		Command: req.Command, Cwd: req.Cwd, Env: req.Env,
-		StopTimeoutMs: req.StopTimeoutMs, MaxRestarts: req.MaxRestarts,
-	}
-	if rd := req.Readiness; rd != nil {
-		b.ReadyHTTP, b.ReadyLog, b.ReadyTimeoutMs = rd.HTTP, rd.Log, rd.TimeoutMs
-	}
 	var le *rules.LimitError
-	if !errors.As(b.Check(), &le) {
+	if !errors.As(req.Bounds().Check(), &le) {
 		return nil
 	}
 	return usageErrorf("%s: %s", limitFlags[le.Field], le.Msg)

@@ -30,7 +30,7 @@ type StartOptions struct {
 }
 
 // stopSignals are the values --stop-signal accepts.
-var stopSignals = []string{"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"}
+var stopSignals = apitype.StopSignals
 
 // NewCmdServicesStart builds `services start`.
 func NewCmdServicesStart(f *Factory, runF func(*StartOptions) error) *cobra.Command {

@@ -91,9 +91,7 @@ func (s *Server) startService(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	if req.Name == "" || req.Command == "" {
-		return fault.New(http.StatusBadRequest, "name and command are required")
-	}
+	// Validated once, where it enters the service manager (Start).
 	info, err := s.opts.Services.Start(r.Context(), req)
 	if err != nil {
 		return serviceError(err)

@@ -18,7 +18,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Backend is what the tools act on.
@@ -142,9 +141,9 @@ func (t *tools) startService(ctx context.Context, _ *mcp.CallToolRequest, in Sta
 	case in.ReadyLogRegex != "":
 		req.Readiness = &apitype.Readiness{Log: in.ReadyLogRegex}
 	}
-	// The sidecar's bounds, checked here too so an old sidecar behind Remote
+	// The sidecar's validation, run here too so an old sidecar behind Remote
 	// never sees what the contract refuses.
-	if err := (rules.Start{Command: in.Command, Cwd: in.Cwd, Env: in.Env, ReadyLog: in.ReadyLogRegex}).Check(); err != nil {
+	if err := req.Validate(); err != nil {
 		return nil, nil, err
 	}
 	info, err := t.opts.Backend.Start(ctx, req)

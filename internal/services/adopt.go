@@ -39,7 +39,7 @@ func (m *Manager) adopt() error {
 					}
 				}
 			}
-			in := m.newInstance(name, r.Instance, requestOf(r), r.target(), time.UnixMilli(r.StartedAt))
+			in := m.newInstance(name, r.Instance, r.spec(), r.target(), time.UnixMilli(r.StartedAt))
 			if waiting {
 				close(in.exited)
 				close(in.gone)
@@ -148,7 +148,7 @@ func (m *Manager) adoptForeign(r record) {
 			return // not started yet or already handled elsewhere; adopt() covers restarts
 		}
 	}
-	in := m.newInstance(r.Name, r.Instance, requestOf(&r), r.target(), time.UnixMilli(r.StartedAt))
+	in := m.newInstance(r.Name, r.Instance, r.spec(), r.target(), time.UnixMilli(r.StartedAt))
 	m.setCurrent(in)
 	m.log.Info("service adopted from another process", "service", r.Name, "pid", r.PID)
 	m.wg.Add(1)

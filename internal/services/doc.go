@@ -16,8 +16,12 @@
 //
 // # Files
 //
-// manager.go holds Config, Manager, instance and New; validate.go checks
-// requests; launch.go starts runs (Start, Restart, launch); stop.go stops
+// manager.go holds Config, Manager, instance and New; validate.go is where a
+// start request enters: parse runs the one validation
+// (apitype.StartServiceRequest.Validate, shared with the CLI and the MCP
+// server) and fills the defaults into a spec, the one shape of a service's
+// options from the request to its record and back for every restart;
+// launch.go starts runs (Start, Restart, launch); stop.go stops
 // them; state.go is the file format, state_lock.go the read-modify-write of
 // it; query.go answers List, Get and LogPath; supervise.go handles exits and
 // restart policies; probe.go readiness probes (readiness.go checks that the
@@ -30,8 +34,9 @@
 // The state file <StateDir>/state.json is shared by every process on the
 // state dir (the API server and MCP direct mode). Every change of it is a
 // read-modify-write in update or updateDurable (state_lock.go), which takes
-// in this order: writeMu (this process), the flock on <StateDir> (every
-// process), and mu only to swap the cached copy st. Start, Stop, Restart and
+// in this order: writeMu (this process), the flock on <StateDir>/state.lock
+// (statefile.Lock, every process, exposure's writer included), and mu only
+// to swap the cached copy st. Start, Stop, Restart and
 // the restart path hold lockName(name) around it; that lock is per process,
 // so each write also checks that the record's Instance is still the run it
 // acts on. A launch holds <StateDir>/launch.lock shared; the orphan sweep in

@@ -21,17 +21,24 @@ import (
 )
 
 // Start starts req.Name, stopping a running service of that name first.
-// Validation errors match ErrInvalid and carry the caller's message.
+// Validation errors match ErrInvalid and carry the caller's message; a new
+// name past the service cap or the state budget matches ErrConflict.
 func (m *Manager) Start(ctx context.Context, req apitype.StartServiceRequest) (apitype.ServiceInfo, error) {
-	req, err := m.normalize(req)
+	sp, err := m.parse(req)
 	if err != nil {
 		return apitype.ServiceInfo{}, err
 	}
-	defer m.lockName(req.Name)()
-	if err := m.stopLocked(ctx, req.Name); err != nil && !errors.Is(err, ErrNotFound) {
+	if err := checkCwd(sp.Cwd); err != nil {
 		return apitype.ServiceInfo{}, err
 	}
-	return m.launch(ctx, req, 0, 0)
+	if err := m.checkStart(sp); err != nil {
+		return apitype.ServiceInfo{}, err
+	}
+	defer m.lockName(sp.Name)()
+	if err := m.stopLocked(ctx, sp.Name); err != nil && !errors.Is(err, ErrNotFound) {
+		return apitype.ServiceInfo{}, err
+	}
+	return m.launch(ctx, sp, 0, 0)
 }
 
 // Restart stops a service and starts it again with the same command, cwd and options.
@@ -45,24 +52,28 @@ func (m *Manager) Restart(ctx context.Context, name string) (apitype.ServiceInfo
 	if !ok {
 		return apitype.ServiceInfo{}, notFound(name)
 	}
-	req, err := m.normalize(requestOf(&r))
+	sp, err := r.respawnSpec()
 	if err != nil {
+		return apitype.ServiceInfo{}, err
+	}
+	if err := checkCwd(sp.Cwd); err != nil {
 		return apitype.ServiceInfo{}, err
 	}
 	if err := m.stopLocked(ctx, name); err != nil {
 		return apitype.ServiceInfo{}, err
 	}
-	return m.launch(ctx, req, 0, 0)
+	return m.launch(ctx, sp, 0, 0)
 }
 
-// launch starts a monitor running req and records the new run. The record
+// launch starts a monitor running sp and records the new run. The record
 // comes first: the monitor keeps the service only once it is acknowledged as
 // written to disk, and stops it when the ack does not come (this process
 // killed, disk full), so no run is ever left that no record names.
-func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, restarts, consecutive int) (apitype.ServiceInfo, error) {
+func (m *Manager) launch(ctx context.Context, sp spec, restarts, consecutive int) (apitype.ServiceInfo, error) {
+	req := sp.StartServiceRequest
 	id := m.newInstanceID()
 	now := m.now()
-	sig, grace := m.stopSettings(&record{ServiceInfo: apitype.ServiceInfo{StopSignal: req.StopSignal, StopTimeoutMs: req.StopTimeoutMs}})
+	sig, grace := sp.stopSettings(m.cfg.StopTimeout)
 	spec := monitorSpec{
 		Name: req.Name, Instance: id, Command: req.Command, Cwd: req.Cwd, Bash: m.bash,
 		Env:          m.serviceEnv(req, id),
@@ -160,7 +171,7 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 	t = target{pgid: pid, pgidStart: msg.StartTime, instance: id, monitor: cmd.Process.Pid, monStart: msg.MonitorStartTime}
 	var info apitype.ServiceInfo
 	err = m.updateDurable(func(st *stateFile) error {
-		if err := admit(st, req); err != nil {
+		if err := admit(st, sp); err != nil {
 			return err
 		}
 		r := st.Services[req.Name]
@@ -168,7 +179,7 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 			r = &record{Order: nextOrder(st)}
 			st.Services[req.Name] = r
 		}
-		r.Name, r.Command, r.Cwd = req.Name, req.Command, req.Cwd
+		r.setSpec(sp)
 		r.PID, r.PGID, r.StartTime = pid, pid, msg.StartTime
 		r.MonitorPID, r.MonitorStartTime = cmd.Process.Pid, msg.MonitorStartTime
 		r.Instance = id
@@ -178,8 +189,6 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 		r.Ready = req.Readiness == nil
 		r.Restarts, r.Consecutive = restarts, consecutive
 		r.NextRestartAt, r.StoppedAt, r.Reason, r.StopRequested = nil, nil, "", ""
-		r.Restart, r.MaxRestarts, r.Readiness, r.Env = req.Restart, req.MaxRestarts, req.Readiness, req.Env
-		r.StopSignal, r.StopTimeoutMs = req.StopSignal, req.StopTimeoutMs
 		info = r.ServiceInfo
 		return nil
 	})
@@ -194,7 +203,7 @@ func (m *Manager) launch(ctx context.Context, req apitype.StartServiceRequest, r
 	if aerr != nil {
 		m.log.Warn("monitor gone before the ack", "service", req.Name, "instance", id, "err", aerr)
 	}
-	in := m.newInstance(req.Name, id, req, t, now)
+	in := m.newInstance(req.Name, id, sp, t, now)
 	in.logOffset = msg.LogOffset
 	in.cmd, in.status, in.br = cmd, pr, br
 	m.setCurrent(in)

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 )
 
@@ -94,7 +93,7 @@ type Manager struct {
 type instance struct {
 	name      string
 	id        string
-	req       apitype.StartServiceRequest
+	spec      spec // the options of the run, as recorded
 	t         target
 	startedAt time.Time
 	logOffset int64
@@ -114,10 +113,10 @@ type instance struct {
 // newInstance is the only place an instance is built: whether launched here
 // or adopted, a run's context ends with the Manager's and its exited and gone
 // channels are open until the run ends.
-func (m *Manager) newInstance(name, id string, req apitype.StartServiceRequest, t target, startedAt time.Time) *instance {
+func (m *Manager) newInstance(name, id string, sp spec, t target, startedAt time.Time) *instance {
 	ctx, cancel := context.WithCancel(m.ctx)
 	return &instance{
-		name: name, id: id, req: req, t: t, startedAt: startedAt,
+		name: name, id: id, spec: sp, t: t, startedAt: startedAt,
 		ctx: ctx, cancel: cancel,
 		exited: make(chan struct{}), gone: make(chan struct{}),
 	}

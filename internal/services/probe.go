@@ -18,7 +18,7 @@ import (
 // does not hold within the timeout.
 func (m *Manager) probe(in *instance) {
 	defer m.wg.Done()
-	rd := in.req.Readiness
+	rd := in.spec.Readiness
 	timeout := m.cfg.ReadinessTimeout
 	if rd.TimeoutMs > 0 {
 		timeout = time.Duration(rd.TimeoutMs) * time.Millisecond
@@ -59,7 +59,7 @@ func (m *Manager) probe(in *instance) {
 			reason := fmt.Sprintf("not ready after %d ms: %v", timeout.Milliseconds(), err)
 			in.failReason.Store(&reason)
 			m.log.Warn("service not ready", "service", in.name, "reason", reason)
-			sig, grace := m.stopSettings(&record{ServiceInfo: apitype.ServiceInfo{StopSignal: in.req.StopSignal, StopTimeoutMs: in.req.StopTimeoutMs}})
+			sig, grace := in.spec.stopSettings(m.cfg.StopTimeout)
 			_ = killTree(in.ctx, in.t, sig, grace)
 			return
 		case <-tick.C:

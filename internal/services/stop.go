@@ -3,23 +3,10 @@ package services
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 )
-
-func (m *Manager) stopSettings(r *record) (syscall.Signal, time.Duration) {
-	sig := syscall.SIGTERM
-	if s, ok := stopSignals[r.StopSignal]; ok {
-		sig = s
-	}
-	grace := m.cfg.StopTimeout
-	if r.StopTimeoutMs != nil {
-		grace = stopGrace(*r.StopTimeoutMs)
-	}
-	return sig, grace
-}
 
 // Stop stops a service and everything it started; it returns once nothing of
 // it is left. The error matches ErrNotFound for a name never started.
@@ -55,7 +42,7 @@ func (m *Manager) stopLocked(ctx context.Context, name string) error {
 			return nil
 		})
 	}
-	sig, grace := m.stopSettings(&r)
+	sig, grace := r.spec().stopSettings(m.cfg.StopTimeout)
 	kerr := killTree(ctx, r.target(), sig, grace)
 	// Wait for the monitor, so the log is complete and the exit handled.
 	wait := time.NewTimer(grace + 5*time.Second)

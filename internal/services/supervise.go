@@ -28,7 +28,7 @@ func (m *Manager) watch(in *instance) {
 		in.failReason.CompareAndSwap(nil, &reason)
 		t := in.t
 		t.monitor, t.monStart = 0, 0
-		sig, grace := m.stopSettings(&record{ServiceInfo: apitype.ServiceInfo{StopSignal: in.req.StopSignal, StopTimeoutMs: in.req.StopTimeoutMs}})
+		sig, grace := in.spec.stopSettings(m.cfg.StopTimeout)
 		if in.stopping.Load() {
 			sig, grace = syscall.SIGKILL, 0
 		}
@@ -287,9 +287,12 @@ func (m *Manager) relaunchAfter(in *instance, delay time.Duration) {
 	if !claimed {
 		return
 	}
-	req, err := m.normalize(requestOf(&r))
+	sp, err := r.respawnSpec()
 	if err == nil {
-		_, err = m.launch(m.ctx, req, r.Restarts, r.Consecutive)
+		err = checkCwd(sp.Cwd)
+	}
+	if err == nil {
+		_, err = m.launch(m.ctx, sp, r.Restarts, r.Consecutive)
 	}
 	if err != nil {
 		m.log.Warn("restart service", "service", in.name, "err", err)

@@ -4,10 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -31,27 +29,67 @@ func limitError(le *rules.LimitError) error {
 		Fields: map[string]any{"field": le.Field}, Err: le, Kind: ErrInvalid}
 }
 
-// checkLimits checks req against the bounds of rules: sizes and counts of the
-// command, cwd, env and probes, and the ranges of the timeouts and restarts.
-// It runs before anything is resolved or started.
-func checkLimits(req apitype.StartServiceRequest) error {
-	var le *rules.LimitError
-	if errors.As(startOf(req).Check(), &le) {
+// asInvalid is a failure of apitype's Validate as an ErrInvalid: a value out
+// of its bound names its field.
+func asInvalid(err error) error {
+	if err == nil {
+		return nil
+	}
+	if le := (*rules.LimitError)(nil); errors.As(err, &le) {
 		return limitError(le)
 	}
-	return nil
+	return invalidf("%s", err.Error())
 }
 
-// startOf is what rules bounds of req.
-func startOf(req apitype.StartServiceRequest) rules.Start {
-	b := rules.Start{
-		Command: req.Command, Cwd: req.Cwd, Env: req.Env,
-		StopTimeoutMs: req.StopTimeoutMs, MaxRestarts: req.MaxRestarts,
+// spec is a start request that passed apitype's Validate, with its cwd made
+// absolute and its restart policy filled in. It is the one shape of a
+// service's options from the request to its record (setSpec) and back for
+// every restart (record.spec): nothing reshapes or fills it in again.
+type spec struct{ apitype.StartServiceRequest }
+
+// parse is where a start request enters the manager: the one validation
+// (apitype.StartServiceRequest.Validate, shared with the CLI and the MCP
+// server) and the defaults. The errors match ErrInvalid.
+func (m *Manager) parse(req apitype.StartServiceRequest) (spec, error) {
+	if err := req.Validate(); err != nil {
+		return spec{}, asInvalid(err)
 	}
-	if rd := req.Readiness; rd != nil {
-		b.ReadyHTTP, b.ReadyLog, b.ReadyTimeoutMs = rd.HTTP, rd.Log, rd.TimeoutMs
+	if req.Cwd == "" {
+		req.Cwd = m.cfg.WorkspaceDir
+	} else if !filepath.IsAbs(req.Cwd) {
+		req.Cwd = filepath.Join(m.cfg.WorkspaceDir, req.Cwd)
 	}
-	return b
+	if req.Restart == "" {
+		req.Restart = apitype.RestartNo
+	}
+	return spec{req}, nil
+}
+
+// stopSettings is the signal and grace a stop of sp's run uses: its
+// stopSignal (SIGTERM when none) and stopTimeoutMs (else def).
+func (sp spec) stopSettings(def time.Duration) (syscall.Signal, time.Duration) {
+	sig := syscall.SIGTERM
+	if s, ok := stopSignals[sp.StopSignal]; ok {
+		sig = s
+	}
+	grace := def
+	if sp.StopTimeoutMs != nil {
+		grace = stopGrace(*sp.StopTimeoutMs)
+	}
+	return sig, grace
+}
+
+// checkCwd says why a run of sp cannot start in its cwd: a fact of the
+// machine, checked at every launch (a restart finds a deleted cwd too).
+func checkCwd(cwd string) error {
+	fi, err := os.Stat(cwd)
+	switch {
+	case err != nil:
+		return invalidf("cwd %q does not exist", cwd)
+	case !fi.IsDir():
+		return invalidf("cwd %q is not a directory", cwd)
+	}
+	return nil
 }
 
 // admit refuses req when recording it would take st past rules.MaxServices
@@ -60,22 +98,22 @@ func startOf(req apitype.StartServiceRequest) rules.Start {
 // restart). It runs twice: on the cached state before a start does
 // anything, and under the state lock where the record is written, so
 // concurrent starts cannot overshoot.
-func admit(st *stateFile, req apitype.StartServiceRequest) error {
-	cur, exists := st.Services[req.Name]
+func admit(st *stateFile, sp spec) error {
+	cur, exists := st.Services[sp.Name]
 	if !exists && len(st.Services) >= rules.MaxServices {
 		return userError(ErrConflict, rules.TooManyServices(len(st.Services), stoppedNames(st)))
 	}
-	size := startOf(req).Bytes()
+	size := sp.Bounds().Bytes()
 	old := 0
 	if exists {
-		old = startOf(requestOf(cur)).Bytes()
+		old = cur.spec().Bounds().Bytes()
 	}
 	if size <= old {
 		return nil
 	}
 	total := 0
 	for _, r := range st.Services {
-		total += startOf(requestOf(r)).Bytes()
+		total += r.spec().Bounds().Bytes()
 	}
 	if total-old+size > rules.MaxTotalBytes {
 		return userError(ErrConflict, rules.TotalTooLarge(size, total-old, stoppedNames(st)))
@@ -110,16 +148,12 @@ func stoppedNames(st *stateFile) []string {
 	return names
 }
 
-// checkStart is the bounds check of a start request: its limits, then
-// whether it fits in the state as last read.
-func (m *Manager) checkStart(req apitype.StartServiceRequest) error {
-	if err := checkLimits(req); err != nil {
-		return err
-	}
+// checkStart refuses sp when it does not fit in the state as last read.
+func (m *Manager) checkStart(sp spec) error {
 	m.refresh()
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return admit(m.st, req)
+	return admit(m.st, sp)
 }
 
 // stopGrace is the grace of a recorded stopTimeoutMs, clamped to its bounds:
@@ -136,98 +170,26 @@ var stopSignals = map[string]syscall.Signal{
 	"SIGQUIT": syscall.SIGQUIT,
 }
 
-// maxCommandBytes is the longest command `bash -c` can be given: the
-// kernel's limit of one argument (MAX_ARG_STRLEN, 128 KiB with its NUL).
-const maxCommandBytes = 128<<10 - 1
-
-// normalize validates req and fills its defaults (cwd, restart policy).
-func (m *Manager) normalize(req apitype.StartServiceRequest) (apitype.StartServiceRequest, error) {
-	if req.Name == "" || strings.TrimSpace(req.Command) == "" {
-		return req, invalidf("name and command are required")
-	}
-	if err := ValidateName(req.Name); err != nil {
-		return req, err
-	}
-	if err := m.checkStart(req); err != nil {
-		return req, err
-	}
-	if strings.IndexByte(req.Command, 0) >= 0 {
-		return req, invalidf("command must not contain NUL bytes")
-	}
-	if len(req.Command) > maxCommandBytes {
-		return req, invalidf("command is %d bytes long; the limit is %d", len(req.Command), maxCommandBytes)
-	}
-	if req.Cwd == "" {
-		req.Cwd = m.cfg.WorkspaceDir
-	} else if !filepath.IsAbs(req.Cwd) {
-		req.Cwd = filepath.Join(m.cfg.WorkspaceDir, req.Cwd)
-	}
-	fi, err := os.Stat(req.Cwd)
-	switch {
-	case err != nil:
-		return req, invalidf("cwd %q does not exist", req.Cwd)
-	case !fi.IsDir():
-		return req, invalidf("cwd %q is not a directory", req.Cwd)
-	}
-	switch req.Restart {
-	case "":
-		req.Restart = apitype.RestartNo
-	case apitype.RestartNo, apitype.RestartOnFailure, apitype.RestartAlways:
-	default:
-		return req, invalidf("restart must be %q, %q or %q", apitype.RestartNo, apitype.RestartOnFailure, apitype.RestartAlways)
-	}
-	if req.MaxRestarts != nil && *req.MaxRestarts < 0 {
-		return req, invalidf("maxRestarts must be 0 or more")
-	}
-	if req.StopSignal != "" {
-		if _, ok := stopSignals[req.StopSignal]; !ok {
-			return req, invalidf("stopSignal must be one of SIGTERM, SIGINT, SIGHUP, SIGQUIT")
-		}
-	}
-	if req.StopTimeoutMs != nil && *req.StopTimeoutMs < 0 {
-		return req, invalidf("stopTimeoutMs must be 0 or more")
-	}
-	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-			return req, invalidf("env key %q is not a valid environment variable name", k)
-		}
-	}
-	if rd := req.Readiness; rd != nil {
-		n := 0
-		if rd.TCP != nil {
-			n++
-			if *rd.TCP < 1 || *rd.TCP > 65535 {
-				return req, invalidf("readiness.tcp must be a port from 1 to 65535")
-			}
-		}
-		if rd.HTTP != "" {
-			n++
-			u, err := url.Parse(rd.HTTP)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return req, invalidf("readiness.http must be an http:// or https:// URL")
-			}
-		}
-		if rd.Log != "" {
-			n++
-			if _, err := regexp.Compile(rd.Log); err != nil {
-				return req, invalidf("readiness.log is not a valid regular expression: %v", err)
-			}
-		}
-		if n != 1 {
-			return req, invalidf("readiness must have exactly one of tcp, http or log")
-		}
-		if rd.TimeoutMs < 0 {
-			return req, invalidf("readiness.timeoutMs must be 0 or more")
-		}
-	}
-	return req, nil
-}
-
-// requestOf rebuilds the start request a record was started with.
-func requestOf(r *record) apitype.StartServiceRequest {
-	return apitype.StartServiceRequest{
+// spec is the options r was started with, as recorded.
+func (r *record) spec() spec {
+	return spec{apitype.StartServiceRequest{
 		Name: r.Name, Command: r.Command, Cwd: r.Cwd,
 		Restart: r.Restart, MaxRestarts: r.MaxRestarts, Readiness: r.Readiness,
 		Env: r.Env, StopSignal: r.StopSignal, StopTimeoutMs: r.StopTimeoutMs,
-	}
+	}}
+}
+
+// setSpec records sp as the options of r's run.
+func (r *record) setSpec(sp spec) {
+	r.Name, r.Command, r.Cwd = sp.Name, sp.Command, sp.Cwd
+	r.Restart, r.MaxRestarts, r.Readiness, r.Env = sp.Restart, sp.MaxRestarts, sp.Readiness, sp.Env
+	r.StopSignal, r.StopTimeoutMs = sp.StopSignal, sp.StopTimeoutMs
+}
+
+// respawnSpec is the spec r is started again with: as recorded, once more
+// through Validate because a state file is input too (another version, or
+// a hand, may have written the entry).
+func (r *record) respawnSpec() (spec, error) {
+	sp := r.spec()
+	return sp, asInvalid(sp.Validate())
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -166,14 +168,14 @@ func TestTotalBudget(t *testing.T) {
 		}}
 	}
 	// 40 × 100 KiB recorded; the budget leaves 96 KiB.
-	big := apitype.StartServiceRequest{Name: "big", Command: strings.Repeat("c", rules.MaxCommandBytes), Cwd: "/w",
-		Env: map[string]string{"E": strings.Repeat("e", rules.MaxEnvBytes-1)}}
+	big := spec{apitype.StartServiceRequest{Name: "big", Command: strings.Repeat("c", rules.MaxCommandBytes), Cwd: "/w",
+		Env: map[string]string{"E": strings.Repeat("e", rules.MaxEnvBytes-1)}}}
 	err := admit(st, big)
 	want := `cannot record this service: its command, cwd, env and probe (131074 bytes) and those of the services recorded would hold 4227154 bytes together; the limit is 4194304 bytes (4 MiB); shorten the command or env, or start it under the name of a stopped service ("old-000", "old-001", "old-002") to replace it`
 	if !errors.Is(err, ErrConflict) || err.Error() != want {
 		t.Errorf("admit(big) = %v, want ErrConflict %q", err, want)
 	}
-	if err := admit(st, apitype.StartServiceRequest{Name: "small", Command: "sleep 60"}); err != nil {
+	if err := admit(st, spec{apitype.StartServiceRequest{Name: "small", Command: "sleep 60"}}); err != nil {
 		t.Errorf("admit(small) = %v, want nil", err)
 	}
 	big.Name = "old-000" // replaces 100 KiB: fits
@@ -182,7 +184,7 @@ func TestTotalBudget(t *testing.T) {
 	}
 	// Past the budget (a state from before it), a restart as recorded is admitted.
 	st.Services["huge"] = &record{ServiceInfo: apitype.ServiceInfo{Name: "huge", Command: strings.Repeat("c", 1<<20)}}
-	if err := admit(st, requestOf(st.Services["old-001"])); err != nil {
+	if err := admit(st, st.Services["old-001"].spec()); err != nil {
 		t.Errorf("admit(old-001 as recorded) past the budget = %v, want nil", err)
 	}
 }
@@ -214,7 +216,6 @@ func managerStopping(t *testing.T, cfg Config, names ...string) *Manager {
 // TestStopGraceOfRecordedTimeout: a recorded stopTimeoutMs out of bounds (a
 // state from before them) is clamped, never an endless stop nor an overflow.
 func TestStopGraceOfRecordedTimeout(t *testing.T) {
-	m := &Manager{cfg: Config{StopTimeout: 5 * time.Second}}
 	for _, tt := range []struct {
 		ms   int
 		want time.Duration
@@ -222,9 +223,18 @@ func TestStopGraceOfRecordedTimeout(t *testing.T) {
 		{0, 0}, {1500, 1500 * time.Millisecond}, {-7, 0},
 		{9223372036854, 5 * time.Minute}, {1<<63 - 1, 5 * time.Minute},
 	} {
-		_, got := m.stopSettings(&record{ServiceInfo: apitype.ServiceInfo{StopTimeoutMs: &tt.ms}})
+		_, got := (&record{ServiceInfo: apitype.ServiceInfo{StopTimeoutMs: &tt.ms}}).spec().stopSettings(5 * time.Second)
 		if got != tt.want {
 			t.Errorf("stop grace of stopTimeoutMs %d = %v, want %v", tt.ms, got, tt.want)
 		}
+	}
+}
+
+// The stop signals the manager maps are exactly the ones requests may name.
+func TestStopSignalsMatchTheRequestRule(t *testing.T) {
+	got := slices.Sorted(maps.Keys(stopSignals))
+	want := slices.Sorted(slices.Values(apitype.StopSignals))
+	if !slices.Equal(got, want) {
+		t.Errorf("stop signals mapped %v, allowed by apitype %v", got, want)
 	}
 }
