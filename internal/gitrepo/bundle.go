@@ -11,8 +11,6 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
@@ -239,33 +237,13 @@ func (w *Workspace) originRefs(ctx context.Context, repo string) (map[string]str
 // stream runs git with args in dir, stdin from in (nil: none) and stdout into
 // out, with the same timeout, process limit and clean-up as run.
 func (w *Workspace) stream(ctx context.Context, dir string, in io.Reader, out io.Writer, args ...string) error {
-	select {
-	case w.procs <- struct{}{}:
-		defer func() { <-w.procs }()
-	case <-ctx.Done():
-		return fmt.Errorf("git %s in %s: %w", args[0], dir, ctx.Err())
+	p, err := w.command(ctx, dir, args)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, w.timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, w.git, append(append([]string{}, w.baseArgs...), args...)...)
-	cmd.Dir = dir
-	cmd.Env = w.env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return killGroup(cmd) }
-	cmd.WaitDelay = time.Second
-	var stderr capBuffer
-	stderr.max = 4096
-	cmd.Stderr = &stderr
-	cmd.Stdin = in
-	cmd.Stdout = out
-	err := cmd.Run()
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("git %s in %s: %w (limit %s)", args[0], dir, ctx.Err(), w.timeout)
-	case err != nil:
-		return fmt.Errorf("git %s in %s: %w: %s", args[0], dir, err, strings.TrimSpace(stderr.String()))
-	}
-	return nil
+	defer p.release()
+	p.Stdin, p.Stdout = in, out
+	return p.failure(p.Run())
 }
 
 // limitWriter passes at most left bytes to w and fails past them.
