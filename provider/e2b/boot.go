@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -294,4 +295,40 @@ func (x envdExecutor) WriteFile(ctx context.Context, p string, data []byte, mode
 		return err
 	}
 	return x.r.chmod(ctx, p, provider.Mode(mode), 0o644)
+}
+
+// sidecarHealthy polls sandbox-mcp's health at url until it answers or timeout.
+func (p *Provider) sidecarHealthy(ctx context.Context, base string) error {
+	cl, err := sidecar.New(sidecar.Options{BaseURL: base, HTTPClient: p.hc, Retries: -1})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.o.SidecarTimeout)
+	defer cancel()
+	for {
+		hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := cl.Health(hctx)
+		hcancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for sandbox-mcp at %s: %w (last: %v)", base, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// metadata reads the session metadata of a restored sandbox; nil when absent.
+func readMetadata(ctx context.Context, e *Envd) *provider.SessionMetadata {
+	b, err := e.ReadFile(ctx, provider.DefaultPaths().MetadataFile())
+	if err != nil {
+		return nil
+	}
+	var m provider.SessionMetadata
+	if json.Unmarshal(b, &m) != nil {
+		return nil
+	}
+	return &m
 }

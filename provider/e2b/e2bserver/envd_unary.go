@@ -1,0 +1,151 @@
+package e2bserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+)
+
+type unaryHandler func(ctx context.Context, body []byte) (any, error)
+
+func unary[T any](f func(context.Context, T) (any, error)) unaryHandler {
+	return func(ctx context.Context, body []byte) (any, error) {
+		var in T
+		if len(bytes.TrimSpace(body)) > 0 {
+			if err := json.Unmarshal(body, &in); err != nil {
+				return nil, &connectErr{e2b.CodeInvalidArgument, "invalid JSON: " + err.Error()}
+			}
+		}
+		return f(ctx, in)
+	}
+}
+
+func (c envdCall) unaryHandlers() map[string]unaryHandler {
+	eng := c.s.o.Engine
+	return map[string]unaryHandler{
+		e2b.PathProcessList: unary(func(ctx context.Context, _ struct{}) (any, error) {
+			return e2b.ListResponse{Processes: c.procs.list()}, nil
+		}),
+		e2b.PathProcessSendSignal: unary(func(ctx context.Context, in e2b.SendSignalRequest) (any, error) {
+			p, err := c.procs.find(in.Process)
+			if err != nil {
+				return nil, err
+			}
+			switch in.Signal {
+			case e2b.SignalSIGKILL, e2b.SignalSIGTERM:
+			default:
+				return nil, &connectErr{e2b.CodeInvalidArgument, "unsupported signal " + string(in.Signal)}
+			}
+			p.kill()
+			return struct{}{}, nil
+		}),
+		e2b.PathProcessSendInput: unary(func(ctx context.Context, in e2b.SendInputRequest) (any, error) {
+			p, err := c.procs.find(in.Process)
+			if err != nil {
+				return nil, err
+			}
+			if p.stdin == nil {
+				return nil, &connectErr{e2b.CodeFailedPrecondition, "process was started without stdin"}
+			}
+			data := in.Input.Stdin
+			if data == nil {
+				data = in.Input.PTY
+			}
+			if _, err := writeCtx(ctx, p.stdin, data); err != nil {
+				return nil, &connectErr{e2b.CodeFailedPrecondition, "write stdin: " + err.Error()}
+			}
+			return struct{}{}, nil
+		}),
+		e2b.PathProcessCloseStdin: unary(func(ctx context.Context, in e2b.CloseStdinRequest) (any, error) {
+			p, err := c.procs.find(in.Process)
+			if err != nil {
+				return nil, err
+			}
+			if p.stdin != nil {
+				p.stdin.Close()
+			}
+			return struct{}{}, nil
+		}),
+		e2b.PathFilesystemStat: unary(func(ctx context.Context, in e2b.PathRequest) (any, error) {
+			fi, err := eng.Stat(ctx, c.eid, resolve(in.Path))
+			if err != nil {
+				return nil, fileErr(in.Path, err)
+			}
+			e := entry(fi)
+			return e2b.EntryResponse{Entry: &e}, nil
+		}),
+		e2b.PathFilesystemListDir: unary(func(ctx context.Context, in e2b.ListDirRequest) (any, error) {
+			depth := int(in.Depth)
+			if depth < 1 {
+				depth = 1
+			}
+			if depth > 32 {
+				return nil, &connectErr{e2b.CodeInvalidArgument, "depth must be at most 32"}
+			}
+			dir := resolve(in.Path)
+			fi, err := eng.Stat(ctx, c.eid, dir)
+			if err != nil {
+				return nil, fileErr(in.Path, err)
+			}
+			if !fi.IsDir {
+				return nil, &connectErr{e2b.CodeInvalidArgument, "path " + in.Path + " is not a directory"}
+			}
+			out := []e2b.EntryInfo{}
+			if err := c.walk(ctx, dir, depth, &out); err != nil {
+				return nil, fileErr(in.Path, err)
+			}
+			return e2b.ListDirResponse{Entries: out}, nil
+		}),
+		e2b.PathFilesystemMakeDir: unary(func(ctx context.Context, in e2b.PathRequest) (any, error) {
+			p := resolve(in.Path)
+			if fi, err := eng.Stat(ctx, c.eid, p); err == nil {
+				if fi.IsDir {
+					return nil, &connectErr{e2b.CodeAlreadyExists, "directory " + in.Path + " already exists"}
+				}
+				return nil, &connectErr{e2b.CodeInvalidArgument, "path " + in.Path + " exists and is not a directory"}
+			}
+			if err := eng.MkdirAll(ctx, c.eid, p); err != nil {
+				return nil, fileErr(in.Path, err)
+			}
+			fi, err := eng.Stat(ctx, c.eid, p)
+			if err != nil {
+				return nil, fileErr(in.Path, err)
+			}
+			e := entry(fi)
+			return e2b.EntryResponse{Entry: &e}, nil
+		}),
+		e2b.PathFilesystemRemove: unary(func(ctx context.Context, in e2b.PathRequest) (any, error) {
+			p := resolve(in.Path)
+			if _, err := eng.Stat(ctx, c.eid, p); err != nil {
+				return nil, fileErr(in.Path, err)
+			}
+			if err := eng.Remove(ctx, c.eid, p); err != nil {
+				return nil, fileErr(in.Path, err)
+			}
+			return struct{}{}, nil
+		}),
+	}
+}
+
+// writeCtx writes to a pipe, giving up when ctx ends (a process that never reads its
+// stdin must not hold the request forever).
+func writeCtx(ctx context.Context, w io.Writer, b []byte) (int, error) {
+	type res struct {
+		n   int
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		n, err := w.Write(b)
+		ch <- res{n, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.n, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}

@@ -1,0 +1,209 @@
+package modalserver
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	pb "github.com/modal-labs/modal-client/go/proto/modal_proto"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+)
+
+// --- sandbox creation -----------------------------------------------------------------
+
+// defaultSandboxTimeout is Modal's default sandbox lifetime.
+const defaultSandboxTimeout = 5 * time.Minute
+
+type createArgs struct {
+	appID string
+	def   *pb.Sandbox
+	env   map[string]string
+	tags  []*pb.SandboxTag
+	v2    bool
+}
+
+func (s *Server) SandboxCreate(ctx context.Context, req *pb.SandboxCreateRequest) (*pb.SandboxCreateResponse, error) {
+	env := map[string]string{}
+	for _, id := range req.GetDefinition().GetSecretIds() {
+		if err := s.addSecret(env, id); err != nil {
+			return nil, err
+		}
+	}
+	sb, err := s.create(ctx, createArgs{appID: req.GetAppId(), def: req.GetDefinition(), env: env, tags: req.GetTags()})
+	if err != nil {
+		return nil, err
+	}
+	return pb.SandboxCreateResponse_builder{SandboxId: sb.id}.Build(), nil
+}
+
+func (s *Server) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Request) (*pb.SandboxCreateV2Response, error) {
+	env := map[string]string{}
+	for _, id := range req.GetDefinition().GetSecretIds() {
+		if err := s.addSecret(env, id); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.addSources(env, req.GetSecretSources()); err != nil {
+		return nil, err
+	}
+	maps.Copy(env, req.GetEphemeralSecrets().GetContents())
+	sb, err := s.create(ctx, createArgs{appID: req.GetAppId(), def: req.GetDefinition(), env: env, tags: req.GetTags(), v2: true})
+	if err != nil {
+		return nil, err
+	}
+	return pb.SandboxCreateV2Response_builder{SandboxId: sb.id, TaskId: sb.taskID,
+		CommandRouterAccess: pb.CommandRouterAccess_builder{Jwt: s.tokens.sign(sb.taskID), Url: routerURL(ctx)}.Build(),
+	}.Build(), nil
+}
+
+func (s *Server) addSecret(env map[string]string, id string) error {
+	s.mu.Lock()
+	sec := s.secrets[id]
+	s.mu.Unlock()
+	if sec == nil {
+		return status.Errorf(codes.NotFound, "Secret '%s' not found", id)
+	}
+	maps.Copy(env, sec.env)
+	return nil
+}
+
+func (s *Server) addSources(env map[string]string, sources []*pb.SecretSource) error {
+	for _, src := range sources {
+		if src.HasSecretId() {
+			if err := s.addSecret(env, src.GetSecretId()); err != nil {
+				return err
+			}
+			continue
+		}
+		maps.Copy(env, src.GetEnv().GetContents())
+	}
+	return nil
+}
+
+func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
+	def := a.def
+	s.mu.Lock()
+	_, appOK := s.apps[a.appID]
+	img := s.images[def.GetImageId()]
+	s.mu.Unlock()
+	if !appOK {
+		return nil, status.Errorf(codes.NotFound, "App '%s' not found", a.appID)
+	}
+	if img == nil {
+		return nil, status.Errorf(codes.NotFound, "Image '%s' not found", def.GetImageId())
+	}
+	switch {
+	case def.GetResources().GetGpuConfig().GetCount() > 0:
+		return nil, localOnly("GPUs are not available")
+	case len(def.GetVolumeMounts()) > 0 || len(def.GetNfsMounts()) > 0 || len(def.GetCloudBucketMounts()) > 0:
+		return nil, localOnly("Volumes and bucket mounts are not available")
+	case def.GetEnableSnapshot():
+		return nil, localOnly("memory snapshots are not available")
+	}
+	for _, k := range slices.Sorted(maps.Keys(def.GetEnvironmentVariables().GetContents())) {
+		a.env[k] = def.GetEnvironmentVariables().GetContents()[k]
+	}
+	now := s.o.Now()
+	id := newID("sb")
+	if a.v2 {
+		id = newV2SandboxID(now)
+	}
+	sb := &sandbox{id: id, taskID: "ta-" + strings.TrimPrefix(id, "sb-"), appID: a.appID, name: def.GetName(),
+		imageID: img.id, created: now, ports: def.GetOpenPorts().GetPorts(), tags: map[string]string{},
+		workdir: def.GetWorkdir(), execs: map[string]*process{}}
+	for _, t := range a.tags {
+		sb.tags[t.GetTagName()] = t.GetTagValue()
+	}
+	var portLabels []string
+	// A Modal sandbox has its own network and reaches the outside unless blocked: the
+	// engine's Egress (its own ports, outside through a proxy), never the host's network.
+	spec := engine.Spec{Snapshot: img.snapshot, Egress: !def.GetBlockNetwork(),
+		Labels: map[string]string{labelID: sb.id, labelTask: sb.taskID, labelApp: sb.appID, labelName: sb.name, labelImage: sb.imageID}}
+	for _, p := range sb.ports {
+		spec.Ports = append(spec.Ports, int(p.GetPort()))
+		l := strconv.Itoa(int(p.GetPort()))
+		if p.GetUnencrypted() {
+			l += "u"
+		}
+		portLabels = append(portLabels, l)
+	}
+	spec.Labels[labelPorts] = strings.Join(portLabels, ",")
+	for _, k := range slices.Sorted(maps.Keys(a.env)) {
+		spec.Env = append(spec.Env, k+"="+a.env[k])
+	}
+	spec.Timeout = time.Duration(def.GetTimeoutSecs()) * time.Second
+	if spec.Timeout == 0 {
+		spec.Timeout = defaultSandboxTimeout
+	}
+	if mb := def.GetResources().GetMemoryMb(); mb > 0 {
+		spec.Limits.MemoryBytes = int64(mb) << 20
+	}
+
+	// The name is unique among an app's running sandboxes (Modal's rule); the engine's
+	// own name space is global, so the server keeps this one.
+	s.mu.Lock()
+	if sb.name != "" {
+		for _, o := range s.sandboxes {
+			if o.appID == sb.appID && o.name == sb.name && o.result == nil {
+				s.mu.Unlock()
+				return nil, status.Errorf(codes.AlreadyExists, "Sandbox with name '%s' already exists in App", sb.name)
+			}
+		}
+	}
+	s.sandboxes[sb.id] = sb // reserves the name while the engine creates
+	s.tasks[sb.taskID] = sb.id
+	s.mu.Unlock()
+	info, err := s.o.Engine.Create(ctx, spec)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.sandboxes, sb.id)
+		delete(s.tasks, sb.taskID)
+		s.mu.Unlock()
+		return nil, engineError("Sandbox", err)
+	}
+	s.mu.Lock()
+	sb.engineID = info.ID
+	s.mu.Unlock()
+	if args := def.GetEntrypointArgs(); len(args) > 0 {
+		s.runEntrypoint(sb, args, spec.Env)
+	}
+	return sb, nil
+}
+
+// runEntrypoint runs the sandbox's command; the sandbox ends when it does, as on Modal.
+func (s *Server) runEntrypoint(sb *sandbox, args, env []string) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		code, err := s.o.Engine.Exec(s.ctx(), sb.engineID, engine.ExecRequest{Argv: args, Cwd: sb.workdir})
+		if s.ctx().Err() != nil {
+			return // the server is closing; the sandbox lives on
+		}
+		st := pb.GenericResult_GENERIC_STATUS_SUCCESS
+		msg := ""
+		if err != nil {
+			st, msg = pb.GenericResult_GENERIC_STATUS_FAILURE, err.Error()
+		} else if code != 0 {
+			st = pb.GenericResult_GENERIC_STATUS_FAILURE
+		}
+		s.finish(sb, pb.GenericResult_builder{Status: st, Exitcode: int32(code), Exception: msg}.Build())
+		_ = s.o.Engine.Terminate(context.WithoutCancel(s.ctx()), sb.engineID)
+		s.closeTunnels(sb.id)
+	}()
+}
+
+// finish records how a sandbox ended, once.
+func (s *Server) finish(sb *sandbox, r *pb.GenericResult) {
+	s.mu.Lock()
+	if sb.result == nil {
+		sb.result = r
+	}
+	s.mu.Unlock()
+	sb.cancelExecs()
+}
