@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
@@ -357,7 +358,9 @@ type procInfo struct {
 func readProc(dir string) procInfo {
 	var p procInfo
 	if b, err := os.ReadFile(filepath.Join(dir, "stat")); err == nil {
-		p.name, p.pgid = parseStat(b)
+		if st, err := procfs.ParseStat(b); err == nil {
+			p.name, p.pgid = st.Comm, st.PGID
+		}
 	}
 	if b, err := readHead(filepath.Join(dir, "cmdline"), maxCommand+1); err == nil {
 		b = bytes.TrimRight(b, "\x00")
@@ -384,22 +387,6 @@ func readHead(path string, n int) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(io.LimitReader(f, int64(n)))
-}
-
-// parseStat returns the name (comm) and process group of /proc/<pid>/stat:
-// "pid (comm) state ppid pgrp ...", where comm may itself hold ") ".
-func parseStat(b []byte) (name string, pgid int) {
-	open := bytes.IndexByte(b, '(')
-	end := bytes.LastIndexByte(b, ')')
-	if open < 0 || end < open {
-		return "", 0
-	}
-	name = string(b[open+1 : end])
-	f := strings.Fields(string(b[end+1:]))
-	if len(f) >= 3 {
-		pgid, _ = strconv.Atoi(f[2])
-	}
-	return name, pgid
 }
 
 // ServiceFromEnviron returns the value of ServiceEnv in a NUL-separated

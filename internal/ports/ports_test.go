@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -100,25 +101,6 @@ func TestServiceFromEnviron(t *testing.T) {
 	for _, tt := range tests {
 		if got := ServiceFromEnviron([]byte(tt.in)); got != tt.want {
 			t.Errorf("ServiceFromEnviron(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
-func TestParseStat(t *testing.T) {
-	tests := []struct {
-		in       string
-		name     string
-		wantPGID int
-	}{
-		{"18355 (cat) R 18348 18349 9324 0 -1", "cat", 18349},
-		{"7 (my (odd) name) S 1 7 7 0", "my (odd) name", 7},
-		{"garbage", "", 0},
-		{"1 (x", "", 0},
-	}
-	for _, tt := range tests {
-		name, pgid := parseStat([]byte(tt.in))
-		if name != tt.name || pgid != tt.wantPGID {
-			t.Errorf("parseStat(%q) = %q, %d; want %q, %d", tt.in, name, pgid, tt.name, tt.wantPGID)
 		}
 	}
 }

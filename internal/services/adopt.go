@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 )
 
 // adopt takes over the runs recorded in the state file: live ones are
@@ -32,9 +33,9 @@ func (m *Manager) adopt() error {
 				continue
 			}
 			if r.StartTime == 0 && r.PID > 0 && legacyMatch(r.PID, r.Command) {
-				if st, err := readStat(r.PID); err == nil {
-					r.StartTime = st.start
-					if st.pgid == r.PID {
+				if st, err := procfs.ReadStat(r.PID); err == nil {
+					r.StartTime = st.Start
+					if st.PGID == r.PID {
 						r.PGID = r.PID
 					}
 				}

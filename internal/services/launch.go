@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 )
 
 // Start starts req.Name, stopping a running service of that name first.
@@ -137,8 +138,8 @@ func (m *Manager) launch(ctx context.Context, sp spec, restarts, consecutive int
 	abort := func(err error) (apitype.ServiceInfo, error) {
 		sw.Close()
 		if t.monStart == 0 {
-			if st, serr := readStat(t.monitor); serr == nil {
-				t.monStart = st.start
+			if st, serr := procfs.ReadStat(t.monitor); serr == nil {
+				t.monStart = st.Start
 			}
 		}
 		_ = killTree(context.Background(), t, syscall.SIGKILL, 0)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
@@ -33,7 +34,7 @@ func markedWith(key, value string) []int {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if st, err := readStat(pid); err != nil || st.state == 'Z' {
+		if st, err := procfs.ReadStat(pid); err != nil || st.State == 'Z' {
 			continue
 		}
 		if hasEnvEntry(pid, entry) {

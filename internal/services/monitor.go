@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -192,8 +193,8 @@ func runMonitor() int {
 		return 1
 	}
 	var start uint64
-	if st, err := readStat(pid); err == nil {
-		start = st.start
+	if st, err := procfs.ReadStat(pid); err == nil {
+		start = st.Start
 	}
 	self := os.Getpid()
 	selfSt := selfStart()
@@ -330,11 +331,11 @@ func readMonitorMsg(br *bufio.Reader) (monitorMsg, error) {
 const prSetChildSubreaper = 36
 
 func selfStart() uint64 {
-	st, err := readStat(os.Getpid())
+	st, err := procfs.ReadStat(os.Getpid())
 	if err != nil {
 		return 0
 	}
-	return st.start
+	return st.Start
 }
 
 // exitCode maps a wait status to a shell-style exit code (128+signal when killed).

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 )
 
 // statePrefix is the first 8 hex digits of the SHA-256 of the state dir's
@@ -101,12 +102,12 @@ func markedProcs(prefix string) map[string][]orphanProc {
 		if id == "" {
 			continue
 		}
-		st, err := readStat(pid)
-		if err != nil || st.state == 'Z' {
+		st, err := procfs.ReadStat(pid)
+		if err != nil || st.State == 'Z' {
 			continue
 		}
 		cl, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		out[id] = append(out[id], orphanProc{pid: pid, pgid: st.pgid, start: st.start, monitor: isMon,
+		out[id] = append(out[id], orphanProc{pid: pid, pgid: st.PGID, start: st.Start, monitor: isMon,
 			cmdline: strings.TrimSpace(string(bytes.ReplaceAll(cl, []byte{0}, []byte{' '})))})
 	}
 	return out

@@ -3,57 +3,14 @@ package services
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 )
-
-// procStat is what the manager needs from /proc/<pid>/stat.
-type procStat struct {
-	state byte
-	ppid  int
-	pgid  int
-	start uint64 // field 22: start time in clock ticks after boot
-}
-
-// readStat parses /proc/<pid>/stat.
-func readStat(pid int) (procStat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, err
-	}
-	return parseStat(b)
-}
-
-// parseStat parses the contents of /proc/<pid>/stat. The command name may
-// contain spaces and parentheses, so fields are counted from the last ')'.
-func parseStat(b []byte) (procStat, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return procStat{}, errors.New("parse stat: no command name")
-	}
-	f := bytes.Fields(b[i+2:])
-	// f[0] is field 3 (state); field n is f[n-3].
-	if len(f) < 20 || len(f[0]) != 1 {
-		return procStat{}, errors.New("parse stat: too few fields")
-	}
-	var st procStat
-	st.state = f[0][0]
-	var err error
-	if st.ppid, err = strconv.Atoi(string(f[1])); err != nil {
-		return procStat{}, fmt.Errorf("parse stat ppid: %w", err)
-	}
-	if st.pgid, err = strconv.Atoi(string(f[2])); err != nil {
-		return procStat{}, fmt.Errorf("parse stat pgid: %w", err)
-	}
-	if st.start, err = strconv.ParseUint(string(f[19]), 10, 64); err != nil {
-		return procStat{}, fmt.Errorf("parse stat starttime: %w", err)
-	}
-	return st, nil
-}
 
 // alive reports whether pid is a live (non-zombie) process started at start.
 // A zero pid or start is never trusted.
@@ -61,8 +18,8 @@ func alive(pid int, start uint64) bool {
 	if pid <= 0 || start == 0 {
 		return false
 	}
-	st, err := readStat(pid)
-	return err == nil && st.state != 'Z' && st.start == start
+	st, err := procfs.ReadStat(pid)
+	return err == nil && st.State != 'Z' && st.Start == start
 }
 
 // target identifies everything that belongs to one run of a service.
@@ -82,7 +39,7 @@ func findProcs(t target) (pids []int, groupOK bool) {
 	// Never a group of 1 or less (kill(-1) signals everything) nor our own.
 	groupOK = t.pgid > 1 && t.pgid != syscall.Getpgrp()
 	if groupOK {
-		if st, err := readStat(t.pgid); err == nil && st.state != 'Z' && (t.pgidStart == 0 || st.start != t.pgidStart) {
+		if st, err := procfs.ReadStat(t.pgid); err == nil && st.State != 'Z' && (t.pgidStart == 0 || st.Start != t.pgidStart) {
 			// Another process owns the leader's pid: the group is not ours.
 			groupOK = false
 		}
@@ -104,12 +61,12 @@ func findProcs(t target) (pids []int, groupOK bool) {
 		if err != nil || pid == self || pid == monitor {
 			continue
 		}
-		st, err := readStat(pid)
-		if err != nil || st.state == 'Z' {
+		st, err := procfs.ReadStat(pid)
+		if err != nil || st.State == 'Z' {
 			continue
 		}
-		parent[pid] = st.ppid
-		if groupOK && st.pgid == t.pgid {
+		parent[pid] = st.PPID
+		if groupOK && st.PGID == t.pgid {
 			in[pid] = true
 			continue
 		}
@@ -170,7 +127,7 @@ func signalProcs(t target, pids []int, groupOK bool, sig syscall.Signal) {
 	}
 	for _, pid := range pids {
 		if groupOK {
-			if st, err := readStat(pid); err == nil && st.pgid == t.pgid {
+			if st, err := procfs.ReadStat(pid); err == nil && st.PGID == t.pgid {
 				continue
 			}
 		}

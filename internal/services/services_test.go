@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 )
 
@@ -249,8 +250,8 @@ func TestStartListStop(t *testing.T) {
 }
 
 func processExists(pid int) bool {
-	st, err := readStat(pid)
-	return err == nil && st.state != 'Z'
+	st, err := procfs.ReadStat(pid)
+	return err == nil && st.State != 'Z'
 }
 
 func TestRestartByName(t *testing.T) {
@@ -456,12 +457,12 @@ func TestRecycledPID(t *testing.T) {
 	}
 	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
 	pid := other.Process.Pid
-	st, err := readStat(pid)
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	state := fmt.Sprintf(`{"services":{"old":{"name":"old","command":"sleep 300","cwd":"/","pid":%d,"status":"running","startedAt":1,"logFile":"x",
-		"pgid":%d,"startTime":%d,"monitorPid":%d,"monitorStartTime":%d,"instance":"gone"}},"exposedPort":3000}`, pid, pid, st.start+1, pid, st.start+7)
+		"pgid":%d,"startTime":%d,"monitorPid":%d,"monitorStartTime":%d,"instance":"gone"}},"exposedPort":3000}`, pid, pid, st.Start+1, pid, st.Start+7)
 	if err := os.WriteFile(filepath.Join(stateDir, "state.json"), []byte(state), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -495,17 +496,6 @@ func TestLogPath(t *testing.T) {
 	p, err := m.LogPath("w")
 	if err != nil || p != filepath.Join(m.cfg.StateDir, "logs", "w.log") {
 		t.Errorf("LogPath(w) = %q, %v", p, err)
-	}
-}
-
-func TestParseStat(t *testing.T) {
-	line := "1234 (a (weird) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 987654 1000 100 18446744073709551615\n"
-	st, err := parseStat([]byte(line))
-	if err != nil || st.state != 'S' || st.ppid != 1 || st.pgid != 1234 || st.start != 987654 {
-		t.Errorf("parseStat(%q) = %+v, %v; want S ppid 1 pgid 1234 start 987654", line, st, err)
-	}
-	if _, err := parseStat([]byte("garbage")); err == nil {
-		t.Error("parseStat(garbage) = nil error, want an error")
 	}
 }
 

@@ -19,6 +19,8 @@ import (
 
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 )
 
 func TestMain(m *testing.M) {
@@ -305,8 +307,8 @@ func gone(pid int) bool {
 	if err != nil {
 		return false
 	}
-	st, err := parseStat(b)
-	return err == nil && (st.state == 'Z' || st.state == 'X')
+	st, err := procfs.ParseStat(b)
+	return err == nil && (st.State == 'Z' || st.State == 'X')
 }
 
 func waitGone(t testing.TB, pids ...int) {

@@ -96,37 +96,6 @@ func TestRingBoundaryAndCut(t *testing.T) {
 	}
 }
 
-func TestParseStat(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    procStat
-		wantErr bool
-	}{
-		{"1234 (bash) S 1 1234 1234 34816 1234 4194560 0 0", procStat{'S', 1234}, false},
-		{"77 (we) ird (name)) R 5 6 7 8", procStat{'R', 7}, false},
-		{"9 (z) Z 1 9 9", procStat{'Z', 9}, false},
-		{"9 (z) S 1 9", procStat{}, true},
-		{"no parens", procStat{}, true},
-		{"9 (z) S 1 9 x", procStat{}, true},
-		{"", procStat{}, true},
-	}
-	for _, tt := range tests {
-		got, err := parseStat([]byte(tt.in))
-		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("parseStat(%q) = %+v, %v, want %+v, err %v", tt.in, got, err, tt.want, tt.wantErr)
-		}
-	}
-}
-
-func FuzzParseStat(f *testing.F) {
-	f.Add([]byte("1234 (bash) S 1 1234 1234 34816 1234 4194560 0 0"))
-	f.Add([]byte("77 (we) ird (name)) R 5 6 7 8"))
-	f.Add([]byte(")"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = parseStat(b)
-	})
-}
-
 func TestParseInit(t *testing.T) {
 	in := Init{Session: "abc-1.2_3", Cols: 120, Rows: 40, Offset: 1 << 40}
 	got, err := ParseInit(AppendInit(nil, in))

@@ -1,39 +1,14 @@
 package terminal
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 )
-
-// procStat is what we need from /proc/<pid>/stat.
-type procStat struct {
-	state   byte
-	session int
-}
-
-// parseStat parses the contents of /proc/<pid>/stat. The command name (field
-// 2) is in parentheses and may itself contain spaces and parentheses, so the
-// fields are counted from the last ')'.
-func parseStat(b []byte) (procStat, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procStat{}, errors.New("parse stat: no command name")
-	}
-	f := bytes.Fields(b[i+1:])
-	// state ppid pgrp session ...
-	if len(f) < 4 || len(f[0]) != 1 {
-		return procStat{}, errors.New("parse stat: too few fields")
-	}
-	sid, err := strconv.Atoi(string(f[3]))
-	if err != nil {
-		return procStat{}, errors.New("parse stat: bad session field")
-	}
-	return procStat{state: f[0][0], session: sid}, nil
-}
 
 // sessionMembers lists the live (not zombie) processes whose session id is sid.
 func sessionMembers(sid int) []int {
@@ -53,8 +28,8 @@ func sessionMembers(sid int) []int {
 		if err != nil {
 			continue // gone meanwhile
 		}
-		st, err := parseStat(b)
-		if err != nil || st.session != sid || st.state == 'Z' || st.state == 'X' {
+		st, err := procfs.ParseStat(b)
+		if err != nil || st.Session != sid || st.State == 'Z' || st.State == 'X' {
 			continue
 		}
 		pids = append(pids, pid)
