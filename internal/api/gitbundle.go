@@ -28,21 +28,20 @@ type GitBundler interface {
 	Changeset(ctx context.Context, id, base string) (apitype.GitChangesetResponse, error)
 }
 
-func (s *Server) bundler() (GitBundler, error) {
+// bundleRepo is the bundler and the repo id of a bundle route: 501 when the
+// Git does not move bundles, 400 without ?repo=.
+func (s *Server) bundleRepo(r *http.Request) (GitBundler, string, error) {
 	b, ok := s.opts.Git.(GitBundler)
 	if !ok {
-		return nil, errNotImplemented
+		return nil, "", errNotImplemented
 	}
-	return b, nil
+	id, err := repoParam(r)
+	return b, id, err
 }
 
 // gitBundle streams a bundle of the repo's current branch since base.
 func (s *Server) gitBundle(w http.ResponseWriter, r *http.Request) error {
-	g, err := s.bundler()
-	if err != nil {
-		return err
-	}
-	id, err := repoParam(r)
+	g, id, err := s.bundleRepo(r)
 	if err != nil {
 		return err
 	}
@@ -68,11 +67,7 @@ func (s *Server) gitBundle(w http.ResponseWriter, r *http.Request) error {
 
 // gitChangeset answers the review summary of the repo's branch since base.
 func (s *Server) gitChangeset(w http.ResponseWriter, r *http.Request) error {
-	g, err := s.bundler()
-	if err != nil {
-		return err
-	}
-	id, err := repoParam(r)
+	g, id, err := s.bundleRepo(r)
 	if err != nil {
 		return err
 	}
@@ -92,11 +87,7 @@ func (s *Server) gitChangeset(w http.ResponseWriter, r *http.Request) error {
 // The body is a raw bundle, bounded by the git leaf's bundle limit rather than
 // the API's JSON body limit.
 func (s *Server) gitApplyBundle(w http.ResponseWriter, r *http.Request) error {
-	g, err := s.bundler()
-	if err != nil {
-		return err
-	}
-	id, err := repoParam(r)
+	g, id, err := s.bundleRepo(r)
 	if err != nil {
 		return err
 	}

@@ -300,14 +300,21 @@ func (c *Client) List(ctx context.Context, o ListOptions) ([]SandboxDetail, erro
 		limit = 100
 	}
 	q.Set("limit", strconv.Itoa(limit))
-	var all []SandboxDetail
+	return listAll[SandboxDetail](ctx, c, "/v2/sandboxes", q, "list sandboxes")
+}
+
+// maxPages bounds a paginated listing whose server keeps handing out new tokens.
+const maxPages = 10000
+
+// listAll GETs path page after page (X-Next-Token), up to maxPages pages;
+// a token seen before ends the listing. On an error it returns the pages
+// read so far with it.
+func listAll[T any](ctx context.Context, c *Client, path string, q url.Values, what string) ([]T, error) {
+	var all []T
 	seen := map[string]bool{}
-	for page := 0; ; page++ {
-		if page >= 10000 {
-			return all, errors.New("list sandboxes: pagination does not end")
-		}
-		var items []SandboxDetail
-		resp, err := c.do(ctx, http.MethodGet, "/v2/sandboxes", q, nil, &items)
+	for range maxPages {
+		var items []T
+		resp, err := c.do(ctx, http.MethodGet, path, q, nil, &items)
 		if err != nil {
 			return all, err
 		}
@@ -319,6 +326,7 @@ func (c *Client) List(ctx context.Context, o ListOptions) ([]SandboxDetail, erro
 		seen[next] = true
 		q.Set("nextToken", next)
 	}
+	return all, fmt.Errorf("%s: pagination does not end after %d pages", what, maxPages)
 }
 
 // Kill ends a sandbox; a 404 is returned as an error (see IsNotFound).
@@ -370,22 +378,7 @@ func (c *Client) ListSnapshots(ctx context.Context, sandboxID string) ([]Snapsho
 	if sandboxID != "" {
 		q.Set("sandboxID", sandboxID)
 	}
-	var all []SnapshotInfo
-	seen := map[string]bool{}
-	for {
-		var items []SnapshotInfo
-		resp, err := c.do(ctx, http.MethodGet, "/snapshots", q, nil, &items)
-		if err != nil {
-			return all, err
-		}
-		all = append(all, items...)
-		next := resp.Header.Get("X-Next-Token")
-		if next == "" || seen[next] {
-			return all, nil
-		}
-		seen[next] = true
-		q.Set("nextToken", next)
-	}
+	return listAll[SnapshotInfo](ctx, c, "/snapshots", q, "list snapshots")
 }
 
 // Envd returns the envd client of a sandbox from a create or connect answer.
