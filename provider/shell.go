@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"context"
 	"math"
 	"strconv"
 	"strings"
@@ -146,6 +147,32 @@ func BuildServiceTestCommand(cwd, command, logFile string, timeout time.Duration
 	}
 	lf := ShellEscape(logFile)
 	return "cd " + ShellEscape(cwd) + " && " + run + " > " + lf + " 2>&1; EXIT_CODE=$?; cat " + lf + "; exit $EXIT_CODE"
+}
+
+// RunServiceTests runs cmds one after another (§15.8): each in its repo
+// directory (ServiceCwd) with its output in a log file under paths.Tmp
+// (ServiceTestLogFile), through run, which runs one shell script in the
+// sandbox (BuildServiceTestCommand) and bounds it as the engine does. A
+// command that ran reports its capped output and exit code; one that could
+// not run, exit code 1 and the redacted error.
+func RunServiceTests(ctx context.Context, paths Paths, cmds []ConfigurationServiceCommand, runID string,
+	run func(ctx context.Context, cwd, command, logFile string) (ExecResult, error)) []ServiceTestResult {
+	out := make([]ServiceTestResult, 0, len(cmds))
+	for i, c := range cmds {
+		cwd := ServiceCwd(paths, c.WorkspacePath, c.Cwd)
+		logFile := paths.ServiceTestLogFile(runID, i, c.Name)
+		res := ServiceTestResult{Name: c.Name, WorkspacePath: c.WorkspacePath, Cwd: cwd, LogFile: logFile}
+		r, err := run(ctx, cwd, c.Command, logFile)
+		code := r.ExitCode
+		if err != nil {
+			res.Output, code = RedactSecrets(err.Error()), 1
+		} else {
+			res.Output = CapOutput(r.Stdout+r.Stderr, DefaultCapOutput)
+		}
+		res.ExitCode = &code
+		out = append(out, res)
+	}
+	return out
 }
 
 // ServiceCwd is where a service command runs: the repo of workspacePath ("" and "."

@@ -1,6 +1,9 @@
 package provider
 
 import (
+	"context"
+	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -250,5 +253,49 @@ func TestSandboxTimeout(t *testing.T) {
 				t.Errorf("SandboxTimeout(%q) = %v, want %v", tt.in, got, tt.want)
 			}
 		})
+	}
+}
+
+// RunServiceTests runs each command through real bash in a rooted layout:
+// the output lands in its log file and comes back capped with the exit code;
+// a command the sandbox could not run reports exit 1 and the redacted error.
+func TestRunServiceTests(t *testing.T) {
+	paths := RootedPaths(t.TempDir())
+	for _, d := range []string{paths.Tmp, paths.Workspace() + "/app/web"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmds := []ConfigurationServiceCommand{
+		{Name: "ok", Command: "pwd; echo out; echo err >&2"},
+		{Name: "fails", WorkspacePath: "app", Cwd: "web", Command: "exit 3"},
+		{Name: "unrunnable", Command: "true"},
+	}
+	run := func(ctx context.Context, cwd, command, logFile string) (ExecResult, error) {
+		if command == "true" {
+			return ExecResult{}, errors.New("exec failed: token ghp_abcdefghijklmnopqrstuvwxyz0123456789")
+		}
+		out, err := exec.CommandContext(ctx, "bash", "-c", BuildServiceTestCommand(cwd, command, logFile, 0)).Output()
+		code := 0
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+			code, err = ee.ExitCode(), nil
+		}
+		return ExecResult{Stdout: string(out), ExitCode: code}, err
+	}
+	got := RunServiceTests(t.Context(), paths, cmds, "r1", run)
+	if len(got) != 3 {
+		t.Fatalf("got %d results, want 3", len(got))
+	}
+	if r := got[0]; r.ExitCode == nil || *r.ExitCode != 0 || r.Output != paths.Workspace()+"\nout\nerr\n" || r.LogFile != paths.ServiceTestLogFile("r1", 0, "ok") {
+		t.Errorf("ok = %+v (output %q)", r, r.Output)
+	}
+	if b, err := os.ReadFile(got[0].LogFile); err != nil || string(b) != got[0].Output {
+		t.Errorf("log file = %q, %v; want the output", b, err)
+	}
+	if r := got[1]; r.ExitCode == nil || *r.ExitCode != 3 || r.Cwd != paths.Workspace()+"/app/web" {
+		t.Errorf("fails = %+v, want exit 3 in app/web", r)
+	}
+	if r := got[2]; r.ExitCode == nil || *r.ExitCode != 1 || strings.Contains(r.Output, "ghp_") || !strings.Contains(r.Output, "exec failed") {
+		t.Errorf("unrunnable = %+v, want exit 1 and the redacted error", r)
 	}
 }

@@ -128,23 +128,10 @@ func (p *Provider) TestServiceCommands(ctx context.Context, sandboxID string, cm
 	if err != nil {
 		return nil, p.fail(op, err)
 	}
-	paths := provider.DefaultPaths()
 	timeout := time.Duration(o.TimeoutMs) * time.Millisecond
-	out := make([]provider.ServiceTestResult, 0, len(cmds))
-	for i, c := range cmds {
-		cwd := provider.ServiceCwd(paths, c.WorkspacePath, c.Cwd)
-		logFile := paths.ServiceTestLogFile(o.RunID, i, c.Name)
-		res := provider.ServiceTestResult{Name: c.Name, WorkspacePath: c.WorkspacePath, Cwd: cwd, LogFile: logFile}
-		r, err := e.Run(ctx, provider.BuildServiceTestCommand(cwd, c.Command, logFile, 0), RunOptions{Timeout: timeout})
-		one := 1
-		switch {
-		case err != nil:
-			res.Output, res.ExitCode = provider.RedactSecrets(err.Error()), &one
-		default:
-			code := r.ExitCode
-			res.Output, res.ExitCode = provider.CapOutput(r.Stdout+r.Stderr, 0), &code
-		}
-		out = append(out, res)
+	runOne := func(ctx context.Context, cwd, command, logFile string) (provider.ExecResult, error) {
+		r, err := e.Run(ctx, provider.BuildServiceTestCommand(cwd, command, logFile, 0), RunOptions{Timeout: timeout})
+		return provider.ExecResult{Stdout: r.Stdout, Stderr: r.Stderr, ExitCode: r.ExitCode}, err
 	}
-	return out, nil
+	return provider.RunServiceTests(ctx, provider.DefaultPaths(), cmds, o.RunID, runOne), nil
 }

@@ -77,25 +77,11 @@ func (p *Provider) TestServiceCommands(ctx context.Context, sandboxID string, cm
 	if runID == "" {
 		runID = newID("")
 	}
-	out := make([]provider.ServiceTestResult, 0, len(cmds))
-	for i, c := range cmds {
-		cwd := provider.ServiceCwd(paths, c.WorkspacePath, c.Cwd)
-		logFile := paths.ServiceTestLogFile(runID, i, c.Name)
-		res := provider.ServiceTestResult{Name: c.Name, WorkspacePath: c.WorkspacePath, Cwd: cwd, LogFile: logFile}
-		r, err := p.runCommand(ctx, sandboxID, paths, []string{"bash", "-c", provider.BuildServiceTestCommand(cwd, c.Command, logFile, 0)},
+	runOne := func(ctx context.Context, cwd, command, logFile string) (provider.ExecResult, error) {
+		return p.runCommand(ctx, sandboxID, paths, []string{"bash", "-c", provider.BuildServiceTestCommand(cwd, command, logFile, 0)},
 			paths.Home, nil, timeout)
-		if err != nil {
-			res.Output = provider.RedactSecrets(err.Error())
-			code := 1
-			res.ExitCode = &code
-		} else {
-			res.Output = provider.CapOutput(r.Stdout+r.Stderr, 0)
-			code := r.ExitCode
-			res.ExitCode = &code
-		}
-		out = append(out, res)
 	}
-	return out, nil
+	return provider.RunServiceTests(ctx, paths, cmds, runID, runOne), nil
 }
 
 // Executor is a provider.Executor over one local sandbox, for the helpers of package

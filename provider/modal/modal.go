@@ -436,24 +436,13 @@ func (p *Provider) TestServiceCommands(ctx context.Context, sandboxID string, cm
 	if err != nil {
 		return nil, err
 	}
-	paths := provider.DefaultPaths()
 	timeout := time.Duration(o.TimeoutMs) * time.Millisecond
-	out := make([]provider.ServiceTestResult, 0, len(cmds))
-	for i, c := range cmds {
-		cwd := provider.ServiceCwd(paths, c.WorkspacePath, c.Cwd)
-		logFile := paths.ServiceTestLogFile(o.RunID, i, c.Name)
-		res := provider.ServiceTestResult{Name: c.Name, WorkspacePath: c.WorkspacePath, Cwd: cwd, LogFile: logFile}
-		r, err := run(ctx, sb, []string{"sh", "-c", provider.BuildServiceTestCommand(cwd, c.Command, logFile, timeout)}, nil)
-		if err != nil {
-			one := 1
-			res.Output, res.ExitCode = provider.RedactSecrets(err.Error()), &one
-		} else {
-			code := r.ExitCode
-			res.Output, res.ExitCode = provider.CapOutput(r.Stdout, provider.DefaultCapOutput), &code
-		}
-		out = append(out, res)
+	runOne := func(ctx context.Context, cwd, command, logFile string) (provider.ExecResult, error) {
+		r, err := run(ctx, sb, []string{"sh", "-c", provider.BuildServiceTestCommand(cwd, command, logFile, timeout)}, nil)
+		r.Stderr = "" // the script prints the log on stdout
+		return r, err
 	}
-	return out, nil
+	return provider.RunServiceTests(ctx, provider.DefaultPaths(), cmds, o.RunID, runOne), nil
 }
 
 // readMetadata reads the session metadata a restored sandbox carries.
