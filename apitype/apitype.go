@@ -1,5 +1,8 @@
 // Package apitype holds the JSON wire types of the sandbox-mcp HTTP API. The server
-// (internal/api), the typed client and the CLI share them, so a field is named once.
+// (internal/api and its leaves), the typed client (sidecar), the CLI, the MCP
+// server and the host side share them, so a field is named once; and the one
+// validation of a start request (StartServiceRequest.Validate), so every entry
+// refuses the same requests with the same words.
 package apitype
 
 // ErrorResponse is every error body: {"error": "..."}.

@@ -1,6 +1,7 @@
 // Package terminal runs interactive shells on PTYs for the terminal WebSocket
-// of the sidecar. internal/api accepts the WebSocket and hands the connection
-// over as a Conn; this package knows nothing of HTTP.
+// of the sidecar. internal/api answers the HTTP upgrade and hands the accepted
+// WebSocket to ReserveWebSocket's serve (websocket.go), which speaks the
+// terminal protocols over it; the sessions themselves only see a Conn.
 //
 // Protocol v1 is the old sidecar's: text frames both ways, one shell per
 // connection, killed when the connection ends. Protocol v2 (SubprotocolV2)
