@@ -190,7 +190,14 @@ func (m *Manager) validate(ctx context.Context, snippet []byte) error {
 	if m.caddyBin == "" {
 		return nil
 	}
-	dir, err := os.MkdirTemp("", "sandbox-mcp-caddy-")
+	// Next to the snippet, not in the shared temp dir: a sidecar killed
+	// while Caddy validates leaves its folder where the next one removes it.
+	parent := filepath.Dir(m.snippetPath)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("validate snippet: %w", err)
+	}
+	removeStale(parent, validatePrefix, time.Now().Add(-staleValidateAge))
+	dir, err := os.MkdirTemp(parent, validatePrefix)
 	if err != nil {
 		return fmt.Errorf("validate snippet: %w", err)
 	}
@@ -205,6 +212,30 @@ func (m *Manager) validate(ctx context.Context, snippet []byte) error {
 		return fmt.Errorf("validate snippet: %w", err)
 	}
 	return Validate(ctx, m.caddyBin, main, m.timeout)
+}
+
+// validatePrefix names the folders validate works in, next to the snippet
+// (the main Caddyfile imports the snippet by its path, never this folder).
+const validatePrefix = ".validate-"
+
+// staleValidateAge is past any validation's timeout: a folder this old
+// belongs to a sidecar that died while validating.
+const staleValidateAge = 10 * time.Minute
+
+// removeStale removes the entries of dir named prefix* last changed before cutoff.
+func removeStale(dir, prefix string, cutoff time.Time) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {
+			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // Validate runs `caddy validate` on the Caddyfile at path and returns Caddy's

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -251,5 +252,45 @@ func TestFailedLoadKeepsPreviousSnippet(t *testing.T) {
 				t.Errorf("snippet dir holds %d entries, want only the snippet (no temp files)", len(entries))
 			}
 		})
+	}
+}
+
+// Validation works in a folder next to the snippet and removes it; a folder a
+// killed sidecar left there is removed by the next validation once it is
+// older than any validation runs, and a fresh one (another validation) stays.
+func TestValidateCleansUpNextToSnippet(t *testing.T) {
+	f := newFixture(t, false, false)
+	dir := filepath.Dir(f.snippet)
+	stale, fresh := filepath.Join(dir, validatePrefix+"stale"), filepath.Join(dir, validatePrefix+"fresh")
+	for _, d := range []string{stale, fresh} {
+		if err := os.MkdirAll(filepath.Join(d, "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadDir(os.TempDir())
+	if err := f.m.validate(t.Context(), f.m.snippet); err != nil {
+		t.Fatalf("validate of the rendered snippet: %v", err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale %s still there (err %v)", stale, err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("fresh %s removed: %v", fresh, err)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.Name() != filepath.Base(fresh) && e.Name() != filepath.Base(f.snippet) {
+			t.Errorf("validation left %s next to the snippet", e.Name())
+		}
+	}
+	after, _ := os.ReadDir(os.TempDir())
+	for _, e := range after {
+		if strings.HasPrefix(e.Name(), "sandbox-mcp-caddy-") && !slices.ContainsFunc(before, func(b os.DirEntry) bool { return b.Name() == e.Name() }) {
+			t.Errorf("validation left %s in the temp dir", e.Name())
+		}
 	}
 }
