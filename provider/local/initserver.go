@@ -1,0 +1,335 @@
+package local
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// keptCaps are the capabilities processes of an isolated sandbox keep (those a
+// container runtime grants by default); every other one leaves the bounding set, so
+// root inside cannot remount the host's read-only root, load modules or open files by
+// handle.
+var keptCaps = map[int]bool{
+	unix.CAP_CHOWN: true, unix.CAP_DAC_OVERRIDE: true, unix.CAP_FSETID: true, unix.CAP_FOWNER: true,
+	unix.CAP_MKNOD: true, unix.CAP_NET_RAW: true, unix.CAP_SETGID: true, unix.CAP_SETUID: true,
+	unix.CAP_SETFCAP: true, unix.CAP_SETPCAP: true, unix.CAP_NET_BIND_SERVICE: true,
+	unix.CAP_SYS_CHROOT: true, unix.CAP_KILL: true, unix.CAP_AUDIT_WRITE: true,
+}
+
+type spawnReq struct {
+	argv0 string
+	argv  []string
+	attr  *syscall.ProcAttr
+	reply chan spawnRes
+}
+
+type spawnRes struct {
+	pid  int
+	wait chan syscall.WaitStatus
+	err  error
+}
+
+type initServer struct {
+	cfg     initConfig
+	mu      sync.Mutex // held while forking and while reaping
+	waiters map[int]chan syscall.WaitStatus
+	spawn   chan spawnReq
+}
+
+// spawner forks every command from one locked OS thread whose bounding set lacks the
+// dropped capabilities (the bounding set is per thread, and a child inherits its
+// forking thread's).
+func (in *initServer) spawner(isolated bool) {
+	runtime.LockOSThread()
+	if isolated {
+		last := 40
+		if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				last = n
+			}
+		}
+		for c := 0; c <= last; c++ {
+			if !keptCaps[c] {
+				_ = unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+			}
+		}
+	}
+	for r := range in.spawn {
+		in.mu.Lock()
+		pid, err := syscall.ForkExec(r.argv0, r.argv, r.attr)
+		var w chan syscall.WaitStatus
+		if err == nil {
+			w = make(chan syscall.WaitStatus, 1)
+			in.waiters[pid] = w
+		}
+		in.mu.Unlock()
+		r.reply <- spawnRes{pid: pid, wait: w, err: err}
+	}
+}
+
+// reaper reaps every child and orphan of the sandbox, handing the statuses of the
+// commands it started to their waiters.
+func (in *initServer) reaper() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGCHLD)
+	for range ch {
+		in.mu.Lock()
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			if pid <= 0 || err != nil {
+				break
+			}
+			if w, ok := in.waiters[pid]; ok {
+				w <- ws
+				delete(in.waiters, pid)
+			}
+		}
+		in.mu.Unlock()
+	}
+}
+
+// lookPath finds name in the PATH of env, as execvp would.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: command not found", name)
+}
+
+func (in *initServer) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	fw := &frameWriter{w: c}
+	req, err := readRequest(br)
+	if err != nil {
+		return
+	}
+	sendExit := func(e exitFrame) {
+		b, _ := json.Marshal(e)
+		_ = fw.write(frameExit, b)
+	}
+	switch req.Op {
+	case "ping":
+		sendExit(exitFrame{Pid: os.Getpid()})
+		return
+	case "exec":
+	default:
+		sendExit(exitFrame{Code: -1, Error: "unknown op " + strconv.Quote(req.Op)})
+		return
+	}
+	if len(req.Argv) == 0 {
+		sendExit(exitFrame{Code: -1, Error: "argv is empty"})
+		return
+	}
+	argv0, err := lookPath(req.Argv[0], req.Env)
+	if err != nil {
+		sendExit(exitFrame{Code: 127, Error: err.Error()})
+		return
+	}
+	devNull, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
+	if err != nil {
+		sendExit(exitFrame{Code: -1, Error: err.Error()})
+		return
+	}
+	defer devNull.Close()
+	files := []uintptr{devNull.Fd(), devNull.Fd(), devNull.Fd()}
+	var stdinW, stdoutR, stderrR *os.File
+	var closeAfterStart []*os.File
+	var ptmx *os.File
+	switch {
+	case req.Detach:
+	case req.TTY:
+		m, tty, err := pty.Open()
+		if err != nil {
+			sendExit(exitFrame{Code: -1, Error: "open a pty: " + err.Error()})
+			return
+		}
+		cols, rows := req.Cols, req.Rows
+		if cols == 0 || rows == 0 {
+			cols, rows = 80, 24
+		}
+		_ = pty.Setsize(m, &pty.Winsize{Cols: cols, Rows: rows})
+		ptmx = m
+		files = []uintptr{tty.Fd(), tty.Fd(), tty.Fd()}
+		closeAfterStart = append(closeAfterStart, tty)
+		stdinW, stdoutR = m, m
+	default:
+		if req.Stdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				sendExit(exitFrame{Code: -1, Error: err.Error()})
+				return
+			}
+			files[0], stdinW = r.Fd(), w
+			closeAfterStart = append(closeAfterStart, r)
+		}
+		or, ow, err := os.Pipe()
+		if err != nil {
+			sendExit(exitFrame{Code: -1, Error: err.Error()})
+			return
+		}
+		er, ew, err := os.Pipe()
+		if err != nil {
+			sendExit(exitFrame{Code: -1, Error: err.Error()})
+			return
+		}
+		files[1], files[2], stdoutR, stderrR = ow.Fd(), ew.Fd(), or, er
+		closeAfterStart = append(closeAfterStart, ow, ew)
+	}
+	sys := &syscall.SysProcAttr{Setpgid: !req.Detach, Setsid: req.Detach}
+	if ptmx != nil {
+		// Its own session with the pty as controlling terminal (fd 0).
+		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
+	attr := &syscall.ProcAttr{Dir: req.Cwd, Env: req.Env, Files: files, Sys: sys}
+	reply := make(chan spawnRes, 1)
+	in.spawn <- spawnReq{argv0: argv0, argv: req.Argv, attr: attr, reply: reply}
+	res := <-reply
+	for _, f := range closeAfterStart {
+		f.Close()
+	}
+	if res.err != nil {
+		code := 126
+		if errors.Is(res.err, syscall.ENOENT) {
+			code = 127
+		}
+		for _, f := range []*os.File{stdinW, stdoutR, stderrR} {
+			if f != nil {
+				f.Close()
+			}
+		}
+		sendExit(exitFrame{Code: code, Error: fmt.Sprintf("%s: %v", req.Argv[0], res.err)})
+		return
+	}
+	if req.Detach {
+		sendExit(exitFrame{Pid: res.pid})
+		return
+	}
+	pid := res.pid
+	var exitedMu sync.Mutex
+	exited := false
+	kill := func() {
+		exitedMu.Lock()
+		defer exitedMu.Unlock()
+		if !exited {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
+	// Frames from the engine: stdin, and the end of the connection (cancel).
+	go func() {
+		var buf []byte
+		for {
+			typ, p, err := readFrame(br, buf)
+			if err != nil {
+				if stdinW != nil && ptmx == nil {
+					stdinW.Close()
+				}
+				kill()
+				return
+			}
+			buf = p[:0]
+			switch typ {
+			case frameStdin:
+				if stdinW != nil {
+					_, _ = stdinW.Write(p)
+				}
+			case frameStdinEOF:
+				if stdinW != nil && ptmx == nil {
+					stdinW.Close()
+				}
+			case frameResize:
+				if ptmx != nil && len(p) == 4 {
+					_ = pty.Setsize(ptmx, &pty.Winsize{Cols: binary.BigEndian.Uint16(p), Rows: binary.BigEndian.Uint16(p[2:])})
+				}
+			}
+		}
+	}()
+	var copies sync.WaitGroup
+	for _, s := range []struct {
+		f   *os.File
+		typ byte
+	}{{stdoutR, frameStdout}, {stderrR, frameStderr}} {
+		if s.f == nil {
+			continue
+		}
+		copies.Add(1)
+		go func() {
+			defer copies.Done()
+			_, _ = io.Copy(streamWriter{fw, s.typ}, s.f)
+		}()
+	}
+	timedOut := false
+	var timeout <-chan time.Time
+	if req.TimeoutMs > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var ws syscall.WaitStatus
+	select {
+	case ws = <-res.wait:
+	case <-timeout:
+		timedOut = true
+		kill()
+		ws = <-res.wait
+	}
+	exitedMu.Lock()
+	exited = true
+	exitedMu.Unlock()
+	// A background child holding the pipes open cannot hold the answer back.
+	done := make(chan struct{})
+	go func() { copies.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+	}
+	stdoutR.Close()
+	if stderrR != nil {
+		stderrR.Close()
+	}
+	<-done
+	e := exitFrame{Code: ws.ExitStatus(), Pid: pid, TimedOut: timedOut}
+	if ws.Signaled() {
+		e.Code = 128 + int(ws.Signal())
+	}
+	if timedOut {
+		e.Code = 124
+	}
+	sendExit(e)
+}

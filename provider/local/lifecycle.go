@@ -1,0 +1,347 @@
+package local
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+)
+
+// Create starts a sandbox and returns once its init serves exec.
+func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
+	id := newEngineID("sb-")
+	sd := e.sandboxDir(id)
+	bx := &box{st: boxState{ID: id, Name: spec.Name, Created: time.Now().UTC(), Spec: spec,
+		Isolated: !e.o.Unisolated, NetNS: !e.o.Unisolated && !spec.Network}}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return engine.Info{}, errors.New("create sandbox: engine is closed")
+	}
+	if spec.Name != "" {
+		for _, o := range e.boxes {
+			o.mu.Lock()
+			taken := o.st.Name == spec.Name && !o.st.Dead
+			o.mu.Unlock()
+			if taken && e.refresh(o) != engine.StateDead {
+				e.mu.Unlock()
+				return engine.Info{}, fmt.Errorf("create sandbox: %q: %w", spec.Name, engine.ErrNameTaken)
+			}
+		}
+	}
+	// Reserved under the name; dead until init runs.
+	bx.st.Dead = true
+	bx.pending = true
+	e.boxes[id] = bx
+	e.mu.Unlock()
+	info, err := e.create(ctx, bx, sd)
+	bx.mu.Lock()
+	bx.pending = false
+	bx.mu.Unlock()
+	if err != nil {
+		e.mu.Lock()
+		delete(e.boxes, id)
+		e.mu.Unlock()
+		e.destroy(bx)
+		return engine.Info{}, fmt.Errorf("create sandbox: %w", err)
+	}
+	return info, nil
+}
+
+func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, error) {
+	spec := bx.st.Spec
+	for _, d := range []string{dirHome, dirTmp, dirVarTmp, dirRun} {
+		mode := os.FileMode(0o755)
+		if d == dirTmp || d == dirVarTmp {
+			mode = 0o1777
+		}
+		if err := os.MkdirAll(filepath.Join(sd, d), mode); err != nil {
+			return engine.Info{}, err
+		}
+		_ = os.Chmod(filepath.Join(sd, d), mode)
+	}
+	if spec.Snapshot != "" {
+		if err := e.restoreSnapshot(ctx, spec.Snapshot, sd); err != nil {
+			return engine.Info{}, err
+		}
+	}
+	if !e.o.Unisolated {
+		// The production layout: the workspace, the home's .proliferate and the
+		// sidecar's state dir exist from the start.
+		for _, d := range []string{rules.WorkspaceDir, rules.HomeDir + "/.proliferate", rules.StateDir} {
+			if err := os.MkdirAll(e.hostDir(sd, d), 0o755); err != nil {
+				return engine.Info{}, err
+			}
+		}
+	}
+	cfg := initConfig{ID: bx.st.ID, Dir: sd, Isolated: bx.st.Isolated, NetNS: bx.st.NetNS,
+		Hide: []string{e.dir}}
+	if spec.Timeout > 0 {
+		cfg.DeadlineMs = time.Now().Add(spec.Timeout).UnixMilli()
+	}
+	if bx.st.Isolated {
+		for _, b := range [][2]string{{e.o.SandboxMCP, SandboxMCPPath}, {e.o.Proliferate, ProliferatePath}} {
+			if b[0] != "" {
+				cfg.Binds = append(cfg.Binds, bindMount{Source: b[0], Target: b[1], ReadOnly: true})
+			}
+		}
+		for _, m := range spec.Mounts {
+			if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) {
+				return engine.Info{}, fmt.Errorf("mount %s -> %s: paths must be absolute", m.Source, m.Target)
+			}
+			cfg.Binds = append(cfg.Binds, bindMount{Source: m.Source, Target: filepath.Clean(m.Target), ReadOnly: m.ReadOnly})
+		}
+	} else if len(spec.Mounts) > 0 {
+		return engine.Info{}, fmt.Errorf("mounts need an isolated sandbox: %w", engine.ErrUnsupported)
+	}
+	// The tunnels' host listeners are made here, on the host's network, and handed to
+	// init, which serves them from inside: they live exactly as long as the sandbox.
+	var lns []*os.File
+	defer func() {
+		for _, f := range lns {
+			f.Close()
+		}
+	}()
+	for _, p := range spec.Ports {
+		if p <= 0 || p > 65535 {
+			return engine.Info{}, fmt.Errorf("port %d is out of range", p)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return engine.Info{}, fmt.Errorf("tunnel for port %d: %w", p, err)
+		}
+		f, err := ln.(*net.TCPListener).File()
+		ln.Close()
+		if err != nil {
+			return engine.Info{}, fmt.Errorf("tunnel for port %d: %w", p, err)
+		}
+		lns = append(lns, f)
+		cfg.Tunnels = append(cfg.Tunnels, p)
+		bx.st.Tunnels = append(bx.st.Tunnels, engine.Tunnel{Port: p, Host: "127.0.0.1", HostPort: ln.Addr().(*net.TCPAddr).Port})
+	}
+	if spec.Egress && bx.st.NetNS {
+		f, err := os.Open("/proc/self/ns/net")
+		if err != nil {
+			return engine.Info{}, fmt.Errorf("egress: %w", err)
+		}
+		lns = append(lns, f)
+		cfg.HostNetFd = 5 + len(cfg.Tunnels)
+	}
+	if err := e.startInit(ctx, bx, cfg, lns); err != nil {
+		return engine.Info{}, err
+	}
+	bx.mu.Lock()
+	err := e.saveState(bx.st)
+	bx.mu.Unlock()
+	if err != nil {
+		return engine.Info{}, err
+	}
+	return e.info(bx), nil
+}
+
+// startInit starts the sandbox's init and waits until it serves its control socket.
+func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig, tunnels []*os.File) error {
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		cfgR.Close()
+		cfgW.Close()
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(cfg.Dir, fileInitLg), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"sandbox-init"}
+	cmd.Env = []string{initEnv + "=1", "PATH=" + sandboxPATH}
+	cmd.ExtraFiles = append([]*os.File{cfgR, readyW}, tunnels...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if cfg.Isolated {
+		cmd.SysProcAttr.Cloneflags = nsFlags(cfg.NetNS)
+	}
+	err = cmd.Start()
+	cfgR.Close()
+	readyW.Close()
+	if err != nil {
+		cfgW.Close()
+		readyR.Close()
+		if cfg.Isolated && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL)) {
+			return fmt.Errorf("%w: %v", engine.ErrNotIsolated, err)
+		}
+		return fmt.Errorf("start init: %w", err)
+	}
+	pid := cmd.Process.Pid
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	start, _, _ := procStart(pid)
+	pidns := ""
+	if cfg.Isolated {
+		pidns, _ = os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/pid")
+	}
+	bx.mu.Lock()
+	bx.done = done
+	bx.st.Pid, bx.st.PidStart, bx.st.PidNS = pid, start, pidns
+	bx.st.Dead = false
+	// Saved at once: whoever finds the directory can end this init.
+	err = e.saveState(bx.st)
+	bx.st.Dead = true
+	bx.mu.Unlock()
+	if err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		return err
+	}
+	// Limits and the freezer apply before init starts anything.
+	applied, groups := e.cg.join(bx.st.ID, pid, bx.st.Spec.Limits)
+	bx.mu.Lock()
+	bx.st.Applied, bx.st.Cgroups = applied, groups
+	bx.mu.Unlock()
+	b, _ := json.Marshal(cfg)
+	_, _ = cfgW.Write(b)
+	cfgW.Close()
+	type answer struct {
+		line string
+		err  error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		line, err := bufio.NewReader(readyR).ReadString('\n')
+		ch <- answer{strings.TrimSpace(line), err}
+	}()
+	select {
+	case a := <-ch:
+		readyR.Close()
+		if a.line != "ok" {
+			msg := strings.TrimPrefix(a.line, "error: ")
+			if msg == "" {
+				msg = fmt.Sprint(a.err)
+			}
+			return fmt.Errorf("sandbox init: %s", msg)
+		}
+	case <-ctx.Done():
+		readyR.Close()
+		return ctx.Err()
+	}
+	bx.mu.Lock()
+	bx.st.Dead = false
+	bx.mu.Unlock()
+	return nil
+}
+
+// destroy kills the sandbox's processes, closes its tunnels and removes its
+// cgroups and directory.
+func (e *Engine) destroy(bx *box) error {
+	bx.mu.Lock()
+	st := bx.st
+	done := bx.done
+	bx.mu.Unlock()
+	if st.Paused || len(st.Cgroups) > 0 {
+		e.cg.thaw(st.Cgroups)
+	}
+	if st.Pid > 0 {
+		if initAlive(st) {
+			_ = syscall.Kill(st.Pid, syscall.SIGKILL)
+		}
+		if !st.Isolated {
+			killSandboxProcesses(st.ID, []int{st.Pid}, 500*time.Millisecond)
+		}
+		if done != nil {
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				return fmt.Errorf("sandbox %s: init did not exit", st.ID)
+			}
+		}
+		if err := waitGone(st, 10*time.Second); err != nil {
+			return err
+		}
+	}
+	e.cg.remove(st.Cgroups)
+	if err := os.RemoveAll(e.sandboxDir(st.ID)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// waitGone waits until no process of the sandbox is left in /proc: init (by pid
+// and start time) and, for an isolated sandbox, any process in its pid namespace.
+func waitGone(st boxState, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if !procLeft(st) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sandbox %s: processes are left after %v", st.ID, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func procLeft(st boxState) bool {
+	if start, _, ok := procStart(st.Pid); ok && start == st.PidStart {
+		return true
+	}
+	if st.PidNS == "" {
+		return false
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, ent := range entries {
+		if _, err := strconv.Atoi(ent.Name()); err != nil {
+			continue
+		}
+		if ns, err := os.Readlink("/proc/" + ent.Name() + "/ns/pid"); err == nil && ns == st.PidNS {
+			return true
+		}
+	}
+	return false
+}
+
+// Terminate kills everything in the sandbox and removes its tunnels, cgroups and
+// directory; an unknown sandbox is success.
+func (e *Engine) Terminate(ctx context.Context, id string) error {
+	bx, err := e.lookup(id)
+	if err != nil {
+		if !validEngineID(id) {
+			return nil
+		}
+		// A directory without a state (a crash before init started) is removed too.
+		sd := e.sandboxDir(id)
+		if _, err := os.Stat(sd); err == nil {
+			return os.RemoveAll(sd)
+		}
+		return nil
+	}
+	if err := e.destroy(bx); err != nil {
+		return fmt.Errorf("terminate %s: %w", id, err)
+	}
+	e.mu.Lock()
+	if e.boxes[id] == bx {
+		delete(e.boxes, id)
+	}
+	e.mu.Unlock()
+	return nil
+}
