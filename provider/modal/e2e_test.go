@@ -22,6 +22,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/providertest"
 )
 
@@ -30,28 +31,12 @@ func binaries(t testing.TB) string {
 	return testutil.Commands(t, "sandbox-mcp", "proliferate")
 }
 
-// isolatedEngine is the local engine in isolated mode; the test is skipped where
-// namespaces are not permitted (unisolated sandboxes would write the boot's absolute
-// paths on the host). Every sandbox it made is terminated at cleanup.
+// isolatedEngine is the isolated local engine with sandbox-mcp and proliferate bound
+// into every sandbox (modaltest.Engine: skipped where namespaces are not permitted).
 func isolatedEngine(t testing.TB) *local.Engine {
 	t.Helper()
 	bin := binaries(t)
-	eng, err := local.NewEngine(local.EngineOptions{DataDir: t.TempDir(),
-		SandboxMCP: filepath.Join(bin, "sandbox-mcp"), Proliferate: filepath.Join(bin, "proliferate")})
-	if errors.Is(err, engine.ErrNotIsolated) {
-		t.Skip("namespaces are not permitted here: the end-to-end Modal test needs the isolated local engine")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		infos, _ := eng.List(context.Background())
-		for _, in := range infos {
-			eng.Terminate(context.Background(), in.ID)
-		}
-		eng.Close()
-	})
-	return eng
+	return modaltest.Engine(t, local.EngineOptions{SandboxMCP: filepath.Join(bin, "sandbox-mcp"), Proliferate: filepath.Join(bin, "proliferate")})
 }
 
 // sidecarHealthy polls the sidecar's health through the preview tunnel (Caddy routes

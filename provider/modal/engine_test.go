@@ -6,35 +6,30 @@ import (
 	"errors"
 	"io"
 	"io/fs"
-	"net"
-	"net/http"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
-	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/hostengine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 )
 
 // TestEngine drives the engine view of the provider (what `sandboxctl --provider
 // modal` uses) through the local server.
 func TestEngine(t *testing.T) {
-	host := hostengine.New(t.TempDir())
-	defer host.Close()
+	host := modaltest.Engine(t, local.EngineOptions{})
 	srv, env := localServer(t, host)
 	e := newProvider(t, env).Engine()
 	e.TLS = srv.TLSConfig()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "via DialPort") })}
-	go hs.Serve(l)
-	defer hs.Close()
-	port := l.Addr().(*net.TCPAddr).Port
+	// The sandbox's own port (it has its own network): an HTTP server started in it
+	// after Create.
+	const port = 8000
 
 	img := BaseImage{From: "debian:bookworm-slim"}
 	e.p.image = img
@@ -49,6 +44,7 @@ func TestEngine(t *testing.T) {
 	if _, err := e.Create(ctx, engine.Spec{Name: "eng-1"}); !errors.Is(err, engine.ErrNameTaken) {
 		t.Errorf("Create with a taken name = %v, want ErrNameTaken", err)
 	}
+	modaltest.ServeHTTP(t, host, engineID(t, host, info.ID), port, "via DialPort")
 	var out bytes.Buffer
 	code, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"sh", "-c", "cat; echo $A $B"}, Env: []string{"B=2"},
 		Stdin: strings.NewReader("in:"), Stdout: &out})
@@ -112,4 +108,21 @@ func TestEngine(t *testing.T) {
 	if got, err := e.Get(ctx, info.ID); err != nil || got.State != engine.StateDead {
 		t.Errorf("Get after Terminate = %+v, %v", got, err)
 	}
+}
+
+// engineID is the id, in the local engine, of the sandbox the Modal server knows as
+// modalID (the server labels every engine sandbox with its Modal ids).
+func engineID(t *testing.T, eng *local.Engine, modalID string) string {
+	t.Helper()
+	infos, err := eng.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		if slices.Contains(slices.Collect(maps.Values(in.Labels)), modalID) {
+			return in.ID
+		}
+	}
+	t.Fatalf("no engine sandbox is labelled with %s", modalID)
+	return ""
 }

@@ -13,7 +13,8 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
-	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/hostengine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/modalserver"
 	"github.com/proliferate-ai/sandbox-mcp/provider/providertest"
 )
@@ -51,11 +52,10 @@ func newProvider(t testing.TB, env map[string]string) *Provider {
 	return p
 }
 
-// TestContract runs the provider contract suite (no boot: the host engine has no
-// isolation) through real gRPC against the local server.
+// TestContract runs the provider contract suite without its lifecycle (that boots:
+// TestContractLifecycle) through real gRPC against the local server.
 func TestContract(t *testing.T) {
-	eng := hostengine.New(t.TempDir())
-	defer eng.Close()
+	eng := modaltest.Engine(t, local.EngineOptions{})
 	_, env := localServer(t, eng)
 	providertest.Run(t, func(t *testing.T) provider.SandboxProvider { return newProvider(t, env) },
 		providertest.Options{Kind: provider.KindModal})
@@ -106,8 +106,7 @@ func TestPreflight(t *testing.T) {
 // SDK directly: env file merge, snapshot + restore image, tunnels, exec, service test,
 // CheckSandboxes and idempotent Terminate.
 func TestSDKOperations(t *testing.T) {
-	eng := hostengine.New(t.TempDir())
-	defer eng.Close()
+	eng := modaltest.Engine(t, local.EngineOptions{})
 	_, env := localServer(t, eng)
 	p := newProvider(t, env)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -151,11 +150,14 @@ func TestSDKOperations(t *testing.T) {
 
 	res, err := p.TestServiceCommands(ctx, id, []provider.ConfigurationServiceCommand{{Name: "ok (1)", Command: "echo served"}},
 		provider.ServiceTestOptions{TimeoutMs: 5000, RunID: "r1"})
-	// The host engine cannot cd into the workspace (a host path); the real engine's
-	// end-to-end test checks the output. Here: one result per command, named as §15.8 says.
-	if err != nil || len(res) != 1 || res[0].ExitCode == nil || res[0].LogFile != "/tmp/auto-start-test-r1-0-ok__1_.log" ||
-		res[0].Cwd != "/home/user/workspace" {
+	// One result per command, named as §15.8 says, run in the workspace with its output
+	// also in the log file.
+	if err != nil || len(res) != 1 || res[0].ExitCode == nil || *res[0].ExitCode != 0 || !strings.Contains(res[0].Output, "served") ||
+		res[0].LogFile != "/tmp/auto-start-test-r1-0-ok__1_.log" || res[0].Cwd != "/home/user/workspace" {
 		t.Errorf("TestServiceCommands = %+v, %v", res, err)
+	}
+	if log, err := sb.Filesystem.ReadText(ctx, res[0].LogFile, nil); err != nil || !strings.Contains(log, "served") {
+		t.Errorf("service test log = %q, %v", log, err)
 	}
 
 	snap, err := p.Snapshot(ctx, "session-1", id)

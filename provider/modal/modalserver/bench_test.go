@@ -6,15 +6,15 @@ import (
 
 	modal "github.com/modal-labs/modal-client/go"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/hostengine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 )
 
 // BenchmarkExecRoundTrip is one `true` through the SDK: exec start, stdout read to
-// EOF and wait, over real gRPC to the server (host engine: the cost measured is the
-// protocol's, not namespace setup).
+// EOF and wait, over real gRPC to the server and into the isolated local engine's
+// sandbox (created once, so namespace setup is not in the loop).
 func BenchmarkExecRoundTrip(b *testing.B) {
-	eng := hostengine.New(b.TempDir())
-	defer eng.Close()
+	eng := modaltest.Engine(b, local.EngineOptions{})
 	url, _ := startServer(b, eng)
 	sdkEnv(b, url, true)
 	c := newSDK(b)

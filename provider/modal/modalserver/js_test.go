@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,13 +14,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/hostengine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 )
 
 // TestJSSDK runs Modal's official JS SDK (npm `modal`, pinned in testdata/js with its
-// package-lock.json) against the server: create, exec echo, write+read a file,
-// tunnels, snapshot and create from its image id, list, terminate. It installs the SDK with `npm install --no-save` (from the npm registry) and is
-// skipped only when node or npm is missing.
+// package-lock.json) against the server on the isolated local engine: create, exec
+// echo, write+read a file, a tunnel to an HTTP server that node serves inside the
+// sandbox (the host's node binary, seen through the sandbox's read-only view of the
+// host's root), snapshot and create from its image id, list, terminate. It installs
+// the SDK with `npm install --no-save` (from the npm registry) and is skipped only when
+// node or npm is missing.
 func TestJSSDK(t *testing.T) {
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -46,18 +48,8 @@ func TestJSSDK(t *testing.T) {
 		}
 	}
 
-	eng := hostengine.New(t.TempDir())
-	defer eng.Close()
+	eng := modaltest.Engine(t, local.EngineOptions{})
 	url, srv := startServer(t, eng)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "js tunnel ok") })}
-	go hs.Serve(l)
-	defer hs.Close()
-	port := l.Addr().(*net.TCPAddr).Port
-
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, srv.CACertPEM(), 0o644); err != nil {
 		t.Fatal(err)
@@ -66,7 +58,7 @@ func TestJSSDK(t *testing.T) {
 	node.Dir = dir
 	node.Env = append(os.Environ(), "MODAL_SERVER_URL="+url, "MODAL_TOKEN_ID=ak-jscheck", "MODAL_TOKEN_SECRET=as-jscheck",
 		"MODAL_CONFIG_PATH="+filepath.Join(t.TempDir(), "none.toml"), "MODAL_PROFILE=", "MODAL_ENVIRONMENT=",
-		"TUNNEL_PORT="+strconv.Itoa(port), "NODE_EXTRA_CA_CERTS="+ca)
+		"TUNNEL_PORT="+strconv.Itoa(tunnelPort), "NODE_EXTRA_CA_CERTS="+ca)
 	var stderr bytes.Buffer
 	node.Stderr = &stderr
 	out, err := node.Output()

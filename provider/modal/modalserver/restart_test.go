@@ -8,14 +8,14 @@ import (
 
 	modal "github.com/modal-labs/modal-client/go"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/hostengine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 )
 
 // TestRestart: a new server on the same engine and state dir finds the running
 // sandboxes (through their engine labels) and the snapshot images.
 func TestRestart(t *testing.T) {
-	eng := hostengine.New(t.TempDir())
-	defer eng.Close()
+	eng := modaltest.Engine(t, local.EngineOptions{})
 	state := t.TempDir()
 	serve := func() (*Server, string) {
 		srv, err := New(Options{Engine: eng, StateDir: state})

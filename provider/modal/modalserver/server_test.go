@@ -15,7 +15,8 @@ import (
 
 	modal "github.com/modal-labs/modal-client/go"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/hostengine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
@@ -90,16 +91,19 @@ func execOut(t *testing.T, ctx context.Context, sb *modal.Sandbox, argv []string
 func TestGoSDK(t *testing.T) {
 	for _, v2 := range []bool{true, false} {
 		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {
-			eng := hostengine.New(t.TempDir())
-			defer eng.Close()
+			eng := modaltest.Engine(t, local.EngineOptions{})
 			url, srv := startServer(t, eng)
 			sdkEnv(t, url, v2)
-			testSDKLifecycle(t, newSDK(t), srv)
+			testSDKLifecycle(t, newSDK(t), srv, eng)
 		})
 	}
 }
 
-func testSDKLifecycle(t *testing.T, c *modal.Client, srv *Server) {
+// tunnelPort is the port of the HTTP server inside a test's sandbox (each sandbox has
+// its own network, so any free port of it would do).
+const tunnelPort = 8000
+
+func testSDKLifecycle(t *testing.T, c *modal.Client, srv *Server, eng *local.Engine) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	app, err := c.Apps.FromName(ctx, "sdk-test", &modal.AppFromNameParams{CreateIfMissing: true})
@@ -110,18 +114,8 @@ func testSDKLifecycle(t *testing.T, c *modal.Client, srv *Server) {
 		t.Errorf("Apps.FromName of a missing app without CreateIfMissing succeeded")
 	}
 
-	// A port inside the sandbox: the host engine shares the host's loopback.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello through the tunnel") })}
-	go hs.Serve(l)
-	defer hs.Close()
-	port := l.Addr().(*net.TCPAddr).Port
-
 	img := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands([]string{"RUN echo recorded"}, nil)
-	sb, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{Name: "box-1", EncryptedPorts: []int{port},
+	sb, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{Name: "box-1", EncryptedPorts: []int{tunnelPort},
 		Env: map[string]string{"GREETING": "hi"}, Tags: map[string]string{"k": "v"}})
 	if err != nil {
 		t.Fatalf("Sandboxes.Create: %v", err)
@@ -173,6 +167,16 @@ func testSDKLifecycle(t *testing.T, c *modal.Client, srv *Server) {
 		t.Errorf("Remove: %v", err)
 	}
 
+	// A server inside the sandbox, on its own network, reached through the tunnel.
+	rec, err := srv.lookup(ctx, sb.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	eid := rec.engineID
+	srv.mu.Unlock()
+	modaltest.ServeHTTP(t, eng, eid, tunnelPort, "hello through the tunnel")
+	port := tunnelPort
 	tunnels, err := sb.Tunnels(ctx, 10*time.Second, nil)
 	if err != nil || tunnels[port] == nil {
 		t.Fatalf("Tunnels = %v, %v", tunnels, err)
@@ -260,8 +264,7 @@ func testSDKLifecycle(t *testing.T, c *modal.Client, srv *Server) {
 // TestRegistryImageRefused: an image the engine cannot stand in for is refused the
 // way Modal refuses a failed build, and the message says what is local-only.
 func TestRegistryImageRefused(t *testing.T) {
-	eng := hostengine.New(t.TempDir())
-	defer eng.Close()
+	eng := modaltest.Engine(t, local.EngineOptions{})
 	url, _ := startServer(t, eng)
 	sdkEnv(t, url, true)
 	c := newSDK(t)
@@ -278,8 +281,7 @@ func TestRegistryImageRefused(t *testing.T) {
 
 // TestBadToken: a token pair without Modal's shapes is refused before anything runs.
 func TestBadToken(t *testing.T) {
-	eng := hostengine.New(t.TempDir())
-	defer eng.Close()
+	eng := modaltest.Engine(t, local.EngineOptions{})
 	url, _ := startServer(t, eng)
 	sdkEnv(t, url, true)
 	t.Setenv("MODAL_TOKEN_ID", "not-a-token")
@@ -293,8 +295,7 @@ func TestBadToken(t *testing.T) {
 // TestExecRecordsForgotten: once a client has both streams to EOF and the exit code,
 // the server drops the exec and the output it kept.
 func TestExecRecordsForgotten(t *testing.T) {
-	eng := hostengine.New(t.TempDir())
-	defer eng.Close()
+	eng := modaltest.Engine(t, local.EngineOptions{})
 	url, srv := startServer(t, eng)
 	sdkEnv(t, url, true)
 	c := newSDK(t)

@@ -1,8 +1,8 @@
 // Runs Modal's official JS SDK against the local Modal-compatible server. The Go test
 // (../../js_test.go) starts the server and sets MODAL_SERVER_URL, the token pair and
-// TUNNEL_PORT (a port with an HTTP server behind it). Covers create from a registry
-// name and from an image id, exec, files, tunnels, snapshot, list and terminate.
-// Prints one JSON line.
+// TUNNEL_PORT (the sandbox port this script serves HTTP on, from inside the sandbox,
+// with this same node binary). Covers create from a registry name and from an image
+// id, exec, files, tunnels, snapshot, list and terminate. Prints one JSON line.
 import { ModalClient } from "modal";
 
 const port = Number(process.env.TUNNEL_PORT);
@@ -20,6 +20,14 @@ try {
 
   await sb.filesystem.writeText("written from js\n", "/home/user/js/note.txt");
   out.readBack = await sb.filesystem.readText("/home/user/js/note.txt");
+
+  // An HTTP server inside the sandbox (its own network): a long-running exec that
+  // says "listening" once it does.
+  const server = `require("http").createServer((q, s) => s.end("js tunnel ok"))` +
+    `.listen(${port}, "127.0.0.1", () => console.log("listening"))`;
+  const srv = await sb.exec([process.execPath, "-e", server]);
+  const first = await srv.stdout.getReader().read();
+  if (String(first.value).trim() !== "listening") throw new Error(`server in the sandbox said ${first.value}`);
 
   const tunnels = await sb.tunnels();
   out.tunnelUrl = tunnels[port].url;
