@@ -24,11 +24,7 @@ func sessionMembers(sid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + name + "/stat")
-		if err != nil {
-			continue // gone meanwhile
-		}
-		st, err := procfs.ParseStat(b)
+		st, err := procfs.ReadStat(pid) // an error: gone meanwhile
 		if err != nil || st.Session != sid || st.State == 'Z' || st.State == 'X' {
 			continue
 		}

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
@@ -45,20 +45,11 @@ func (e *Engine) adopt() error {
 
 // procStart returns the start time (clock ticks since boot) and state of pid.
 func procStart(pid int) (uint64, byte, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return 0, 0, false
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0, 0, false
-	}
-	start, err := strconv.ParseUint(f[19], 10, 64)
-	return start, f[0][0], err == nil
+	return st.Start, st.State, true
 }
 
 // initAlive reports whether the sandbox's init still runs.
