@@ -84,9 +84,9 @@ func (b *planBuilder) additional() {
 		TimeoutMs: BackgroundProcessTimeout.Milliseconds(),
 		Command:   "exec " + ShellEscape(mcp) + " api > " + ShellEscape(b.p.SandboxMCPLog()) + " 2>&1"})
 	if b.cfg.Kind == KindE2B {
-		env := map[string]string{"NODE_ENV": "production", "PROLIFERATE_WORKSPACE_ROOT": b.p.Workspace()}
+		env := map[string]string{"NODE_ENV": "production", rules.EnvWorkspaceRoot: b.p.Workspace()}
 		if tok := b.opts.EnvVars[EnvSandboxMCPAuthToken]; tok != "" {
-			env["PROLIFERATE_SESSION_TOKEN"] = tok
+			env[rules.EnvSessionToken] = tok
 		}
 		mode := " --mode=worker"
 		if b.cfg.SandboxAgent {
@@ -100,9 +100,9 @@ func (b *planBuilder) additional() {
 		env := b.agentEnv()
 		env["HOME"] = b.p.Home
 		if b.opts.SessionKind == SessionKindManager {
-			env["PROLIFERATE_GATEWAY_URL"] = b.opts.EnvVars["PROLIFERATE_GATEWAY_URL"]
-			env["PROLIFERATE_GATEWAY_AUTH_TOKEN"] = b.opts.EnvVars[EnvSandboxMCPAuthToken]
-			env["PROLIFERATE_MANAGER_SESSION_ID"] = b.opts.SessionID
+			env[rules.EnvGatewayURL] = b.opts.EnvVars[rules.EnvGatewayURL]
+			env[rules.EnvGatewayAuthToken] = b.opts.EnvVars[EnvSandboxMCPAuthToken]
+			env[rules.EnvManagerSessionID] = b.opts.SessionID
 		}
 		b.bg(Step{Name: "start sandbox-agent", Kind: StepStart, Requires: "sandbox-agent", Env: env,
 			TimeoutMs: BackgroundProcessTimeout.Milliseconds(),

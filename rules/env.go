@@ -36,6 +36,19 @@ const (
 	EnvSessionID = "PROLIFERATE_SESSION_ID"
 )
 
+// Environment of the sandbox's daemons (sandbox-daemon, sandbox-agent), set
+// by the boot plan (provider).
+const (
+	// EnvWorkspaceRoot is the workspace the daemon serves.
+	EnvWorkspaceRoot = "PROLIFERATE_WORKSPACE_ROOT"
+	// EnvSessionToken is the token the daemon accepts (the sidecar's).
+	EnvSessionToken = "PROLIFERATE_SESSION_TOKEN"
+	// EnvGatewayAuthToken is what a manager session's agent sends the gateway.
+	EnvGatewayAuthToken = "PROLIFERATE_GATEWAY_AUTH_TOKEN"
+	// EnvManagerSessionID is the session a manager session's agent manages.
+	EnvManagerSessionID = "PROLIFERATE_MANAGER_SESSION_ID"
+)
+
 // NoToken is the contract's message when neither token variable is set.
 const NoToken = "Auth token not set. Set " + EnvAuthToken + " or " + EnvAuthTokenFallback + "."
 

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 func newCmdTerminal(a *app) *cobra.Command {
@@ -51,7 +52,7 @@ func newCmdTerminal(a *app) *cobra.Command {
 				}
 			}
 			if token == "" {
-				token = a.getenv("SANDBOX_MCP_AUTH_TOKEN")
+				token = a.getenv(rules.EnvAuthToken)
 			}
 			return a.terminal(ctx, url, token)
 		},
