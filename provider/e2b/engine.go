@@ -153,36 +153,32 @@ func (e *Engine) Exec(ctx context.Context, id string, req engine.ExecRequest) (i
 	if err != nil {
 		return -1, engineErr(err)
 	}
-	wctx := ctx
-	if req.Timeout > 0 {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, req.Timeout)
-		defer cancel()
-	}
 	if req.Stdin != nil {
+		// The pump ends with Exec; whatever ends it (the input's end, a
+		// failed send) closes the process's stdin, so nothing waits for
+		// input that will not come.
+		sctx, stop := context.WithCancel(ctx)
+		defer stop()
 		go func() {
+			defer func() {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(sctx), 5*time.Second)
+				_ = ev.CloseStdin(cctx, p.PID)
+				cancel()
+			}()
 			buf := make([]byte, 32<<10)
 			for {
 				n, rerr := req.Stdin.Read(buf)
-				if n > 0 && ev.SendInput(wctx, p.PID, buf[:n]) != nil {
+				if n > 0 && ev.SendInput(sctx, p.PID, buf[:n]) != nil {
 					return
 				}
 				if rerr != nil {
-					_ = ev.CloseStdin(wctx, p.PID)
 					return
 				}
 			}
 		}()
 	}
-	res, err := p.Wait(wctx)
-	if err != nil && wctx.Err() != nil {
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = p.Kill(kctx)
-		cancel()
-		p.Detach()
-		if ctx.Err() != nil {
-			return -1, ctx.Err()
-		}
+	res, timedOut, err := p.WaitFor(ctx, req.Timeout)
+	if timedOut {
 		return 124, engine.ErrTimeout
 	}
 	if err != nil {

@@ -172,6 +172,31 @@ func (p *Process) Wait(ctx context.Context) (ProcessResult, error) {
 	}
 }
 
+// WaitFor waits for the process at most timeout (none when 0). When the
+// timeout or ctx ends the wait, it ends the command too, not just the
+// reading of it: it kills the process and stops reading. timedOut says the
+// timeout struck; when ctx ended, the error is ctx's.
+func (p *Process) WaitFor(ctx context.Context, timeout time.Duration) (res ProcessResult, timedOut bool, err error) {
+	wctx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	res, err = p.Wait(wctx)
+	if err == nil || wctx.Err() == nil {
+		return res, false, err
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	_ = p.Kill(kctx)
+	cancel()
+	p.Detach()
+	if ctx.Err() != nil {
+		return ProcessResult{}, false, ctx.Err()
+	}
+	return ProcessResult{}, true, nil
+}
+
 // Detach stops reading the process's events; the process keeps running.
 func (p *Process) Detach() { p.body.Close() }
 
@@ -242,22 +267,8 @@ func (e *Envd) Run(ctx context.Context, command string, o RunOptions) (RunResult
 	if err != nil {
 		return RunResult{}, err
 	}
-	wctx := ctx
-	if o.Timeout > 0 {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, o.Timeout)
-		defer cancel()
-	}
-	res, err := p.Wait(wctx)
-	if err != nil && wctx.Err() != nil {
-		// The deadline (or the caller) ends the command, not just our reading of it.
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = p.Kill(kctx)
-		cancel()
-		p.Detach()
-		if ctx.Err() != nil {
-			return RunResult{}, ctx.Err()
-		}
+	res, timedOut, err := p.WaitFor(ctx, o.Timeout)
+	if timedOut {
 		return RunResult{ExitCode: 124, Stdout: stdout.String(), Stderr: stderr.String(), TimedOut: true}, nil
 	}
 	if err != nil {
