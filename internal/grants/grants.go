@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // Defaults of the wire contract.
@@ -100,23 +101,6 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
-// message applies the gateway's error-body rule: "error", else "message", else "HTTP <status>".
-func message(status int, body []byte) string {
-	var b struct {
-		Error   any `json:"error"`
-		Message any `json:"message"`
-	}
-	if json.Unmarshal(body, &b) == nil {
-		if s, ok := b.Error.(string); ok && s != "" {
-			return s
-		}
-		if s, ok := b.Message.(string); ok && s != "" {
-			return s
-		}
-	}
-	return "HTTP " + strconv.Itoa(status)
-}
-
 // do sends one request and returns the status and body.
 func (c *Client) do(ctx context.Context, method, path string, in any) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -153,14 +137,15 @@ func (c *Client) do(ctx context.Context, method, path string, in any) (int, []by
 	return resp.StatusCode, b, nil
 }
 
-// get is do for plain reads: ≥400 is an *Error.
+// simple is do for plain calls: ≥400 is an *Error with the gateway's
+// error-body rule ("error", else "message", else "HTTP <status>").
 func (c *Client) simple(ctx context.Context, method, path string, in any) (json.RawMessage, error) {
 	status, body, err := c.do(ctx, method, path, in)
 	if err != nil {
 		return nil, err
 	}
 	if status >= 400 {
-		return nil, &Error{Status: status, Message: message(status, body)}
+		return nil, &Error{Status: status, Message: sidecar.ErrorMessage(status, body, true)}
 	}
 	return body, nil
 }
@@ -287,7 +272,7 @@ func (c *Client) Run(ctx context.Context, integration, action string, params jso
 		}
 		return nil, &Error{Status: status, Message: msg}
 	case status >= 400:
-		return nil, &Error{Status: status, Message: message(status, body)}
+		return nil, &Error{Status: status, Message: sidecar.ErrorMessage(status, body, true)}
 	}
 	var env envelope
 	_ = json.Unmarshal(body, &env)
@@ -323,7 +308,7 @@ func (c *Client) poll(ctx context.Context, id string, w Waiter) (json.RawMessage
 			return nil, err
 		}
 		if status >= 400 {
-			return nil, &Error{Status: status, Message: message(status, body)}
+			return nil, &Error{Status: status, Message: sidecar.ErrorMessage(status, body, true)}
 		}
 		var env envelope
 		if err := json.Unmarshal(body, &env); err != nil {
