@@ -142,7 +142,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in any) (json.RawM
 		return nil, fmt.Errorf("read %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode >= 400 {
-		return nil, &APIError{Status: resp.StatusCode, Message: ErrorMessage(resp.StatusCode, body, false), Body: body}
+		return nil, newAPIError(resp.StatusCode, body)
 	}
 	return body, nil
 }
@@ -166,24 +166,18 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 // caller closes the response body.
 func (c *Client) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
 	var payload []byte
+	contentType := ""
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return nil, fmt.Errorf("encode request: %w", err)
 		}
-		payload = b
+		payload, contentType = b, "application/json"
 	}
-	target := c.base.String() + path
 	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, method, target, bytes.NewReader(payload))
+		req, err := c.newRequest(ctx, method, path, contentType, bytes.NewReader(payload))
 		if err != nil {
-			return nil, fmt.Errorf("build request: %w", err)
-		}
-		if in != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		if c.token != "" {
-			req.Header.Set("Authorization", "Bearer "+c.token)
+			return nil, err
 		}
 		resp, err := c.hc.Do(req)
 		if err == nil {
@@ -206,6 +200,35 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 		case <-t.C:
 		}
 	}
+}
+
+// newRequest builds a request to path with the token and, when contentType
+// is not empty, that Content-Type.
+func (c *Client) newRequest(ctx context.Context, method, path, contentType string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base.String()+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
+}
+
+// newAPIError is the *APIError of an answer with status ≥ 400 and body.
+func newAPIError(status int, body []byte) *APIError {
+	return &APIError{Status: status, Message: ErrorMessage(status, body, false), Body: body}
+}
+
+// readAPIError reads (at most 1 MiB of) a failed answer's body, closes it
+// and returns its *APIError; for answers whose success body is a stream.
+func readAPIError(resp *http.Response) *APIError {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return newAPIError(resp.StatusCode, b)
 }
 
 // unwrapURL drops *url.Error's repetition of method and URL.

@@ -68,15 +68,9 @@ func (c *Client) GitChangeset(ctx context.Context, repoID, base string) (apitype
 // raw sends one request with a raw body (no retry: a stream cannot be
 // replayed) and returns a 2xx response; any other status is an *APIError.
 func (c *Client) raw(ctx context.Context, method, path, contentType string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base.String()+path, body)
+	req, err := c.newRequest(ctx, method, path, contentType, body)
 	if err != nil {
-		return nil, fmt.Errorf("build request: %w", err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+		return nil, err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -86,9 +80,7 @@ func (c *Client) raw(ctx context.Context, method, path, contentType string, body
 		return nil, fmt.Errorf("%s %s: %w", method, path, unwrapURL(err))
 	}
 	if resp.StatusCode >= 400 {
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return nil, &APIError{Status: resp.StatusCode, Message: ErrorMessage(resp.StatusCode, b, false), Body: b}
+		return nil, readAPIError(resp)
 	}
 	return resp, nil
 }

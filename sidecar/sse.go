@@ -42,9 +42,7 @@ func (c *Client) OpenStream(ctx context.Context, path string) (*EventStream, err
 		return nil, err
 	}
 	if resp.StatusCode >= 400 {
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return nil, &APIError{Status: resp.StatusCode, Message: ErrorMessage(resp.StatusCode, body, false), Body: body}
+		return nil, readAPIError(resp)
 	}
 	return &EventStream{body: resp.Body, r: NewEventReader(resp.Body)}, nil
 }
