@@ -84,6 +84,9 @@ func TestUsageAndExitCodes(t *testing.T) {
 		{"unknown flag", sidecar, []string{"services", "list", "--bogus"}, 2, "Error: unknown flag: --bogus"},
 		{"extra argument", sidecar, []string{"services", "list", "x"}, 2, `Error: unexpected argument "x" for "proliferate services list"`},
 		{"no token", map[string]string{}, []string{"services", "list"}, 2, "Error: " + errNoToken},
+		// A server-only variable the CLI does not read must not fail it.
+		{"no token, bad server setting", map[string]string{"SANDBOX_MCP_MAX_TERMINALS": "abc"}, []string{"services", "list"}, 2, "Error: " + errNoToken},
+		{"actions no gateway, bad server setting", map[string]string{"SANDBOX_MCP_MAX_TERMINALS": "abc"}, []string{"actions", "list"}, 1, "Error: Actions require PROLIFERATE_GATEWAY_URL and PROLIFERATE_SESSION_ID"},
 		{"start no name", sidecar, []string{"services", "start", "--command", "x"}, 2, "Error: Missing required flag: --name"},
 		{"start empty name", sidecar, []string{"services", "start", "--name=", "--command", "x"}, 2, "Error: Missing required flag: --name"},
 		{"start no command", sidecar, []string{"services", "start", "--name", "x"}, 2, "Error: Missing required flag: --command"},

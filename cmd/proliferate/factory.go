@@ -68,10 +68,8 @@ func newFactory(getenv func(string) string, stdin io.Reader, stdout, stderr io.W
 	}
 }
 
-// config reads the environment through internal/config.
-func (f *Factory) config() (config.Config, error) {
-	return config.Load(f.Getenv, ".")
-}
+// config reads what the CLI needs of the environment through internal/config.
+func (f *Factory) config() config.Client { return config.LoadClient(f.Getenv) }
 
 // errNoToken is the contract's message when neither token variable is set.
 const errNoToken = rules.NoToken
@@ -80,10 +78,7 @@ const errNoToken = rules.NoToken
 // http(s)://host[:port] is a usage error. While a refused connection is
 // retried it says once on stderr what it is waiting for.
 func (f *Factory) Sidecar() (*sidecar.Client, error) {
-	cfg, err := f.config()
-	if err != nil {
-		return nil, err
-	}
+	cfg := f.config()
 	if cfg.Token == "" {
 		return nil, usageErrorf("%s", errNoToken)
 	}
@@ -131,10 +126,7 @@ func (t *sidecarTarget) explain(err error) error {
 
 // Gateway returns the actions gateway client.
 func (f *Factory) Gateway() (*grants.Client, error) {
-	cfg, err := f.config()
-	if err != nil {
-		return nil, err
-	}
+	cfg := f.config()
 	c, err := grants.New(grants.Options{
 		GatewayURL: cfg.GatewayURL, SessionID: cfg.SessionID, Token: cfg.Token,
 		HTTPClient: f.HTTPClient, PollInterval: f.ActionPoll, Now: f.Now,

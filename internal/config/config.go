@@ -139,7 +139,6 @@ func (c Config) LogDir() string { return filepath.Join(c.StateDir, "logs") }
 func Load(getenv func(string) string, cwd string) (Config, error) {
 	c := Config{
 		Addr:             or(getenv(rules.EnvAddr), DefaultAddr),
-		Token:            or(getenv(rules.EnvAuthToken), getenv(rules.EnvAuthTokenFallback)),
 		StateDir:         or(getenv(rules.EnvStateDir), DefaultStateDir),
 		CaddySnippet:     or(getenv(rules.EnvCaddySnippet), DefaultCaddySnippet),
 		CaddyAdmin:       or(getenv(rules.EnvCaddyAdmin), DefaultCaddyAdmin),
@@ -149,17 +148,9 @@ func Load(getenv func(string) string, cwd string) (Config, error) {
 		EnvOverridesFile: DefaultEnvOverrides,
 		LogLevel:         or(getenv(rules.EnvLogLevel), DefaultLogLevel),
 		GOGC:             getenv(rules.EnvGOGC),
-		GatewayURL:       strings.TrimRight(getenv(rules.EnvGatewayURL), "/"),
-		SessionID:        getenv(rules.EnvSessionID),
 	}
-	switch {
-	case getenv(rules.EnvSidecarURL) != "":
-		c.SidecarURL, c.SidecarURLFrom = getenv(rules.EnvSidecarURL), rules.EnvSidecarURL
-	case urlForAddr(getenv(rules.EnvAddr)) != DefaultSidecarURL:
-		c.SidecarURL, c.SidecarURLFrom = urlForAddr(getenv(rules.EnvAddr)), rules.EnvAddr
-	default:
-		c.SidecarURL = DefaultSidecarURL
-	}
+	cl := LoadClient(getenv)
+	c.Token, c.SidecarURL, c.SidecarURLFrom, c.GatewayURL, c.SessionID = cl.Token, cl.SidecarURL, cl.SidecarURLFrom, cl.GatewayURL, cl.SessionID
 	if v := getenv(rules.EnvMaxTerminals); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > rules.MaxTerminalsCeiling {
@@ -167,7 +158,6 @@ func Load(getenv func(string) string, cwd string) (Config, error) {
 		}
 		c.MaxTerminals = n
 	}
-	c.SidecarURL = strings.TrimRight(c.SidecarURL, "/")
 	ws, err := WorkspaceDir(getenv, cwd)
 	if err != nil {
 		return Config{}, err
@@ -186,6 +176,35 @@ func Load(getenv func(string) string, cwd string) (Config, error) {
 		c.CaddySnippet = filepath.Join(c.StateDir, "caddy", "user.caddy")
 	}
 	return c, nil
+}
+
+// Client is the part of Config a caller of the API and the gateway needs
+// (proliferate's services and actions commands).
+type Client struct {
+	Token                      string
+	SidecarURL, SidecarURLFrom string
+	GatewayURL, SessionID      string
+}
+
+// LoadClient reads Client from getenv. Unlike Load it touches no file and
+// refuses nothing, so a server-only variable the CLI does not use (a bad
+// SANDBOX_MCP_MAX_TERMINALS, say) cannot fail a CLI command.
+func LoadClient(getenv func(string) string) Client {
+	c := Client{
+		Token:      or(getenv(rules.EnvAuthToken), getenv(rules.EnvAuthTokenFallback)),
+		GatewayURL: strings.TrimRight(getenv(rules.EnvGatewayURL), "/"),
+		SessionID:  getenv(rules.EnvSessionID),
+	}
+	switch u := urlForAddr(getenv(rules.EnvAddr)); {
+	case getenv(rules.EnvSidecarURL) != "":
+		c.SidecarURL, c.SidecarURLFrom = getenv(rules.EnvSidecarURL), rules.EnvSidecarURL
+	case u != DefaultSidecarURL:
+		c.SidecarURL, c.SidecarURLFrom = u, rules.EnvAddr
+	default:
+		c.SidecarURL = DefaultSidecarURL
+	}
+	c.SidecarURL = strings.TrimRight(c.SidecarURL, "/")
+	return c
 }
 
 // WorkspaceDir resolves the workspace as the sidecar and the CLI both do:

@@ -26,6 +26,9 @@ func TestSidecarURL(t *testing.T) {
 			if c.SidecarURL != tt.want {
 				t.Errorf("Load(%v).SidecarURL = %q, want %q", tt.env, c.SidecarURL, tt.want)
 			}
+			if cl := LoadClient(func(k string) string { return tt.env[k] }); cl.SidecarURL != tt.want || cl.SidecarURLFrom != c.SidecarURLFrom {
+				t.Errorf("LoadClient(%v) = %q from %q, want %q from %q as Load", tt.env, cl.SidecarURL, cl.SidecarURLFrom, tt.want, c.SidecarURLFrom)
+			}
 		})
 	}
 }
