@@ -10,18 +10,14 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 // BenchmarkServicesListExec measures the wall time of running the built
 // `proliferate services list` binary against a loopback sidecar with five
 // services: process start, config, one HTTP request, JSON output.
 func BenchmarkServicesListExec(b *testing.B) {
-	bin := filepath.Join(b.TempDir(), "proliferate")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := filepath.Join(testutil.Commands(b, "proliferate"), "proliferate")
 	s := newStandIn(b, "bench-token")
 	for i := range 5 {
 		s.start(apitype.StartServiceRequest{Name: "svc" + string(rune('a'+i)), Command: "npm run dev"})

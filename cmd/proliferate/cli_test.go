@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/internal/version"
 )
 
@@ -58,13 +59,7 @@ func sidecarEnv(url, token string) map[string]string {
 
 // closedURL is a loopback URL where nothing listens.
 func closedURL(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr
+	return "http://127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
 }
 
 func TestUsageAndExitCodes(t *testing.T) {

@@ -2,13 +2,13 @@ package main
 
 import (
 	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -50,19 +50,5 @@ func TestHelpGolden(t *testing.T) {
 
 func golden(t *testing.T, path, got string) {
 	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run go test -update): %v", err)
-	}
-	if d := cmp.Diff(string(want), got); d != "" {
-		t.Errorf("%s (-want +got):\n%s", path, d)
-	}
+	testutil.Golden(t, path, []byte(got), *update)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -331,19 +333,7 @@ func FuzzParse(f *testing.F) {
 
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run with -update): %v", err)
-	}
-	if d := cmp.Diff(string(want), string(got)); d != "" {
-		t.Errorf("%s (-want +got):\n%s", path, d)
-	}
+	testutil.Golden(t, filepath.Join("testdata", name+".golden"), got, *update)
 }
 
 // FuzzSpec: any --spec is refused or resolves to files inside the workspace.
