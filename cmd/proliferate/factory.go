@@ -82,10 +82,7 @@ func (f *Factory) Sidecar() (*sidecar.Client, error) {
 	if cfg.Token == "" {
 		return nil, usageErrorf("%s", errNoToken)
 	}
-	t := &sidecarTarget{url: cfg.SidecarURL, urlFrom: cfg.SidecarURLFrom, tokenFrom: rules.EnvAuthToken}
-	if f.Getenv(rules.EnvAuthToken) == "" {
-		t.tokenFrom = rules.EnvAuthTokenFallback
-	}
+	t := &sidecarTarget{url: cfg.SidecarURL, urlFrom: cfg.SidecarURLFrom, tokenFrom: cfg.TokenFrom}
 	var once sync.Once
 	c, err := sidecar.New(sidecar.Options{BaseURL: cfg.SidecarURL, Token: cfg.Token, HTTPClient: f.HTTPClient, RetryDelay: f.RetryDelay,
 		OnRetry: func(error, int) {

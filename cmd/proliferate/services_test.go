@@ -347,3 +347,17 @@ func TestWaitInterrupted(t *testing.T) {
 		t.Errorf("interrupted wait = %d %q %q, want 130 and no output", r.code, r.stdout, r.stderr)
 	}
 }
+
+// A rejected token keeps the sidecar's message and names the variable the
+// token came from, the fallback variable included.
+func TestRejectedTokenNamesItsVariable(t *testing.T) {
+	s, _ := newSidecar(t)
+	url := s.serve()
+	for _, name := range []string{"SANDBOX_MCP_AUTH_TOKEN", "SERVICE_TO_SERVICE_AUTH_TOKEN"} {
+		r := cli(t, t.Context(), map[string]string{"PROLIFERATE_SANDBOX_MCP_URL": url, name: "wrong"}, fast, "services", "list")
+		want := "Error: Unauthorized (the sidecar at " + url + " rejected the token from " + name + ")\n"
+		if r.code != 1 || r.stderr != want {
+			t.Errorf("list with a wrong %s = %d %q, want 1 %q", name, r.code, r.stderr, want)
+		}
+	}
+}

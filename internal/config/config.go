@@ -181,7 +181,10 @@ func Load(getenv func(string) string, cwd string) (Config, error) {
 // Client is the part of Config a caller of the API and the gateway needs
 // (proliferate's services and actions commands).
 type Client struct {
-	Token                      string
+	// Token is the bearer token; TokenFrom names the variable it came from.
+	Token, TokenFrom string
+	// SidecarURL is where the API is; SidecarURLFrom names the variable it
+	// came from, or "" for the default, so errors can say what to change.
 	SidecarURL, SidecarURLFrom string
 	GatewayURL, SessionID      string
 }
@@ -191,9 +194,14 @@ type Client struct {
 // SANDBOX_MCP_MAX_TERMINALS, say) cannot fail a CLI command.
 func LoadClient(getenv func(string) string) Client {
 	c := Client{
-		Token:      or(getenv(rules.EnvAuthToken), getenv(rules.EnvAuthTokenFallback)),
 		GatewayURL: strings.TrimRight(getenv(rules.EnvGatewayURL), "/"),
 		SessionID:  getenv(rules.EnvSessionID),
+	}
+	for _, name := range []string{rules.EnvAuthToken, rules.EnvAuthTokenFallback} {
+		if v := getenv(name); v != "" {
+			c.Token, c.TokenFrom = v, name
+			break
+		}
 	}
 	switch u := urlForAddr(getenv(rules.EnvAddr)); {
 	case getenv(rules.EnvSidecarURL) != "":

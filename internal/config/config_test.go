@@ -155,3 +155,20 @@ func TestMaxTerminals(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadClientToken(t *testing.T) {
+	tests := []struct {
+		env             map[string]string
+		token, fromName string
+	}{
+		{nil, "", ""},
+		{map[string]string{"SANDBOX_MCP_AUTH_TOKEN": "a", "SERVICE_TO_SERVICE_AUTH_TOKEN": "b"}, "a", "SANDBOX_MCP_AUTH_TOKEN"},
+		{map[string]string{"SERVICE_TO_SERVICE_AUTH_TOKEN": "b"}, "b", "SERVICE_TO_SERVICE_AUTH_TOKEN"},
+	}
+	for _, tt := range tests {
+		c := LoadClient(func(k string) string { return tt.env[k] })
+		if c.Token != tt.token || c.TokenFrom != tt.fromName {
+			t.Errorf("LoadClient(%v) token %q from %q, want %q from %q", tt.env, c.Token, c.TokenFrom, tt.token, tt.fromName)
+		}
+	}
+}
