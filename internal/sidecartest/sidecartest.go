@@ -7,11 +7,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -55,12 +55,7 @@ func Start(t testing.TB, bin string, env ...string) *Sidecar {
 	if err := os.MkdirAll(s.Workspace, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
 	s.URL = "http://" + addr
 	s.Env = []string{
 		rules.EnvAuthToken + "=" + Token,
