@@ -36,8 +36,8 @@ func NewCmdServicesLogs(f *Factory, runF func(*LogsOptions) error) *cobra.Comman
 		Long: `Print a service's log as the sidecar streams it: each SSE payload
 ({"type":"initial"|"append"|"error",…}) on its own line. Without --follow it
 stops after the first payload (an empty log, which the sidecar announces with
-no payload at all, prints {"type":"initial"} after 2 s); with --follow it runs
-until the stream ends or Ctrl-C (exit 130).
+no payload at all, prints {"type":"initial","content":""} after 2 s); with
+--follow it runs until the stream ends or Ctrl-C (exit 130).
 
 --raw prints only the log text. --tail N prints the last N lines instead
 ({"lines":[…]}, or the bare lines with --raw).`,
