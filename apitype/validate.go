@@ -15,8 +15,9 @@ import (
 var StopSignals = []string{"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"}
 
 // Validate reports the first reason the sidecar refuses r, checked the same
-// way wherever a start request enters: the service manager, and the CLI and
-// the MCP server before they send one. A value outside its bound is a
+// way where a start request enters: the service manager, and the MCP server
+// before it sends one. (The CLI checks its flags itself, naming them in its
+// messages, and the bounds through Bounds.) A value outside its bound is a
 // *rules.LimitError naming the field. What depends on the machine (the cwd
 // exists, the service cap) is checked by the service manager alone.
 func (r StartServiceRequest) Validate() error {
