@@ -62,14 +62,21 @@ func lookupService(ctx context.Context, c *sidecar.Client, name string) (svc api
 	if !unsupported(err) {
 		return svc, false, err
 	}
+	svc, err = findInList(ctx, c, name)
+	return svc, true, err
+}
+
+// findInList finds one service in GET /api/services; unknown is
+// `Service "N" not found`.
+func findInList(ctx context.Context, c *sidecar.Client, name string) (apitype.ServiceInfo, error) {
 	list, err := c.ListServices(ctx)
 	if err != nil {
-		return svc, true, err
+		return apitype.ServiceInfo{}, err
 	}
 	for _, s := range list.Services {
 		if s.Name == name {
-			return s, true, nil
+			return s, nil
 		}
 	}
-	return svc, true, notFound(name)
+	return apitype.ServiceInfo{}, notFound(name)
 }

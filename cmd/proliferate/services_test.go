@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -173,6 +174,11 @@ func TestWaitOldSidecar(t *testing.T) {
 	s.old = true
 	if r := cli(t, t.Context(), env, fast, "services", "start", "--name", "web", "--command", "x", "--wait"); r.code != 0 {
 		t.Errorf("start --wait on an old sidecar = %d %q, want 0 (running counts as ready)", r.code, r.stderr)
+	}
+	// Once the sidecar has shown it lacks GET /api/services/{name}, the
+	// polls read the list only.
+	if n := slices.Index(s.callLog(), "GET /api/services"); n < 0 || slices.Contains(s.callLog()[n:], "GET /api/services/web") {
+		t.Errorf("calls = %q, want GET /api/services/web only before the first GET /api/services", s.callLog())
 	}
 }
 

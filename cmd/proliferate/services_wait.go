@@ -63,7 +63,7 @@ func (w *waiter) ready(ctx context.Context) error {
 	t := time.NewTicker(w.f.ServicePoll)
 	defer t.Stop()
 	for {
-		svc, fromList, err := lookupService(ctx, w.c, w.name)
+		svc, fromList, err := w.lookup(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return &interruptedError{}

@@ -20,6 +20,20 @@ type waiter struct {
 	// stopOnTimeout stops the service when timeout runs out; stopFlag says
 	// the command offers --stop-on-timeout, so the message can point to it.
 	stopOnTimeout, stopFlag bool
+	// listOnly is set once the sidecar turned out too old for
+	// GET /api/services/{name}: later polls read the list alone.
+	listOnly bool
+}
+
+// lookup is lookupService for the polls of one wait.
+func (w *waiter) lookup(ctx context.Context) (svc apitype.ServiceInfo, fromList bool, err error) {
+	if w.listOnly {
+		svc, err = findInList(ctx, w.c, w.name)
+		return svc, true, err
+	}
+	svc, fromList, err = lookupService(ctx, w.c, w.name)
+	w.listOnly = fromList
+	return svc, fromList, err
 }
 
 // checkWaitFlags checks the flags that shape --wait.
@@ -47,7 +61,7 @@ func (w *waiter) settled(ctx context.Context, started apitype.ServiceInfo, settl
 	t := time.NewTicker(w.f.ServicePoll)
 	defer t.Stop()
 	for {
-		svc, _, err := lookupService(ctx, w.c, w.name)
+		svc, _, err := w.lookup(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return &interruptedError{}
