@@ -255,7 +255,7 @@ func (c *Client) AuthCheck(ctx context.Context) error {
 // ListServices calls GET /api/services.
 func (c *Client) ListServices(ctx context.Context) (apitype.ServicesResponse, error) {
 	var out apitype.ServicesResponse
-	err := c.call(ctx, http.MethodGet, "/api/services", nil, &out)
+	err := c.call(ctx, http.MethodGet, ServicesPath, nil, &out)
 	return out, err
 }
 
@@ -269,7 +269,7 @@ func (c *Client) GetService(ctx context.Context, name string) (apitype.ServiceIn
 // StartService calls POST /api/services.
 func (c *Client) StartService(ctx context.Context, req apitype.StartServiceRequest) (apitype.ServiceInfo, error) {
 	var out apitype.ServiceResponse
-	err := c.call(ctx, http.MethodPost, "/api/services", req, &out)
+	err := c.call(ctx, http.MethodPost, ServicesPath, req, &out)
 	return out.Service, err
 }
 
@@ -281,7 +281,7 @@ func (c *Client) StopService(ctx context.Context, name string) error {
 // RestartService calls POST /api/services/{name}/restart.
 func (c *Client) RestartService(ctx context.Context, name string) (apitype.ServiceInfo, error) {
 	var out apitype.ServiceResponse
-	err := c.call(ctx, http.MethodPost, ServicePath(name)+"/restart", nil, &out)
+	err := c.call(ctx, http.MethodPost, RestartPath(name), nil, &out)
 	return out.Service, err
 }
 
@@ -289,21 +289,21 @@ func (c *Client) RestartService(ctx context.Context, name string) (apitype.Servi
 // *APIError whose Body still carries exposedPort.
 func (c *Client) Expose(ctx context.Context, port int) (apitype.ExposeResponse, error) {
 	var out apitype.ExposeResponse
-	err := c.call(ctx, http.MethodPost, "/api/expose", map[string]int{"port": port}, &out)
+	err := c.call(ctx, http.MethodPost, ExposePath, map[string]int{"port": port}, &out)
 	return out, err
 }
 
 // ExposeStatus calls GET /api/expose: where the preview site goes now.
 func (c *Client) ExposeStatus(ctx context.Context) (apitype.ExposeStatus, error) {
 	var out apitype.ExposeStatus
-	err := c.call(ctx, http.MethodGet, "/api/expose", nil, &out)
+	err := c.call(ctx, http.MethodGet, ExposePath, nil, &out)
 	return out, err
 }
 
 // LogTail calls GET /api/logs/{name}?tail=n.
 func (c *Client) LogTail(ctx context.Context, name string, n int) ([]string, error) {
 	var out apitype.LogLinesResponse
-	err := c.call(ctx, http.MethodGet, LogsPath(name)+"?tail="+strconv.Itoa(n), nil, &out)
+	err := c.call(ctx, http.MethodGet, LogTailPath(name, n), nil, &out)
 	return out.Lines, err
 }
 
@@ -332,8 +332,22 @@ func (c *Client) GitDiff(ctx context.Context, repoID, path string) (string, erro
 	return out.Diff, err
 }
 
-// ServicePath is the URL path of one service.
-func ServicePath(name string) string { return "/api/services/" + url.PathEscape(name) }
+// URL paths of the API, for callers that send a request with Do (or open a
+// stream) themselves, as the CLI does to print answers as they came.
+const (
+	ServicesPath = "/api/services"
+	ExposePath   = "/api/expose"
+	EventsPath   = "/api/events"
+)
 
-// LogsPath is the URL path of one service's log.
+// ServicePath is the URL path of one service.
+func ServicePath(name string) string { return ServicesPath + "/" + url.PathEscape(name) }
+
+// RestartPath is the URL path that restarts one service.
+func RestartPath(name string) string { return ServicePath(name) + "/restart" }
+
+// LogsPath is the URL path of one service's log (an SSE stream).
 func LogsPath(name string) string { return "/api/logs/" + url.PathEscape(name) }
+
+// LogTailPath is the URL path of the last n lines of one service's log.
+func LogTailPath(name string, n int) string { return LogsPath(name) + "?tail=" + strconv.Itoa(n) }

@@ -89,7 +89,7 @@ func (c *Client) Logs(ctx context.Context, name string, fn func(raw []byte, f ap
 
 // Events follows GET /api/events.
 func (c *Client) Events(ctx context.Context, fn func(apitype.Event) error) error {
-	return c.Stream(ctx, "/api/events", func(data []byte) error {
+	return c.Stream(ctx, EventsPath, func(data []byte) error {
 		var e apitype.Event
 		if err := json.Unmarshal(data, &e); err != nil {
 			return fmt.Errorf("decode event: %w", err)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"github.com/spf13/cobra"
+
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // NewCmdServicesEvents builds `services events`.
@@ -22,7 +24,7 @@ one JSON object per line: started, ready, exited (with exitCode), restarting
 			if err != nil {
 				return err
 			}
-			err = c.Stream(o.Ctx, "/api/events", func(data []byte) error { return printJSON(f.IO.Out, data) })
+			err = c.Stream(o.Ctx, sidecar.EventsPath, func(data []byte) error { return printJSON(f.IO.Out, data) })
 			if err != nil && o.Ctx.Err() != nil {
 				return &interruptedError{}
 			}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // ExposeOptions are the inputs of `services expose`.
@@ -47,7 +49,7 @@ func exposeRun(o *ExposeOptions) error {
 	if err != nil {
 		return err
 	}
-	body, err := c.Do(o.Ctx, http.MethodPost, "/api/expose", map[string]int{"port": o.Port})
+	body, err := c.Do(o.Ctx, http.MethodPost, sidecar.ExposePath, map[string]int{"port": o.Port})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 
 	"github.com/spf13/cobra"
+
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // ListOptions are the inputs of `services list`.
@@ -34,7 +36,7 @@ func listRun(o *ListOptions) error {
 	if err != nil {
 		return err
 	}
-	body, err := c.Do(o.Ctx, http.MethodGet, "/api/services", nil)
+	body, err := c.Do(o.Ctx, http.MethodGet, sidecar.ServicesPath, nil)
 	if err != nil {
 		return err
 	}

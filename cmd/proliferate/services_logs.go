@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -73,7 +72,7 @@ func logsRun(o *LogsOptions) error {
 	}
 	out := o.Factory.IO.Out
 	if o.Tail > 0 {
-		body, err := c.Do(o.Ctx, http.MethodGet, sidecar.LogsPath(o.Name)+"?tail="+strconv.Itoa(o.Tail), nil)
+		body, err := c.Do(o.Ctx, http.MethodGet, sidecar.LogTailPath(o.Name, o.Tail), nil)
 		if err != nil {
 			return err
 		}

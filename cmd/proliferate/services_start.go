@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // StartOptions are the inputs of `services start`.
@@ -196,7 +197,7 @@ func startRun(o *StartOptions) error {
 	if err != nil {
 		return err
 	}
-	body, err := c.Do(o.Ctx, http.MethodPost, "/api/services", o.Request)
+	body, err := c.Do(o.Ctx, http.MethodPost, sidecar.ServicesPath, o.Request)
 	if err != nil {
 		return err
 	}
