@@ -48,6 +48,16 @@ type ServiceInfo struct {
 	StopTimeoutMs *int              `json:"stopTimeoutMs,omitempty"`
 }
 
+// StartRequest is the request that starts s again with the options it was
+// started with.
+func (s ServiceInfo) StartRequest() StartServiceRequest {
+	return StartServiceRequest{
+		Name: s.Name, Command: s.Command, Cwd: s.Cwd,
+		Restart: s.Restart, MaxRestarts: s.MaxRestarts, Readiness: s.Readiness,
+		Env: s.Env, StopSignal: s.StopSignal, StopTimeoutMs: s.StopTimeoutMs,
+	}
+}
+
 // Readiness is how a service proves it is ready: exactly one of TCP, HTTP or Log.
 type Readiness struct {
 	TCP       *int   `json:"tcp,omitempty"`

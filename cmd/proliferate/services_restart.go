@@ -36,11 +36,7 @@ func restartRun(o *NameOptions) error {
 	if _, err := c.Do(o.Ctx, http.MethodDelete, sidecar.ServicePath(o.Name), nil); err != nil {
 		return err
 	}
-	body, err = c.Do(o.Ctx, http.MethodPost, sidecar.ServicesPath, apitype.StartServiceRequest{
-		Name: svc.Name, Command: svc.Command, Cwd: svc.Cwd,
-		Restart: svc.Restart, MaxRestarts: svc.MaxRestarts, Readiness: svc.Readiness,
-		Env: svc.Env, StopSignal: svc.StopSignal, StopTimeoutMs: svc.StopTimeoutMs,
-	})
+	body, err = c.Do(o.Ctx, http.MethodPost, sidecar.ServicesPath, svc.StartRequest())
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,34 @@
+package apitype
+
+import (
+	"reflect"
+	"testing"
+)
+
+// StartRequest carries every option of StartServiceRequest that ServiceInfo
+// echoes back, so a restart from the info loses none (a field added to both
+// types and not to StartRequest fails here).
+func TestStartRequestCarriesEveryOption(t *testing.T) {
+	tcp, n, ms := 3000, 2, 700
+	info := ServiceInfo{
+		Name: "web", Command: "npm run dev", Cwd: "/w", PID: 9, Status: StatusRunning,
+		Restart: RestartOnFailure, MaxRestarts: &n, Readiness: &Readiness{TCP: &tcp, TimeoutMs: 5},
+		Env: map[string]string{"K": "v"}, StopSignal: "SIGINT", StopTimeoutMs: &ms,
+	}
+	req := info.StartRequest()
+	rv, iv := reflect.ValueOf(req), reflect.ValueOf(info)
+	for i := range rv.NumField() {
+		name := rv.Type().Field(i).Name
+		src := iv.FieldByName(name)
+		if !src.IsValid() {
+			t.Errorf("ServiceInfo has no field %s to echo StartServiceRequest.%s", name, name)
+			continue
+		}
+		if src.IsZero() {
+			t.Errorf("test info leaves %s zero; set it so the copy is checked", name)
+		}
+		if !reflect.DeepEqual(rv.Field(i).Interface(), src.Interface()) {
+			t.Errorf("StartRequest().%s = %v, want %v", name, rv.Field(i).Interface(), src.Interface())
+		}
+	}
+}
