@@ -6,14 +6,41 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
+
+// sandboxMCPBin is cmd/sandbox-mcp, built by the first end-to-end test into
+// dir, which TestMain removes.
+var sandboxMCPBin struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// sandboxMCP returns the path of the sandbox-mcp binary, building it once
+// for all tests of the run.
+func sandboxMCP(t *testing.T) string {
+	t.Helper()
+	b := &sandboxMCPBin
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "proliferate-test-"); b.err == nil {
+			b.err = testutil.BuildCommands(b.dir, "sandbox-mcp")
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return filepath.Join(b.dir, "sandbox-mcp")
+}
 
 // realSidecar starts a real `sandbox-mcp api` and returns the CLI's environment for it.
 func realSidecar(t *testing.T) (*sidecartest.Sidecar, map[string]string) {
@@ -21,7 +48,7 @@ func realSidecar(t *testing.T) (*sidecartest.Sidecar, map[string]string) {
 	if testing.Short() {
 		t.Skip("end-to-end test builds and runs sandbox-mcp; skipped with -short")
 	}
-	sc := sidecartest.Start(t, sidecartest.Build(t))
+	sc := sidecartest.Start(t, sandboxMCP(t))
 	env := map[string]string{}
 	for _, kv := range sc.Env {
 		k, v, _ := strings.Cut(kv, "=")
