@@ -31,9 +31,6 @@ const (
 	MaxTailBytes = 4 << 20
 )
 
-// maxNameLen is the longest service name (rules.MaxNameLen).
-const maxNameLen = rules.MaxNameLen
-
 // Options configures a Dir.
 type Options struct {
 	// Dir is the folder of the log files; it need not exist yet.
@@ -64,7 +61,7 @@ type Dir struct {
 
 // ErrInvalidName matches (errors.Is) the error for a name that is not a
 // file-name-safe service name; so does fs.ErrInvalid.
-var ErrInvalidName = errors.New("invalid service name")
+var ErrInvalidName = rules.ErrInvalidName
 
 // New returns a Dir reading the logs in opts.Dir.
 func New(opts Options) (*Dir, error) {
@@ -98,21 +95,21 @@ func New(opts Options) (*Dir, error) {
 // digits, '.', '_' and '-', at most 64 bytes, not "." or "..".
 func ValidName(name string) bool { return rules.ValidName(name) }
 
+// checkName refuses a name as rules.ValidateName does, with its message.
 func checkName(name string) error {
-	if !ValidName(name) {
-		return nameError(name)
+	if err := rules.ValidateName(name); err != nil {
+		return nameError{err}
 	}
 	return nil
 }
 
-// nameError is an invalid service name; it is both ErrInvalidName and fs.ErrInvalid.
-type nameError string
+// nameError is rules.ValidateName's refusal (so ErrInvalidName) that also
+// matches fs.ErrInvalid, which the API answers with a 400.
+type nameError struct{ err error }
 
-func (e nameError) Error() string {
-	return fmt.Sprintf("invalid service name %q: use letters, digits, '.', '_' and '-' (at most %d), not \".\" or \"..\"", string(e), maxNameLen)
-}
-
-func (e nameError) Is(target error) bool { return target == ErrInvalidName || target == fs.ErrInvalid }
+func (e nameError) Error() string        { return e.err.Error() }
+func (e nameError) Unwrap() error        { return e.err }
+func (e nameError) Is(target error) bool { return target == fs.ErrInvalid }
 
 // path returns the path of name's log file: generation 0 is <name>.log,
 // 1 and 2 are its rotated predecessors. name must be valid.

@@ -19,6 +19,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -141,6 +143,13 @@ func TestOpenErrors(t *testing.T) {
 		}
 		if _, err := d.Tail(tt.name, 5); !errors.Is(err, tt.want) {
 			t.Errorf("Tail(%q) error = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	// A bad name is refused as everywhere else: rules.ValidateName's message.
+	for _, name := range []string{"../x", "", strings.Repeat("a", 65)} {
+		_, err := d.Tail(name, 5)
+		if want := rules.ValidateName(name); !errors.Is(err, ErrInvalidName) || want == nil || err.Error() != want.Error() {
+			t.Errorf("Tail(%q) error = %v, want ErrInvalidName with message %q", name, err, want)
 		}
 	}
 }
