@@ -67,12 +67,7 @@ func TestServicesScenarioRealSidecar(t *testing.T) {
 func TestWaitRealSidecar(t *testing.T) {
 	_, env := realSidecar(t)
 	ctx := t.Context()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := testutil.FreePort(t)
 
 	cmd := fmt.Sprintf("sleep 1; exec python3 -m http.server %d --bind 127.0.0.1", port)
 	r := cli(t, ctx, env, nil, "services", "start", "--name", "web", "--command", cmd, "--ready-tcp", fmt.Sprint(port), "--wait")

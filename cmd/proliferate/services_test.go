@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 // newSidecar starts the stand-in sidecar and returns it with the CLI's environment.
@@ -252,12 +255,7 @@ func TestLogsFollowInterrupted(t *testing.T) {
 // TestSidecarComesUpLate: nothing listens when the CLI starts; the sidecar
 // binds its port two seconds later and the command still succeeds.
 func TestSidecarComesUpLate(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
 
 	s := newStandIn(t, "tok")
 	srv := &http.Server{Handler: s}

@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 // recorder is a Backend that remembers what it was asked and answers from fields.
@@ -141,9 +142,7 @@ func TestWaitForPort(t *testing.T) {
 	}
 	defer ln.Close()
 	open := ln.Addr().(*net.TCPAddr).Port
-	closed, _ := net.Listen("tcp", "127.0.0.1:0")
-	closedPort := closed.Addr().(*net.TCPAddr).Port
-	closed.Close()
+	closedPort := testutil.FreePort(t)
 
 	b := &recorder{lines: []string{"listening failed: EADDRINUSE"}, list: []apitype.ServiceInfo{{Name: "web", Status: "error"}}}
 	cs := session(t, b, "")
