@@ -11,11 +11,12 @@ import (
 func NewCmdActionsGuide(f *Factory, runF func(*GatewayOptions) error) *cobra.Command {
 	o := &GatewayOptions{Factory: f}
 	cmd := &cobra.Command{
-		Use:   "guide --integration I",
-		Short: "Print an integration's usage guide",
-		Args:  noArgs,
+		Use:         "guide --integration I",
+		Annotations: required("integration"),
+		Short:       "Print an integration's usage guide",
+		Args:        noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "integration"); err != nil {
+			if err := requireFlags(cmd); err != nil {
 				return err
 			}
 			o.Ctx = cmd.Context()

@@ -15,15 +15,16 @@ func NewCmdActionsRun(f *Factory, runF func(*GatewayOptions) error) *cobra.Comma
 	o := &GatewayOptions{Factory: f}
 	var params string
 	cmd := &cobra.Command{
-		Use:   "run --integration I --action A [--params JSON]",
-		Short: "Run an action, waiting for approval when the gateway asks for it",
+		Use:         "run --integration I --action A [--params JSON]",
+		Annotations: required("integration", "action"),
+		Short:       "Run an action, waiting for approval when the gateway asks for it",
 		Long: `Run an action and print its result. When the action needs a human's approval,
 "Waiting for approval..." and the time waited go to stderr while the gateway is
 polled every 2 s; Ctrl-C stops waiting (exit 130). A denied, failed or expired
 invocation exits 1.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "integration", "action"); err != nil {
+			if err := requireFlags(cmd); err != nil {
 				return err
 			}
 			if params != "" {

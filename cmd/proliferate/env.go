@@ -37,12 +37,13 @@ errors (exit 2).`
 func envCommand(f *Factory, use, short, long string, runF, def func(*EnvOptions) error) *cobra.Command {
 	var spec string
 	cmd := &cobra.Command{
-		Use:   use,
-		Short: short,
-		Long:  long,
-		Args:  noArgs,
+		Use:         use,
+		Annotations: required("spec"),
+		Short:       short,
+		Long:        long,
+		Args:        noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "spec"); err != nil {
+			if err := requireFlags(cmd); err != nil {
 				return err
 			}
 			entries, err := envfiles.ParseSpec(spec)

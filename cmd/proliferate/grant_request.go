@@ -13,11 +13,12 @@ func NewCmdGrantRequest(f *Factory, runF func(*GatewayOptions) error) *cobra.Com
 	o := &GatewayOptions{Factory: f}
 	var scope, maxCalls string
 	cmd := &cobra.Command{
-		Use:   "request --integration I --action A [--scope session|org] [--max-calls N]",
-		Short: "Ask for a grant to run an action without approval each time",
-		Args:  noArgs,
+		Use:         "request --integration I --action A [--scope session|org] [--max-calls N]",
+		Annotations: required("integration", "action"),
+		Short:       "Ask for a grant to run an action without approval each time",
+		Args:        noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "integration", "action"); err != nil {
+			if err := requireFlags(cmd); err != nil {
 				return err
 			}
 			if cmd.Flags().Changed("max-calls") && maxCalls == "" {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
@@ -51,4 +52,48 @@ func TestHelpGolden(t *testing.T) {
 func golden(t *testing.T, path, got string) {
 	t.Helper()
 	testutil.Golden(t, path, []byte(got), *update)
+}
+
+// Every required flag, whether left out or given last without a value, is
+// reported as missing (exit 2); the commands that have required flags are
+// the ones the contract names.
+func TestRequiredFlags(t *testing.T) {
+	root := NewCmdRoot(newFactory(func(string) string { return "" }, nil, nil, nil))
+	got := map[string][]string{}
+	for _, p := range commandPaths(root, nil) {
+		cmd, _, err := root.Find(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := requiredFlags(cmd)
+		if len(names) == 0 {
+			continue
+		}
+		got[strings.Join(p, " ")] = names
+		for _, n := range names {
+			if cmd.Flags().Lookup(n) == nil {
+				t.Errorf("%q requires --%s, which it does not define", p, n)
+				continue
+			}
+			want := "Error: Missing required flag: --" + n + "\n"
+			r := cli(t, t.Context(), nil, nil, append(append([]string(nil), p...), "--"+n)...)
+			if r.code != 2 || r.stderr != want {
+				t.Errorf("%q --%s (no value) = %d %q, want 2 %q", p, n, r.code, r.stderr, want)
+			}
+		}
+		r := cli(t, t.Context(), nil, nil, p...)
+		if want := "Error: Missing required flag: --" + names[0] + "\n"; r.code != 2 || r.stderr != want {
+			t.Errorf("%q without flags = %d %q, want 2 %q", p, r.code, r.stderr, want)
+		}
+	}
+	want := map[string][]string{
+		"services start": {"name", "command"}, "services stop": {"name"}, "services restart": {"name"},
+		"services wait": {"name"}, "services expose": {"port"}, "services logs": {"name"},
+		"env apply": {"spec"}, "env scrub": {"spec"},
+		"actions guide": {"integration"}, "actions run": {"integration", "action"},
+		"actions grant request": {"integration", "action"},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("required flags (-want +got):\n%s", d)
+	}
 }

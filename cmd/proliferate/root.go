@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -38,12 +39,12 @@ Environment:
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
 	root.SetIn(f.IO.In)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		// A required flag given last with no value is as missing as one not
 		// given; an optional one is named as what it is.
 		var vre *pflag.ValueRequiredError
 		if errors.As(err, &vre) && vre.GetFlag() != nil {
-			if name := vre.GetFlag().Name; requiredFlagNames[name] {
+			if name := vre.GetFlag().Name; slices.Contains(requiredFlags(cmd), name) {
 				return usageErrorf("Missing required flag: --%s", name)
 			}
 			return usageErrorf("Missing value for flag: --%s", vre.GetFlag().Name)
@@ -81,12 +82,26 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-// requiredFlagNames are the flags that are required wherever they appear.
-var requiredFlagNames = map[string]bool{"name": true, "command": true, "port": true, "spec": true, "integration": true, "action": true}
+// requiredKey is the annotation that lists a command's required flags.
+const requiredKey = "proliferate/required-flags"
 
-// requireFlags reports the first named flag that is missing or empty.
-func requireFlags(cmd *cobra.Command, names ...string) error {
-	for _, n := range names {
+// required is the Annotations of a command whose flags names are required,
+// checked in this order.
+func required(names ...string) map[string]string {
+	return map[string]string{requiredKey: strings.Join(names, ",")}
+}
+
+// requiredFlags lists cmd's required flags.
+func requiredFlags(cmd *cobra.Command) []string {
+	if s := cmd.Annotations[requiredKey]; s != "" {
+		return strings.Split(s, ",")
+	}
+	return nil
+}
+
+// requireFlags reports the first of cmd's required flags that is missing or empty.
+func requireFlags(cmd *cobra.Command) error {
+	for _, n := range requiredFlags(cmd) {
 		fl := cmd.Flags().Lookup(n)
 		if fl == nil || fl.Value.String() == "" || (fl.Value.Type() == "stringArray" && fl.Value.String() == "[]") {
 			return usageErrorf("Missing required flag: --%s", n)

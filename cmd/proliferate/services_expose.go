@@ -22,11 +22,12 @@ type ExposeOptions struct {
 func NewCmdServicesExpose(f *Factory, runF func(*ExposeOptions) error) *cobra.Command {
 	var port string
 	cmd := &cobra.Command{
-		Use:   "expose --port P",
-		Short: "Route the preview site to a local port",
-		Args:  noArgs,
+		Use:         "expose --port P",
+		Annotations: required("port"),
+		Short:       "Route the preview site to a local port",
+		Args:        noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "port"); err != nil {
+			if err := requireFlags(cmd); err != nil {
 				return err
 			}
 			p, err := strconv.Atoi(strings.TrimSpace(port))

@@ -30,8 +30,9 @@ type LogsOptions struct {
 func NewCmdServicesLogs(f *Factory, runF func(*LogsOptions) error) *cobra.Command {
 	o := &LogsOptions{Factory: f}
 	cmd := &cobra.Command{
-		Use:   "logs --name N [--follow] [--raw] [--tail N]",
-		Short: "Print a service's log",
+		Use:         "logs --name N [--follow] [--raw] [--tail N]",
+		Annotations: required("name"),
+		Short:       "Print a service's log",
 		Long: `Print a service's log as the sidecar streams it: each SSE payload
 ({"type":"initial"|"append"|"error",…}) on its own line. Without --follow it
 stops after the first payload (an empty log, which the sidecar announces with
@@ -42,7 +43,7 @@ no payload at all, prints {"type":"initial","content":""} after 2 s); with
 ({"lines":[…]}, or the bare lines with --raw).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "name"); err != nil {
+			if err := requireFlags(cmd); err != nil {
 				return err
 			}
 			if cmd.Flags().Changed("tail") && o.Tail <= 0 {

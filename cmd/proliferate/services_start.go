@@ -43,8 +43,9 @@ func NewCmdServicesStart(f *Factory, runF func(*StartOptions) error) *cobra.Comm
 		wait, stopOnTimeout                                          bool
 	)
 	cmd := &cobra.Command{
-		Use:   "start --name N --command C [--cwd D] [flags]",
-		Short: "Start a service (a running service of the same name is replaced)",
+		Use:         "start --name N --command C [--cwd D] [flags]",
+		Annotations: required("name", "command"),
+		Short:       "Start a service (a running service of the same name is replaced)",
 		Long: `Start a service: the command runs as "bash -c <command>" in its own process
 group, in --cwd (default: the workspace), with its output appended to its log.
 A running service of the same name is stopped first.
@@ -59,7 +60,7 @@ says the service was left running; --stop-on-timeout stops it instead.`,
   proliferate services start --name api --command "./serve" --restart on-failure --env PORT=8080`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "name", "command"); err != nil {
+			if err := requireFlags(cmd); err != nil {
 				return err
 			}
 			if cwd != "" && !filepath.IsAbs(cwd) {

@@ -24,11 +24,12 @@ func NewCmdServicesStop(f *Factory, runF func(*NameOptions) error) *cobra.Comman
 func nameCommand(f *Factory, use, short string, runF, def func(*NameOptions) error) *cobra.Command {
 	var name string
 	cmd := &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  noArgs,
+		Use:         use,
+		Annotations: required("name"),
+		Short:       short,
+		Args:        noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "name"); err != nil {
+			if err := requireFlags(cmd); err != nil {
 				return err
 			}
 			o := &NameOptions{Ctx: cmd.Context(), Factory: f, Name: name}

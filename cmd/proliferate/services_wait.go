@@ -27,14 +27,15 @@ func NewCmdServicesWait(f *Factory, runF func(*WaitOptions) error) *cobra.Comman
 		timeout time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "wait --name N [--timeout D]",
-		Short: "Wait until a service is ready",
+		Use:         "wait --name N [--timeout D]",
+		Annotations: required("name"),
+		Short:       "Wait until a service is ready",
 		Long: `Wait until a service is ready and print it. A service waiting to be restarted
 is waited for; one that stopped or gave up fails the command: the last 20 log
 lines go to stderr and the exit code is 1.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireFlags(cmd, "name"); err != nil {
+			if err := requireFlags(cmd); err != nil {
 				return err
 			}
 			if timeout <= 0 {
