@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,22 +26,7 @@ func localServer(t testing.TB, eng engine.Engine) (*modalserver.Server, map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	t.Setenv("MODAL_SERVER_URL", "http://"+l.Addr().String())
-	t.Setenv("MODAL_CONFIG_PATH", filepath.Join(t.TempDir(), "none.toml"))
-	t.Setenv("MODAL_PROFILE", "")
-	t.Setenv("MODAL_ENVIRONMENT", "")
+	modaltest.PointSDK(t, modaltest.Serve(t, srv))
 	return srv, map[string]string{"MODAL_TOKEN_ID": "ak-local", "MODAL_TOKEN_SECRET": "as-local", "MODAL_APP_NAME": "sandbox-test"}
 }
 
@@ -70,8 +54,7 @@ func TestPreflight(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	t.Setenv("MODAL_SERVER_URL", "http://"+addr)
-	t.Setenv("MODAL_CONFIG_PATH", filepath.Join(t.TempDir(), "none.toml"))
+	modaltest.PointSDK(t, "http://"+addr)
 	for _, tc := range []struct {
 		name       string
 		env        map[string]string
