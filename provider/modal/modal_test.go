@@ -116,6 +116,28 @@ func TestSDKOperations(t *testing.T) {
 		t.Errorf("env file = %q, %v", got, err)
 	}
 
+	// ReadFiles: nested files, a name with a newline and a trailing space, and a
+	// subdirectory the sandbox user may not be able to read (then only it is skipped).
+	if r, err := run(ctx, sb, []string{"sh", "-c", `set -e; d=/home/user/rf; mkdir -p $d/sub $d/locked
+echo a > $d/a.txt; echo b > $d/sub/b.txt; printf n > "$d/new
+line.txt "; echo x > $d/locked/x; chmod 000 $d/locked`}, nil); err != nil || r.ExitCode != 0 {
+		t.Fatalf("make files for ReadFiles = %+v, %v", r, err)
+	}
+	files, err := p.ReadFiles(ctx, id, "/home/user/rf/")
+	byPath := map[string]string{}
+	for _, f := range files {
+		byPath[f.Path] = string(f.Data)
+	}
+	if err != nil || byPath["a.txt"] != "a\n" || byPath["sub/b.txt"] != "b\n" || byPath["new\nline.txt "] != "n" {
+		t.Errorf("ReadFiles = %q, %v, want a.txt, sub/b.txt and \"new\\nline.txt \"", byPath, err)
+	}
+	if files, err := p.ReadFiles(ctx, id, "/home/user/no-such-dir"); err != nil || len(files) != 0 {
+		t.Errorf("ReadFiles of a missing folder = %v, %v, want none", files, err)
+	}
+	if r, err := run(ctx, sb, []string{"chmod", "755", "/home/user/rf/locked"}, nil); err != nil || r.ExitCode != 0 {
+		t.Errorf("chmod back = %+v, %v", r, err)
+	}
+
 	tun, err := p.ResolveTunnels(ctx, id)
 	if err != nil || !strings.HasPrefix(tun.OpenCodeURL, "https://127.0.0.1:") || !strings.HasPrefix(tun.PreviewURL, "https://") ||
 		tun.SSHHost != "127.0.0.1" || tun.SSHPort == 0 {
