@@ -15,18 +15,14 @@ import (
 
 func benchClient(b *testing.B) *e2b.Client {
 	srv := e2btest.Start(b, e2btest.Options{SandboxMCP: sandboxMCP})
-	c, err := e2b.NewClient(e2b.ClientOptions{APIKey: e2btest.APIKey, APIURL: srv.URL, SandboxURL: srv.URL, Domain: "localhost"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c
+	return srv.Client(b)
 }
 
 // BenchmarkCreateHealthy: provider create (fresh sandbox, scratch workspace, boot plan
 // through envd) until sandbox-mcp answers through its tunnel, then terminate.
 func BenchmarkCreateHealthy(b *testing.B) {
 	srv := e2btest.Start(b, e2btest.Options{SandboxMCP: sandboxMCP})
-	p, err := e2b.New(e2b.Options{Client: e2b.ClientOptions{APIKey: e2btest.APIKey, APIURL: srv.URL, SandboxURL: srv.URL, Domain: "localhost"},
+	p, err := e2b.New(e2b.Options{Client: srv.ClientOptions(),
 		Template: "base", LocalTunnels: true, Getenv: env(map[string]string{})})
 	if err != nil {
 		b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
@@ -220,7 +221,7 @@ func (e *Engine) WriteFile(ctx context.Context, id, path string, data []byte, mo
 		return err
 	}
 	if mode != 0 && fs.FileMode(mode).Perm() != 0o644 {
-		r, err := ev.Run(ctx, fmt.Sprintf("chmod %o %s", fs.FileMode(mode).Perm(), shellQuote(path)), RunOptions{Timeout: 30 * time.Second})
+		r, err := ev.Run(ctx, fmt.Sprintf("chmod %o -- %s", fs.FileMode(mode).Perm(), provider.ShellEscape(path)), RunOptions{Timeout: 30 * time.Second})
 		if err != nil {
 			return err
 		}
@@ -230,8 +231,6 @@ func (e *Engine) WriteFile(ctx context.Context, id, path string, data []byte, mo
 	}
 	return nil
 }
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 func fileInfo(en EntryInfo) engine.FileInfo {
 	fi := engine.FileInfo{Name: en.Name, Path: en.Path, Size: int64(en.Size), Mode: en.Mode, IsDir: en.IsDir()}

@@ -17,10 +17,7 @@ import (
 // TestEngineOverE2B drives the engine.Engine adapter against the local server.
 func TestEngineOverE2B(t *testing.T) {
 	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP})
-	c, err := e2b.NewClient(e2b.ClientOptions{APIKey: e2btest.APIKey, APIURL: srv.URL, SandboxURL: srv.URL, Domain: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := srv.Client(t)
 	bare, err := e2b.NewEngine(c, e2b.EngineOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/internal/e2btest"
@@ -38,25 +39,15 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP})
 	repo := filepath.Join(srv.Shared, "repo")
-	for _, args := range [][]string{
-		{"init", "-q", "-b", "main", repo},
-		{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", "first"},
-	} {
-		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
+	gittest.Git(t, srv.Shared, "init", "-q", "-b", "main", "repo")
+	gittest.Git(t, repo, "commit", "-q", "--allow-empty", "-m", "first")
 	if err := os.WriteFile(filepath.Join(repo, "README.md"), []byte("hello from the repo\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"-C", repo, "add", "README.md"},
-		{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "readme"}} {
-		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
+	gittest.Git(t, repo, "add", "README.md")
+	gittest.Git(t, repo, "commit", "-q", "-m", "readme")
 	return &fixture{srv: srv, repo: "file://" + e2btest.SharedDir + "/repo", opts: e2b.Options{
-		Client:       e2b.ClientOptions{APIKey: e2btest.APIKey, APIURL: srv.URL, SandboxURL: srv.URL, Domain: "localhost"},
+		Client:       srv.ClientOptions(),
 		Template:     "base",
 		LocalTunnels: true,
 		Getenv:       env(map[string]string{"SANDBOX_TIMEOUT_SECONDS": "600"}),

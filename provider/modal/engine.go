@@ -1,6 +1,7 @@
 package modal
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -198,8 +199,15 @@ func (e *Engine) WriteFile(ctx context.Context, id, path string, data []byte, mo
 		return fsErr(err)
 	}
 	if perm := fs.FileMode(mode).Perm(); perm != 0 && perm != 0o644 {
-		_, err := e.Exec(ctx, id, engine.ExecRequest{Argv: []string{"chmod", strconv.FormatUint(uint64(perm), 8), path}})
-		return err
+		var stderr bytes.Buffer
+		code, err := e.Exec(ctx, id, engine.ExecRequest{Argv: []string{"chmod", strconv.FormatUint(uint64(perm), 8), "--", path},
+			Stderr: &stderr, Timeout: 30 * time.Second})
+		if err != nil {
+			return err
+		}
+		if code != 0 {
+			return fmt.Errorf("chmod %s: exit code %d: %s", path, code, provider.CapOutput(stderr.String(), 2048))
+		}
 	}
 	return nil
 }

@@ -60,6 +60,12 @@ func TestEngine(t *testing.T) {
 	if data, err := e.ReadFile(ctx, info.ID, "/home/user/a/b.txt"); err != nil || string(data) != "bee" {
 		t.Errorf("ReadFile = %q, %v", data, err)
 	}
+	if err := e.WriteFile(ctx, info.ID, "/home/user/run.sh", []byte("#!/bin/sh\n"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := e.Stat(ctx, info.ID, "/home/user/run.sh"); err != nil || fs.FileMode(fi.Mode).Perm() != 0o750 {
+		t.Errorf("Stat after WriteFile with mode 0750 = %+v, %v", fi, err)
+	}
 	if list, err := e.ListFiles(ctx, info.ID, "/home/user/a"); err != nil || len(list) != 1 || list[0].Name != "b.txt" || list[0].Size != 3 {
 		t.Errorf("ListFiles = %+v, %v", list, err)
 	}

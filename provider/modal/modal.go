@@ -409,20 +409,23 @@ func (p *Provider) ReadFiles(ctx context.Context, sandboxID, folder string) ([]p
 		return nil, err
 	}
 	folder = strings.TrimSuffix(folder, "/")
-	r, err := run(ctx, sb, []string{"find", folder, "-type", "f"}, nil)
+	// find's exit status is not looked at: it is 1 for a missing folder (nothing
+	// listed) and also when one subdirectory cannot be read (the rest is still
+	// listed, and unreadable entries are skipped). -print0: a name may hold a newline.
+	r, err := run(ctx, sb, []string{"find", folder, "-type", "f", "-print0"}, nil)
 	if err != nil {
 		return nil, p.fail(provider.OpReadFiles, err)
 	}
 	out := []provider.FileContent{}
-	if r.ExitCode != 0 {
-		return out, nil
-	}
-	for _, f := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+	for f := range strings.SplitSeq(r.Stdout, "\x00") {
 		if f == "" {
 			continue
 		}
 		data, err := sb.Filesystem.ReadBytes(ctx, f, nil)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, p.fail(provider.OpReadFiles, ctx.Err())
+			}
 			continue
 		}
 		out = append(out, provider.FileContent{Path: strings.TrimPrefix(f, folder+"/"), Data: data})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,22 +26,7 @@ func localServer(t testing.TB, eng engine.Engine) (*modalserver.Server, map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	t.Setenv("MODAL_SERVER_URL", "http://"+l.Addr().String())
-	t.Setenv("MODAL_CONFIG_PATH", filepath.Join(t.TempDir(), "none.toml"))
-	t.Setenv("MODAL_PROFILE", "")
-	t.Setenv("MODAL_ENVIRONMENT", "")
+	modaltest.PointSDK(t, modaltest.Serve(t, srv))
 	return srv, map[string]string{"MODAL_TOKEN_ID": "ak-local", "MODAL_TOKEN_SECRET": "as-local", "MODAL_APP_NAME": "sandbox-test"}
 }
 
@@ -70,8 +54,7 @@ func TestPreflight(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	t.Setenv("MODAL_SERVER_URL", "http://"+addr)
-	t.Setenv("MODAL_CONFIG_PATH", filepath.Join(t.TempDir(), "none.toml"))
+	modaltest.PointSDK(t, "http://"+addr)
 	for _, tc := range []struct {
 		name       string
 		env        map[string]string
@@ -131,6 +114,28 @@ func TestSDKOperations(t *testing.T) {
 	got, err := sb.Filesystem.ReadText(ctx, provider.DefaultPaths().EnvOverrideFile(), nil)
 	if err != nil || got != `{"A":"1","B":"3"}` {
 		t.Errorf("env file = %q, %v", got, err)
+	}
+
+	// ReadFiles: nested files, a name with a newline and a trailing space, and a
+	// subdirectory the sandbox user may not be able to read (then only it is skipped).
+	if r, err := run(ctx, sb, []string{"sh", "-c", `set -e; d=/home/user/rf; mkdir -p $d/sub $d/locked
+echo a > $d/a.txt; echo b > $d/sub/b.txt; printf n > "$d/new
+line.txt "; echo x > $d/locked/x; chmod 000 $d/locked`}, nil); err != nil || r.ExitCode != 0 {
+		t.Fatalf("make files for ReadFiles = %+v, %v", r, err)
+	}
+	files, err := p.ReadFiles(ctx, id, "/home/user/rf/")
+	byPath := map[string]string{}
+	for _, f := range files {
+		byPath[f.Path] = string(f.Data)
+	}
+	if err != nil || byPath["a.txt"] != "a\n" || byPath["sub/b.txt"] != "b\n" || byPath["new\nline.txt "] != "n" {
+		t.Errorf("ReadFiles = %q, %v, want a.txt, sub/b.txt and \"new\\nline.txt \"", byPath, err)
+	}
+	if files, err := p.ReadFiles(ctx, id, "/home/user/no-such-dir"); err != nil || len(files) != 0 {
+		t.Errorf("ReadFiles of a missing folder = %v, %v, want none", files, err)
+	}
+	if r, err := run(ctx, sb, []string{"chmod", "755", "/home/user/rf/locked"}, nil); err != nil || r.ExitCode != 0 {
+		t.Errorf("chmod back = %+v, %v", r, err)
 	}
 
 	tun, err := p.ResolveTunnels(ctx, id)

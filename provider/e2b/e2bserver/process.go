@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -132,7 +134,7 @@ func (t *procTable) start(parent context.Context, eng engine.Engine, eid string,
 		return nil, nil, &connectErr{e2b.CodeUnimplemented, "pty is not supported by this server"}
 	}
 	env := make([]string, 0, len(req.Process.Envs))
-	for _, k := range sortedKeys(req.Process.Envs) {
+	for _, k := range slices.Sorted(maps.Keys(req.Process.Envs)) {
 		if !validEnvName(k) {
 			return nil, nil, &connectErr{e2b.CodeInvalidArgument, "invalid environment variable " + strconv.Quote(k)}
 		}

@@ -29,8 +29,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -233,6 +235,13 @@ func (s *Server) Close() error {
 
 // stopLocked ends what the server runs for sb: its timer, forwarders and processes.
 func (s *Server) stopLocked(sb *sandbox) {
+	s.detachLocked(sb)
+	sb.procs.killAll()
+}
+
+// detachLocked stops sb's timer and closes its port forwarders; its processes are
+// left alone (a paused sandbox keeps them).
+func (s *Server) detachLocked(sb *sandbox) {
 	if sb.timer != nil {
 		sb.timer.Stop()
 		sb.timer = nil
@@ -241,7 +250,6 @@ func (s *Server) stopLocked(sb *sandbox) {
 		f.close()
 		delete(sb.forwards, p)
 	}
-	sb.procs.killAll()
 }
 
 func newID(n int) string {
@@ -345,14 +353,7 @@ func (s *Server) pause(ctx context.Context, sb *sandbox) (local bool, err error)
 		return false, errConflict("sandbox " + sb.id + " is already paused")
 	}
 	s.mu.Lock()
-	if sb.timer != nil {
-		sb.timer.Stop()
-		sb.timer = nil
-	}
-	for p, f := range sb.forwards {
-		f.close()
-		delete(sb.forwards, p)
-	}
+	s.detachLocked(sb)
 	eid := sb.engineID
 	s.mu.Unlock()
 	if s.o.Engine.Capabilities().Pause {
@@ -414,7 +415,7 @@ func (s *Server) resume(ctx context.Context, sb *sandbox, timeout time.Duration)
 // spec is the engine spec of sb, from the base image or a snapshot.
 func (s *Server) spec(sb *sandbox, snapshot string) engine.Spec {
 	env := append([]string{}, s.o.Env...)
-	for _, k := range sortedKeys(sb.envVars) {
+	for _, k := range slices.Sorted(maps.Keys(sb.envVars)) {
 		env = append(env, k+"="+sb.envVars[k])
 	}
 	labels := map[string]string{labelSandbox: sb.id, labelTemplate: sb.template, labelToken: sb.token}

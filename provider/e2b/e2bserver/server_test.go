@@ -28,12 +28,15 @@ func TestMain(m *testing.M) { e2btest.Main(m, &sandboxMCP) }
 
 func start(t testing.TB) (*e2btest.Server, *e2b.Client) {
 	t.Helper()
-	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP})
-	c, err := e2b.NewClient(e2b.ClientOptions{APIKey: e2btest.APIKey, APIURL: srv.URL, SandboxURL: srv.URL, Domain: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv, c
+	return startWith(t, e2btest.Options{})
+}
+
+// startWith is start with o (SandboxMCP is set here).
+func startWith(t testing.TB, o e2btest.Options) (*e2btest.Server, *e2b.Client) {
+	t.Helper()
+	o.SandboxMCP = sandboxMCP
+	srv := e2btest.Start(t, o)
+	return srv, srv.Client(t)
 }
 
 func create(t testing.TB, c *e2b.Client, ns e2b.NewSandbox) e2b.Sandbox {
@@ -420,11 +423,7 @@ func TestSharedMount(t *testing.T) {
 // TestPauseBySnapshot: on an engine that cannot pause, pause snapshots and stops the
 // sandbox, says so, and connect brings it back under the same id with its files.
 func TestPauseBySnapshot(t *testing.T) {
-	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP, NoPause: true})
-	c, err := e2b.NewClient(e2b.ClientOptions{APIKey: e2btest.APIKey, APIURL: srv.URL, SandboxURL: srv.URL, Domain: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, c := startWith(t, e2btest.Options{NoPause: true})
 	ctx := t.Context()
 	sb := create(t, c, e2b.NewSandbox{})
 	if err := c.Envd(sb).WriteFile(ctx, "/home/user/f", []byte("kept")); err != nil {
@@ -525,11 +524,7 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 // TestEgress: with Egress a sandbox reaches the outside through the engine's proxy
 // (its env says where), unless it was created with allow_internet_access false.
 func TestEgress(t *testing.T) {
-	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP, Egress: true})
-	c, err := e2b.NewClient(e2b.ClientOptions{APIKey: e2btest.APIKey, APIURL: srv.URL, SandboxURL: srv.URL, Domain: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c := startWith(t, e2btest.Options{Egress: true})
 	off := false
 	for _, tt := range []struct {
 		allow *bool

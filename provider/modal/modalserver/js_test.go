@@ -56,8 +56,7 @@ func TestJSSDK(t *testing.T) {
 	}
 	node := exec.CommandContext(ctx, "node", "check.mjs")
 	node.Dir = dir
-	node.Env = append(os.Environ(), "MODAL_SERVER_URL="+url, "MODAL_TOKEN_ID=ak-jscheck", "MODAL_TOKEN_SECRET=as-jscheck",
-		"MODAL_CONFIG_PATH="+filepath.Join(t.TempDir(), "none.toml"), "MODAL_PROFILE=", "MODAL_ENVIRONMENT=",
+	node.Env = append(append(os.Environ(), modaltest.SDKEnv(t, url)...), "MODAL_TOKEN_ID=ak-jscheck", "MODAL_TOKEN_SECRET=as-jscheck",
 		"TUNNEL_PORT="+strconv.Itoa(tunnelPort), "NODE_EXTRA_CA_CERTS="+ca)
 	var stderr bytes.Buffer
 	node.Stderr = &stderr

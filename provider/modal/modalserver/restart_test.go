@@ -2,7 +2,6 @@ package modalserver
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -22,13 +21,7 @@ func TestRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go srv.Serve(l)
-		t.Cleanup(func() { srv.Close() })
-		return srv, "http://" + l.Addr().String()
+		return srv, modaltest.Serve(t, srv)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

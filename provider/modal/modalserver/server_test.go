@@ -5,9 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -28,30 +26,15 @@ func startServer(t testing.TB, eng engine.Engine) (string, *Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return "http://" + l.Addr().String(), srv
+	return modaltest.Serve(t, srv), srv
 }
 
 // sdkEnv points Modal's Go SDK at url with a well-shaped token pair and no config
 // file. v2 selects the SDK's V2 sandbox calls (its default) or the V1 ones.
 func sdkEnv(t testing.TB, url string, v2 bool) {
-	t.Setenv("MODAL_SERVER_URL", url)
+	modaltest.PointSDK(t, url)
 	t.Setenv("MODAL_TOKEN_ID", "ak-localtest")
 	t.Setenv("MODAL_TOKEN_SECRET", "as-localtest")
-	t.Setenv("MODAL_CONFIG_PATH", filepath.Join(t.TempDir(), "none.toml"))
-	t.Setenv("MODAL_PROFILE", "")
-	t.Setenv("MODAL_ENVIRONMENT", "")
 	t.Setenv("MODAL_SANDBOX_V2", fmt.Sprint(v2))
 }
 

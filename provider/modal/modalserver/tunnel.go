@@ -62,18 +62,22 @@ type tunnel struct {
 	port int // host port
 
 	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	conns map[net.Conn]struct{} // nil once closed
 }
 
+// close stops accepting and ends every connection; a connection made later (an
+// upstream whose dial was under way) is refused by track.
 func (t *tunnel) close() {
 	t.l.Close()
 	t.mu.Lock()
 	for c := range t.conns {
 		c.Close()
 	}
+	t.conns = nil
 	t.mu.Unlock()
 }
 
+// track adds or removes c; adding to a closed tunnel reports false.
 func (t *tunnel) track(c net.Conn, add bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -152,7 +156,9 @@ func (s *Server) acceptTunnel(engineID string, port int, t *tunnel) {
 				return
 			}
 			defer up.Close()
-			t.track(up, true)
+			if !t.track(up, true) {
+				return
+			}
 			defer t.track(up, false)
 			done := make(chan struct{}, 2)
 			go func() { io.Copy(up, c); closeWrite(up); done <- struct{}{} }()

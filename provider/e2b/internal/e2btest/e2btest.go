@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bserver"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
@@ -132,4 +133,20 @@ func Start(t testing.TB, o Options) *Server {
 		eng.Close()
 	})
 	return &Server{URL: "http://" + ln.Addr().String(), Engine: eng, Server: srv, Shared: shared}
+}
+
+// ClientOptions are the client settings that reach s with APIKey (sandbox hosts under
+// the domain localhost).
+func (s *Server) ClientOptions() e2b.ClientOptions {
+	return e2b.ClientOptions{APIKey: APIKey, APIURL: s.URL, SandboxURL: s.URL, Domain: "localhost"}
+}
+
+// Client is a client of s with s.ClientOptions.
+func (s *Server) Client(t testing.TB) *e2b.Client {
+	t.Helper()
+	c, err := e2b.NewClient(s.ClientOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,5 +107,48 @@ func ServeHTTP(t testing.TB, eng *local.Engine, id string, port int, body string
 			t.Fatalf("the server in sandbox %s does not listen on %d: %v", id, port, err)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// Server is what Serve serves: modalserver.Server, which this package cannot name
+// (modalserver's own tests import it).
+type Server interface {
+	Serve(net.Listener) error
+	Close() error
+}
+
+// Serve serves srv on a loopback port and returns its URL. srv is closed at cleanup
+// (a test may close it earlier); an error from Serve fails the test.
+func Serve(t testing.TB, srv Server) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return "http://" + l.Addr().String()
+}
+
+// SDKEnv is the environment (KEY=VALUE) that points a Modal SDK at url and keeps it
+// from reading a config file, profile or environment of the machine. Tokens are not
+// part of it.
+func SDKEnv(t testing.TB, url string) []string {
+	return []string{"MODAL_SERVER_URL=" + url, "MODAL_CONFIG_PATH=" + filepath.Join(t.TempDir(), "none.toml"),
+		"MODAL_PROFILE=", "MODAL_ENVIRONMENT="}
+}
+
+// PointSDK sets SDKEnv in the process environment for the test (t.Setenv): Modal's
+// Go SDK reads its settings from there.
+func PointSDK(t testing.TB, url string) {
+	for _, kv := range SDKEnv(t, url) {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
 	}
 }
