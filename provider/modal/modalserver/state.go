@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
 
 const imagesFile = "modal-images.json"
@@ -38,8 +40,8 @@ func (s *Server) loadImages() error {
 	return nil
 }
 
-// addImage records an image and, with a StateDir, writes the images file (a temp
-// file renamed over the old one).
+// addImage records an image and, with a StateDir, writes the images file
+// atomically (rules/atomicfile).
 func (s *Server) addImage(img *image) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -58,18 +60,5 @@ func (s *Server) addImage(img *image) error {
 	if err := os.MkdirAll(s.o.StateDir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(s.o.StateDir, imagesFile+".*")
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return os.Rename(f.Name(), filepath.Join(s.o.StateDir, imagesFile))
+	return atomicfile.WriteFile(filepath.Join(s.o.StateDir, imagesFile), data, 0o644)
 }

@@ -113,6 +113,8 @@ func Start(t testing.TB, o Options) *Server {
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		srv.Close()
+		eng.Close()
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
