@@ -10,8 +10,6 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
-
-	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
 
 // record is one service in the state file: the wire ServiceInfo plus what the
@@ -174,12 +172,6 @@ func writeState(path string, b []byte) (fileStamp, error) {
 		return fileStamp{}, err
 	}
 	return stampOf(fi), nil
-}
-
-// writeFileAtomic writes data to a temp file next to path, fsyncs it and
-// renames it over path, so readers see the old or the new content, never half.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	return atomicfile.WriteFile(path, data, perm)
 }
 
 // quarantine moves a corrupt state file aside so the sidecar keeps serving.
