@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 func init() {
@@ -324,22 +324,12 @@ func TestStartValidation(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func TestStopKillsWholeTree(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 not installed")
 	}
 	m := newTestManager(t, Config{StopTimeout: time.Second})
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	start(t, m, apitype.StartServiceRequest{Name: "http", Command: fmt.Sprintf("python3 -m http.server %d --bind 127.0.0.1; echo done", port)})
 	start(t, m, apitype.StartServiceRequest{Name: "setsid", Command: "setsid sleep 1000 & nohup sleep 1001 >/dev/null 2>&1 & (setsid bash -c 'exec env -u SANDBOX_MCP_SERVICE_INSTANCE sleep 1002' &) ; sleep 1000"})
 	start(t, m, apitype.StartServiceRequest{Name: "stubborn", Command: "trap '' TERM; sleep 1000 & while true; do sleep 0.1; done"})
