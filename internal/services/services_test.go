@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -557,5 +558,31 @@ func TestLegacyStateEntry(t *testing.T) {
 	}
 	if !processExists(other.Process.Pid) {
 		t.Error("the process that reused a pid was signalled")
+	}
+}
+
+// TestLegacyStateOrder: entries of the old sidecar's state file carry no
+// order; they are listed in the order of their keys (the order in which the
+// old sidecar first started them), before anything started since.
+func TestLegacyStateOrder(t *testing.T) {
+	dir := t.TempDir()
+	legacy := `{"services":{` +
+		`"zeta":{"name":"zeta","command":"true","cwd":"/","pid":0,"status":"stopped","startedAt":1,"logFile":"/x/zeta.log"},` +
+		`"alpha":{"name":"alpha","command":"true","cwd":"/","pid":0,"status":"error","startedAt":2,"logFile":"/x/alpha.log"},` +
+		`"mid":{"name":"mid","command":"true","cwd":"/","pid":0,"status":"stopped","startedAt":3,"logFile":"/x/mid.log"}},` +
+		`"exposedPort":null}`
+	if err := os.WriteFile(filepath.Join(dir, "state.json"), []byte(legacy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := newTestManager(t, Config{StateDir: dir})
+	if _, err := m.Start(t.Context(), apitype.StartServiceRequest{Name: "beta", Command: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range m.List() {
+		got = append(got, s.Name)
+	}
+	if want := []string{"zeta", "alpha", "mid", "beta"}; !slices.Equal(got, want) {
+		t.Errorf("List() names = %q, want %q", got, want)
 	}
 }
