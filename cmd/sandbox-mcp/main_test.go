@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -32,16 +31,6 @@ func TestUnknownModeIsUsageExit1(t *testing.T) {
 			t.Errorf("run(%q) wrote %q to stdout, want nothing", args, stdout.String())
 		}
 	}
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // authed sends a request with the sidecar's token.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 // mcpProc is a `sandbox-mcp mcp` process spoken to in raw JSON-RPC lines, so
@@ -174,7 +175,7 @@ func TestMCPToolsThroughAPI(t *testing.T) {
 		}
 	}
 
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	p.mustTool("start_service", map[string]any{"name": "web", "command": fmt.Sprintf("echo hello-from-web; exec python3 -m http.server %d --bind 127.0.0.1", port)})
 	if text := p.mustTool("list_services", nil); !strings.Contains(text, `"name": "web"`) || !strings.Contains(text, `"status": "running"`) {
 		t.Errorf("list_services = %s, want web running", text)
@@ -219,7 +220,7 @@ func TestMCPToolsThroughAPI(t *testing.T) {
 	if text, isErr := p.tool("stop_service", map[string]any{"name": "never"}); !isErr || !strings.Contains(text, `Service "never" not found`) {
 		t.Errorf("stop_service of an unknown name = %q (isError %v), want a not-found tool error", text, isErr)
 	}
-	if text, isErr := p.tool("wait_for_port", map[string]any{"port": freePort(t), "service": "web", "timeoutMs": 300}); !isErr || !strings.Contains(text, "hello-from-web") {
+	if text, isErr := p.tool("wait_for_port", map[string]any{"port": testutil.FreePort(t), "service": "web", "timeoutMs": 300}); !isErr || !strings.Contains(text, "hello-from-web") {
 		t.Errorf("wait_for_port on a closed port = %q (isError %v), want a tool error with web's last log lines", text, isErr)
 	}
 	if text := p.mustTool("get_preview_url", nil); !strings.Contains(text, "not available") && !strings.HasPrefix(text, "http") {
@@ -237,7 +238,7 @@ func TestMCPDirectThenAPIAdopts(t *testing.T) {
 		"SANDBOX_MCP_AUTH_TOKEN=" + sidecartest.Token,
 		"SANDBOX_MCP_STATE_DIR=" + stateDir,
 		"WORKSPACE_DIR=" + dir,
-		fmt.Sprintf("PROLIFERATE_SANDBOX_MCP_URL=http://127.0.0.1:%d", freePort(t)),
+		fmt.Sprintf("PROLIFERATE_SANDBOX_MCP_URL=http://127.0.0.1:%d", testutil.FreePort(t)),
 	}
 	p := startMCP(t, bin, env)
 	p.mustTool("start_service", map[string]any{"name": "direct", "command": "echo direct-out; sleep 600"})

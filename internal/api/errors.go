@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 )
@@ -51,9 +50,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", e.Status, "err", e)
 	}
 	msg := e.Msg
-	// A 5xx without its cause leaves the caller nothing to act on.
-	if e.Status >= 500 && e.Err != nil && !strings.Contains(msg, e.Err.Error()) {
-		msg += ": " + e.Err.Error()
+	// A 5xx without its cause leaves the caller nothing to act on: it reads
+	// the message with its cause, as the log does.
+	if e.Status >= 500 {
+		msg = e.Error()
 	}
 	body := map[string]any{"error": msg}
 	for k, v := range e.Fields {

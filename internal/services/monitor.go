@@ -18,6 +18,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
+	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
 
 // Environment variables of the hidden monitor mode and of every service process.
@@ -243,7 +244,7 @@ func runMonitor() int {
 			continue
 		}
 		code := exitCode(ws)
-		if err := writeFileAtomic(spec.ExitFile, []byte(strconv.Itoa(code)+"\n"), 0o644); err != nil {
+		if err := atomicfile.WriteFile(spec.ExitFile, []byte(strconv.Itoa(code)+"\n"), 0o644); err != nil {
 			fmt.Fprintf(lw, "sandbox-mcp: record exit code: %v\n", err)
 		}
 		report(monitorMsg{Type: msgExited, Code: &code})

@@ -148,7 +148,8 @@ func (m *Manager) sweepOrphans() {
 	// sweep's back: a SIGKILL pending stops a fork half-way, and once the
 	// monitor is dead everything it started is visible and stays put.
 	var monitors []orphanProc
-	for id, procs := range markedProcs(m.prefix) {
+	marked := markedProcs(m.prefix)
+	for id, procs := range marked {
 		if claimed[id] {
 			continue
 		}
@@ -160,12 +161,20 @@ func (m *Manager) sweepOrphans() {
 			}
 		}
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for _, p := range monitors {
-		waitDead(p.pid, p.start, time.Until(deadline))
+	if len(monitors) > 0 {
+		deadline := time.Now().Add(2 * time.Second)
+		for _, p := range monitors {
+			waitDead(p.pid, p.start, time.Until(deadline))
+		}
+		// A killed monitor may have started a run's group leader after
+		// the first scan. Without a monitor no new run can appear (a launch
+		// holds launch.lock shared until its ack), and a child forked since
+		// carries the marker killTree finds it by, so the first scan stands
+		// and a start-up reads every /proc/<pid>/environ once, not twice.
+		marked = markedProcs(m.prefix)
 	}
 	var wg sync.WaitGroup
-	for id, procs := range markedProcs(m.prefix) {
+	for id, procs := range marked {
 		if claimed[id] {
 			continue
 		}

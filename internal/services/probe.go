@@ -116,6 +116,12 @@ type logProbe struct {
 	path   string
 	offset int64
 	buf    []byte
+	// chunk is the read buffer, kept across checks (one is made every 50 ms otherwise).
+	chunk []byte
+	// checked reports whether buf was matched since it last grew: the
+	// regular expression runs over up to logProbeMax bytes, so it runs
+	// again only when the log has grown.
+	checked bool
 }
 
 const logProbeMax = 1 << 20
@@ -126,11 +132,16 @@ func (p *logProbe) check(re *regexp.Regexp) error {
 		if fi, serr := f.Stat(); serr == nil && fi.Size() < p.offset {
 			p.offset = 0 // rotated
 		}
-		b := make([]byte, 64<<10)
+		if p.chunk == nil {
+			p.chunk = make([]byte, 64<<10)
+		}
 		for {
-			n, rerr := f.ReadAt(b, p.offset)
-			p.buf = append(p.buf, b[:n]...)
-			p.offset += int64(n)
+			n, rerr := f.ReadAt(p.chunk, p.offset)
+			if n > 0 {
+				p.buf = append(p.buf, p.chunk[:n]...)
+				p.offset += int64(n)
+				p.checked = false
+			}
 			if rerr != nil || n == 0 {
 				break
 			}
@@ -140,8 +151,11 @@ func (p *logProbe) check(re *regexp.Regexp) error {
 			p.buf = p.buf[len(p.buf)-logProbeMax:]
 		}
 	}
-	if re.Match(p.buf) {
-		return nil
+	if !p.checked {
+		if re.Match(p.buf) {
+			return nil
+		}
+		p.checked = true
 	}
 	return fmt.Errorf("log has no match for %q", re.String())
 }

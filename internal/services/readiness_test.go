@@ -101,7 +101,7 @@ func TestReadinessOwnListener(t *testing.T) {
 		t.Skip("python3 not installed")
 	}
 	m := newTestManager(t, Config{})
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	serve := fmt.Sprintf(`python3 -c 'import socket,time; s=socket.socket(); s.bind(("127.0.0.1", %d)); s.listen(); time.sleep(300)'`, port)
 	tests := []struct{ name, command string }{
 		{"direct", "exec " + serve},

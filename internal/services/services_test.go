@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +21,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 func init() {
@@ -324,22 +325,12 @@ func TestStartValidation(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func TestStopKillsWholeTree(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 not installed")
 	}
 	m := newTestManager(t, Config{StopTimeout: time.Second})
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	start(t, m, apitype.StartServiceRequest{Name: "http", Command: fmt.Sprintf("python3 -m http.server %d --bind 127.0.0.1; echo done", port)})
 	start(t, m, apitype.StartServiceRequest{Name: "setsid", Command: "setsid sleep 1000 & nohup sleep 1001 >/dev/null 2>&1 & (setsid bash -c 'exec env -u SANDBOX_MCP_SERVICE_INSTANCE sleep 1002' &) ; sleep 1000"})
 	start(t, m, apitype.StartServiceRequest{Name: "stubborn", Command: "trap '' TERM; sleep 1000 & while true; do sleep 0.1; done"})
@@ -567,5 +558,31 @@ func TestLegacyStateEntry(t *testing.T) {
 	}
 	if !processExists(other.Process.Pid) {
 		t.Error("the process that reused a pid was signalled")
+	}
+}
+
+// TestLegacyStateOrder: entries of the old sidecar's state file carry no
+// order; they are listed in the order of their keys (the order in which the
+// old sidecar first started them), before anything started since.
+func TestLegacyStateOrder(t *testing.T) {
+	dir := t.TempDir()
+	legacy := `{"services":{` +
+		`"zeta":{"name":"zeta","command":"true","cwd":"/","pid":0,"status":"stopped","startedAt":1,"logFile":"/x/zeta.log"},` +
+		`"alpha":{"name":"alpha","command":"true","cwd":"/","pid":0,"status":"error","startedAt":2,"logFile":"/x/alpha.log"},` +
+		`"mid":{"name":"mid","command":"true","cwd":"/","pid":0,"status":"stopped","startedAt":3,"logFile":"/x/mid.log"}},` +
+		`"exposedPort":null}`
+	if err := os.WriteFile(filepath.Join(dir, "state.json"), []byte(legacy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := newTestManager(t, Config{StateDir: dir})
+	if _, err := m.Start(t.Context(), apitype.StartServiceRequest{Name: "beta", Command: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range m.List() {
+		got = append(got, s.Name)
+	}
+	if want := []string{"zeta", "alpha", "mid", "beta"}; !slices.Equal(got, want) {
+		t.Errorf("List() names = %q, want %q", got, want)
 	}
 }

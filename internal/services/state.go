@@ -10,8 +10,6 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
-
-	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
 
 // record is one service in the state file: the wire ServiceInfo plus what the
@@ -124,14 +122,68 @@ func readStateRaw(path string) (*stateFile, fileStamp, []byte, error) {
 	if st.Services == nil {
 		st.Services = map[string]*record{}
 	}
+	unordered := false
 	for name, r := range st.Services {
 		if r == nil || ValidateName(name) != nil {
 			delete(st.Services, name)
 			continue
 		}
 		r.Name = name
+		unordered = unordered || r.Order == 0
+	}
+	if unordered {
+		orderLegacy(st, raw)
 	}
 	return st, stampOf(fi), raw, nil
+}
+
+// orderLegacy gives the entries without an order (written by the old
+// sidecar, whose services object kept its keys in first-start order)
+// negative orders in the order of their keys, so they list in the order they
+// were first started and before every service started since.
+func orderLegacy(st *stateFile, raw []byte) {
+	names := serviceKeys(raw)
+	for i, name := range names {
+		if r := st.Services[name]; r != nil && r.Order == 0 {
+			r.Order = int64(i - len(names))
+		}
+	}
+}
+
+// serviceKeys returns the keys of the "services" object of a state file in
+// the order they appear; nil when raw is not shaped like one.
+func serviceKeys(raw []byte) []string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		if key != "services" {
+			if dec.Decode(&json.RawMessage{}) != nil {
+				return nil
+			}
+			continue
+		}
+		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+			return nil
+		}
+		var names []string
+		for dec.More() {
+			name, err := dec.Token()
+			if err != nil || dec.Decode(&json.RawMessage{}) != nil {
+				return nil
+			}
+			if s, ok := name.(string); ok {
+				names = append(names, s)
+			}
+		}
+		return names
+	}
+	return nil
 }
 
 // sanitizeState refuses what no sidecar would have written and what would
@@ -174,12 +226,6 @@ func writeState(path string, b []byte) (fileStamp, error) {
 		return fileStamp{}, err
 	}
 	return stampOf(fi), nil
-}
-
-// writeFileAtomic writes data to a temp file next to path, fsyncs it and
-// renames it over path, so readers see the old or the new content, never half.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	return atomicfile.WriteFile(path, data, perm)
 }
 
 // quarantine moves a corrupt state file aside so the sidecar keeps serving.

@@ -112,23 +112,30 @@ func (m *Manager) lockState() (func(), error) {
 // (corrupt, not a regular file, unreadable) is moved aside.
 func (m *Manager) readForUpdate() (*stateFile, fileStamp, []byte, error) {
 	m.mu.RLock()
-	mem, pending, seen := m.st.clone(), m.pending, m.stamp != (fileStamp{})
+	pending, seen := m.pending, m.stamp != (fileStamp{})
 	m.mu.RUnlock()
+	// The state in memory is copied only when it is what the update starts
+	// from, not on every update.
+	mem := func() *stateFile {
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		return m.st.clone()
+	}
 	if pending {
-		return mem, fileStamp{}, nil, nil
+		return mem(), fileStamp{}, nil, nil
 	}
 	st, stamp, raw, err := readStateRaw(m.statePath)
 	if errors.Is(err, errCorrupt) {
 		dst, qerr := quarantine(m.statePath, m.now())
 		m.log.Error("state file is unusable; moved aside", "err", err, "moved_to", dst, "move_err", qerr)
-		return mem, fileStamp{}, nil, nil
+		return mem(), fileStamp{}, nil, nil
 	}
 	if err != nil {
 		return nil, fileStamp{}, nil, err
 	}
 	if raw == nil && seen {
 		m.log.Warn("state file disappeared; writing it again from memory", "path", m.statePath)
-		return mem, fileStamp{}, nil, nil
+		return mem(), fileStamp{}, nil, nil
 	}
 	for _, p := range sanitizeState(st) {
 		m.log.Warn("state file entry refused", "problem", p)

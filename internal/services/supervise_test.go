@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 func intp(n int) *int { return &n }
@@ -121,7 +122,7 @@ func TestReadinessTCP(t *testing.T) {
 	m := newTestManager(t, Config{})
 	ch, unsub := m.Subscribe()
 	defer unsub()
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	// A server that binds after 1 s.
 	cmd := fmt.Sprintf(`sleep 1; exec python3 -c 'import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", %d)); s.listen(); time.sleep(300)'`, port)
 	if _, err := exec.LookPath("python3"); err != nil {
@@ -172,7 +173,7 @@ func TestReadinessHTTPAndLog(t *testing.T) {
 	go ts.Serve(ln)
 	defer ts.Close()
 	// The service serves the URL itself: a server of anyone else's never counts.
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	start(t, m, apitype.StartServiceRequest{Name: "http", Command: fmt.Sprintf("exec python3 -m http.server %d --bind 127.0.0.1", port),
 		Readiness: &apitype.Readiness{HTTP: fmt.Sprintf("http://127.0.0.1:%d/", port)}})
 	if got := types(collect(t, ch, "http", 2)); got != "started ready" {
@@ -191,7 +192,7 @@ func TestReadinessHTTPAndLog(t *testing.T) {
 
 func TestReadinessTimeout(t *testing.T) {
 	m := newTestManager(t, Config{})
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	start(t, m, apitype.StartServiceRequest{Name: "never", Command: "sleep 300", Readiness: &apitype.Readiness{TCP: &port, TimeoutMs: 300}})
 	waitFor(t, "the readiness timeout", 20*time.Second, func() bool { return status(m, "never") == apitype.StatusError })
 	s := get(t, m, "never")
