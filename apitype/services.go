@@ -58,6 +58,14 @@ func (s ServiceInfo) StartRequest() StartServiceRequest {
 	}
 }
 
+// SetOptions echoes req's name, command, cwd and options in s: the inverse
+// of StartRequest.
+func (s *ServiceInfo) SetOptions(req StartServiceRequest) {
+	s.Name, s.Command, s.Cwd = req.Name, req.Command, req.Cwd
+	s.Restart, s.MaxRestarts, s.Readiness, s.Env = req.Restart, req.MaxRestarts, req.Readiness, req.Env
+	s.StopSignal, s.StopTimeoutMs = req.StopSignal, req.StopTimeoutMs
+}
+
 // Readiness is how a service proves it is ready: exactly one of TCP, HTTP or Log.
 type Readiness struct {
 	TCP       *int   `json:"tcp,omitempty"`

@@ -32,3 +32,22 @@ func TestStartRequestCarriesEveryOption(t *testing.T) {
 		}
 	}
 }
+
+// SetOptions is StartRequest's inverse: the round trip gives the request back.
+func TestSetOptionsRoundTrip(t *testing.T) {
+	tcp, n, ms := 3000, 2, 700
+	req := StartServiceRequest{Name: "web", Command: "npm run dev", Cwd: "/w",
+		Restart: RestartOnFailure, MaxRestarts: &n, Readiness: &Readiness{TCP: &tcp, TimeoutMs: 5},
+		Env: map[string]string{"K": "v"}, StopSignal: "SIGINT", StopTimeoutMs: &ms}
+	rv := reflect.ValueOf(req)
+	for i := range rv.NumField() {
+		if rv.Field(i).IsZero() {
+			t.Fatalf("test request leaves %s zero; set it so the copy is checked", rv.Type().Field(i).Name)
+		}
+	}
+	var info ServiceInfo
+	info.SetOptions(req)
+	if got := info.StartRequest(); !reflect.DeepEqual(got, req) {
+		t.Errorf("SetOptions then StartRequest = %+v, want %+v", got, req)
+	}
+}

@@ -171,20 +171,10 @@ var stopSignals = map[string]syscall.Signal{
 }
 
 // spec is the options r was started with, as recorded.
-func (r *record) spec() spec {
-	return spec{apitype.StartServiceRequest{
-		Name: r.Name, Command: r.Command, Cwd: r.Cwd,
-		Restart: r.Restart, MaxRestarts: r.MaxRestarts, Readiness: r.Readiness,
-		Env: r.Env, StopSignal: r.StopSignal, StopTimeoutMs: r.StopTimeoutMs,
-	}}
-}
+func (r *record) spec() spec { return spec{r.StartRequest()} }
 
 // setSpec records sp as the options of r's run.
-func (r *record) setSpec(sp spec) {
-	r.Name, r.Command, r.Cwd = sp.Name, sp.Command, sp.Cwd
-	r.Restart, r.MaxRestarts, r.Readiness, r.Env = sp.Restart, sp.MaxRestarts, sp.Readiness, sp.Env
-	r.StopSignal, r.StopTimeoutMs = sp.StopSignal, sp.StopTimeoutMs
-}
+func (r *record) setSpec(sp spec) { r.SetOptions(sp.StartServiceRequest) }
 
 // respawnSpec is the spec r is started again with: as recorded, once more
 // through Validate because a state file is input too (another version, or
