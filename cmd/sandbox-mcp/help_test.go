@@ -46,21 +46,7 @@ func TestHelpGolden(t *testing.T) {
 				}
 			}
 		}
-		path := filepath.Join("testdata", "help", tt.golden+".golden")
-		if *update {
-			os.MkdirAll(filepath.Dir(path), 0o755)
-			if err := os.WriteFile(path, stdout.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("read golden file (run go test -update): %v", err)
-		}
-		if stdout.String() != string(want) {
-			t.Errorf("run(%q) stdout differs from %s (go test -update):\n%s", tt.args, path, stdout.String())
-		}
+		testutil.Golden(t, filepath.Join("testdata", "help", tt.golden+".golden"), stdout.Bytes(), *update)
 	}
 }
 
