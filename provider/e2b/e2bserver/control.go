@@ -14,6 +14,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
 )
 
 // sandboxJSON is the Sandbox answer of create and connect.
@@ -92,7 +93,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	sb := &sandbox{id: "i" + newID(10), template: req.TemplateID, token: newID(16), metadata: req.Metadata,
-		envVars: req.EnvVars, autoPause: req.AutoPause, procs: newProcTable(), forwards: map[int]*forwarder{},
+		envVars: req.EnvVars, autoPause: req.AutoPause, procs: newProcTable(), forwards: map[int]*portfwd.Forwarder{},
 		network: s.o.Egress && (req.AllowInternet == nil || *req.AllowInternet)}
 	if req.Secure != nil && !*req.Secure {
 		sb.token = ""

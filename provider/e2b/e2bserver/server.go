@@ -39,6 +39,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
 )
 
 // Options configure a Server.
@@ -123,7 +124,7 @@ type sandbox struct {
 	stoppedSnap string
 	timer       *time.Timer
 	procs       *procTable
-	forwards    map[int]*forwarder
+	forwards    map[int]*portfwd.Forwarder
 }
 
 // New checks the options, recovers the sandboxes a previous server created on the
@@ -183,7 +184,7 @@ func (s *Server) fromLabels(in engine.Info) *sandbox {
 	}
 	return &sandbox{id: in.Labels[labelSandbox], engineID: in.ID, template: in.Labels[labelTemplate],
 		token: in.Labels[labelToken], metadata: meta, started: in.Created,
-		procs: newProcTable(), forwards: map[int]*forwarder{}}
+		procs: newProcTable(), forwards: map[int]*portfwd.Forwarder{}}
 }
 
 // Handler serves the control plane and envd.
@@ -247,7 +248,7 @@ func (s *Server) detachLocked(sb *sandbox) {
 		sb.timer = nil
 	}
 	for p, f := range sb.forwards {
-		f.close()
+		f.Close()
 		delete(sb.forwards, p)
 	}
 }

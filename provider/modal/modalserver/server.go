@@ -202,7 +202,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	for _, t := range ts {
-		t.close()
+		t.Close()
 	}
 	for _, sb := range sbs {
 		sb.cancelExecs()

@@ -1,6 +1,7 @@
 package modalserver
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -8,12 +9,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"io"
 	"math/big"
 	"net"
 	"strconv"
-	"sync"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
 )
 
 // selfSignedTLS makes the certificate of the encrypted tunnels: Modal serves
@@ -58,38 +59,8 @@ type tunnelKey struct {
 // tunnel is a loopback listener whose connections reach a port inside a sandbox
 // through the engine (TLS-terminated for encrypted ports).
 type tunnel struct {
-	l    net.Listener
+	*portfwd.Forwarder
 	port int // host port
-
-	mu    sync.Mutex
-	conns map[net.Conn]struct{} // nil once closed
-}
-
-// close stops accepting and ends every connection; a connection made later (an
-// upstream whose dial was under way) is refused by track.
-func (t *tunnel) close() {
-	t.l.Close()
-	t.mu.Lock()
-	for c := range t.conns {
-		c.Close()
-	}
-	t.conns = nil
-	t.mu.Unlock()
-}
-
-// track adds or removes c; adding to a closed tunnel reports false.
-func (t *tunnel) track(c net.Conn, add bool) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if add {
-		if t.conns == nil {
-			return false
-		}
-		t.conns[c] = struct{}{}
-	} else {
-		delete(t.conns, c)
-	}
-	return true
 }
 
 // openTunnel starts the tunnel of one sandbox port, or returns the running one.
@@ -108,9 +79,8 @@ func (s *Server) openTunnel(sb *sandbox, port int, encrypted bool) (*tunnel, err
 	if encrypted {
 		l = tls.NewListener(l, &tls.Config{Certificates: s.tls.Certificates, MinVersion: tls.VersionTLS12})
 	}
-	t := &tunnel{l: l, conns: map[net.Conn]struct{}{}}
 	_, p, _ := net.SplitHostPort(l.Addr().String())
-	t.port, _ = strconv.Atoi(p)
+	hostPort, _ := strconv.Atoi(p)
 	s.mu.Lock()
 	if old, ok := s.tunnels[key]; ok {
 		s.mu.Unlock()
@@ -124,58 +94,11 @@ func (s *Server) openTunnel(sb *sandbox, port int, encrypted bool) (*tunnel, err
 		return nil, net.ErrClosed
 	default:
 	}
+	eid := sb.engineID
+	t := &tunnel{portfwd.Start(l, func(ctx context.Context) (net.Conn, error) { return s.o.Engine.DialPort(ctx, eid, port) }, &s.wg), hostPort}
 	s.tunnels[key] = t
-	s.wg.Add(1)
 	s.mu.Unlock()
-	go func() {
-		defer s.wg.Done()
-		s.acceptTunnel(sb.engineID, port, t)
-	}()
 	return t, nil
-}
-
-func (s *Server) acceptTunnel(engineID string, port int, t *tunnel) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		c, err := t.l.Accept()
-		if err != nil {
-			return
-		}
-		if !t.track(c, true) {
-			c.Close()
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer t.track(c, false)
-			defer c.Close()
-			up, err := s.o.Engine.DialPort(s.ctx(), engineID, port)
-			if err != nil {
-				return
-			}
-			defer up.Close()
-			if !t.track(up, true) {
-				return
-			}
-			defer t.track(up, false)
-			done := make(chan struct{}, 2)
-			go func() { io.Copy(up, c); closeWrite(up); done <- struct{}{} }()
-			go func() { io.Copy(c, up); closeWrite(c); done <- struct{}{} }()
-			<-done
-			<-done
-		}()
-	}
-}
-
-func closeWrite(c net.Conn) {
-	switch c := c.(type) {
-	case interface{ CloseWrite() error }:
-		c.CloseWrite()
-	default:
-		c.Close()
-	}
 }
 
 func (s *Server) closeTunnels(sandboxID string) {
@@ -189,7 +112,7 @@ func (s *Server) closeTunnels(sandboxID string) {
 	}
 	s.mu.Unlock()
 	for _, t := range ts {
-		t.close()
+		t.Close()
 	}
 }
 
