@@ -6,12 +6,15 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 func decodeConfig(t *testing.T, s string) map[string]any {
@@ -126,7 +129,7 @@ func TestOpencodeConfig(t *testing.T) {
 func TestOpencodeConfigGolden(t *testing.T) {
 	c := NewOpencodeConfig(ToOpencodeModelID(DefaultModelID), OpencodeOptions{LiteLLM: true, ProxyBaseURL: "https://llm-proxy.example.com/v1",
 		Instructions: []string{".opencode/instructions.md", "AGENTS.md"}})
-	golden(t, "opencode.json", []byte(c.JSON()))
+	testutil.Golden(t, filepath.Join("testdata", "opencode.json"), []byte(c.JSON()), *update)
 }
 
 func TestCaddyfileGolden(t *testing.T) {
@@ -144,7 +147,7 @@ func TestCaddyfileGolden(t *testing.T) {
 			t.Errorf("Caddyfile lacks %q", want)
 		}
 	}
-	golden(t, "Caddyfile", []byte(got))
+	testutil.Golden(t, filepath.Join("testdata", "Caddyfile"), []byte(got), *update)
 }
 
 func TestTexts(t *testing.T) {

@@ -3,11 +3,14 @@ package provider
 import (
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 var planNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -76,7 +79,7 @@ func TestPlanGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, "plan_"+tt.name+".json", planJSON(t, p))
+			testutil.Golden(t, filepath.Join("testdata", "plan_"+tt.name+".json"), planJSON(t, p), *update)
 			again, _ := BuildPlan(tt.opts, tt.cfg)
 			if diff := cmp.Diff(p, again); diff != "" {
 				t.Errorf("BuildPlan not deterministic (-first +second):\n%s", diff)

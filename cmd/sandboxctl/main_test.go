@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/spf13/cobra"
 
@@ -141,27 +140,8 @@ func TestHelpGolden(t *testing.T) {
 			if code != 0 || stderr.String() != "" {
 				t.Fatalf("%s --help = %d %q", name, code, stderr.String())
 			}
-			golden(t, filepath.Join("testdata", "help", name+".golden"), stdout.String())
+			testutil.Golden(t, filepath.Join("testdata", "help", name+".golden"), []byte(stdout.String()), *update)
 		})
-	}
-}
-
-func golden(t *testing.T, path, got string) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run go test -update): %v", err)
-	}
-	if d := cmp.Diff(string(want), got); d != "" {
-		t.Errorf("%s (-want +got):\n%s", path, d)
 	}
 }
 
