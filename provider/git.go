@@ -43,6 +43,20 @@ type SessionMetadata struct {
 	LastGitFetchAt *int64 `json:"lastGitFetchAt,omitempty"`
 }
 
+// ParseSessionMetadata is the metadata file's content b, as read with err;
+// nil when it could not be read or is not the JSON the boot writes (a
+// sandbox without metadata restores like a legacy one).
+func ParseSessionMetadata(b []byte, err error) *SessionMetadata {
+	if err != nil {
+		return nil
+	}
+	var m SessionMetadata
+	if json.Unmarshal(b, &m) != nil {
+		return nil
+	}
+	return &m
+}
+
 // PullDecision are the inputs of ShouldPullOnRestore.
 type PullDecision struct {
 	Enabled        bool // SANDBOX_GIT_PULL_ON_RESTORE
@@ -123,13 +137,7 @@ func PullOnRestore(ctx context.Context, ex Executor, o PullOptions) (PullResult,
 		o.Log = func(string) {}
 	}
 	var res PullResult
-	var meta *SessionMetadata
-	if b, err := ex.ReadFile(ctx, o.Paths.MetadataFile()); err == nil {
-		var m SessionMetadata
-		if json.Unmarshal(b, &m) == nil {
-			meta = &m
-		}
-	}
+	meta := ParseSessionMetadata(ex.ReadFile(ctx, o.Paths.MetadataFile()))
 	var last *int64
 	if meta != nil {
 		last = meta.LastGitFetchAt

@@ -199,3 +199,24 @@ func TestPullOnRestore(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func TestParseSessionMetadata(t *testing.T) {
+	at := int64(1700000000000)
+	tests := []struct {
+		name string
+		b    string
+		err  error
+		want *SessionMetadata
+	}{
+		{"metadata", `{"sessionId":"s1","repoDir":"/home/user/workspace","lastGitFetchAt":1700000000000}`, nil,
+			&SessionMetadata{SessionID: "s1", RepoDir: "/home/user/workspace", LastGitFetchAt: &at}},
+		{"unreadable", `{"sessionId":"s1"}`, errors.New("no such file"), nil},
+		{"not JSON", `{"sessionId":`, nil, nil},
+	}
+	for _, tt := range tests {
+		got := ParseSessionMetadata([]byte(tt.b), tt.err)
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tt.name, diff)
+		}
+	}
+}

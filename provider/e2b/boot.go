@@ -2,7 +2,6 @@ package e2b
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -322,13 +321,5 @@ func (p *Provider) sidecarHealthy(ctx context.Context, base string) error {
 
 // metadata reads the session metadata of a restored sandbox; nil when absent.
 func readMetadata(ctx context.Context, e *Envd) *provider.SessionMetadata {
-	b, err := e.ReadFile(ctx, provider.DefaultPaths().MetadataFile())
-	if err != nil {
-		return nil
-	}
-	var m provider.SessionMetadata
-	if json.Unmarshal(b, &m) != nil {
-		return nil
-	}
-	return &m
+	return provider.ParseSessionMetadata(e.ReadFile(ctx, provider.DefaultPaths().MetadataFile()))
 }

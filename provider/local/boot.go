@@ -225,13 +225,9 @@ func (p *Provider) progress(format string, args ...any) {
 // sandbox. An unisolated sandbox's absolute paths are rewritten from the snapshot's
 // home to the new one (an isolated sandbox's home is always /home/user).
 func (p *Provider) restoredMetadata(ctx context.Context, id, snapshotID string, paths provider.Paths) (*provider.SessionMetadata, error) {
-	mb, err := p.eng.ReadFile(ctx, id, paths.MetadataFile())
-	if err != nil {
+	m := provider.ParseSessionMetadata(p.eng.ReadFile(ctx, id, paths.MetadataFile()))
+	if m == nil {
 		return nil, nil // a sandbox without metadata restores like a legacy one
-	}
-	var m provider.SessionMetadata
-	if json.Unmarshal(mb, &m) != nil {
-		return nil, nil
 	}
 	var sm snapshotMeta
 	if b, err := os.ReadFile(filepath.Join(p.o.Root, "snapshots", snapshotID, "provider.json")); err == nil {
@@ -247,7 +243,7 @@ func (p *Provider) restoredMetadata(ctx context.Context, id, snapshotID string, 
 			return nil, err
 		}
 	}
-	return &m, nil
+	return m, nil
 }
 
 // run executes one plan.

@@ -12,7 +12,6 @@ package modal
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -450,13 +449,5 @@ func (p *Provider) TestServiceCommands(ctx context.Context, sandboxID string, cm
 
 // readMetadata reads the session metadata a restored sandbox carries.
 func readMetadata(ctx context.Context, sb *modalsdk.Sandbox) *provider.SessionMetadata {
-	data, err := sb.Filesystem.ReadBytes(ctx, provider.DefaultPaths().MetadataFile(), nil)
-	if err != nil {
-		return nil
-	}
-	var m provider.SessionMetadata
-	if json.Unmarshal(data, &m) != nil {
-		return nil
-	}
-	return &m
+	return provider.ParseSessionMetadata(sb.Filesystem.ReadBytes(ctx, provider.DefaultPaths().MetadataFile(), nil))
 }
