@@ -85,27 +85,36 @@ func (in *initServer) spawner(isolated bool) {
 }
 
 // reaper reaps every child and orphan of the sandbox, handing the statuses of the
-// commands it started to their waiters.
+// commands it started to their waiters. It sweeps once after subscribing to SIGCHLD:
+// a child that exited before the subscription (the reaper goroutine can start after
+// the first command under load) sent its SIGCHLD to nobody, and would otherwise stay
+// a zombie, its exec unanswered, until some other child happened to exit.
 func (in *initServer) reaper() {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGCHLD)
+	in.reap()
 	for range ch {
-		in.mu.Lock()
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-			if err == syscall.EINTR {
-				continue
-			}
-			if pid <= 0 || err != nil {
-				break
-			}
-			if w, ok := in.waiters[pid]; ok {
-				w <- ws
-				delete(in.waiters, pid)
-			}
+		in.reap()
+	}
+}
+
+// reap collects every exited child without blocking.
+func (in *initServer) reap() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
 		}
-		in.mu.Unlock()
+		if pid <= 0 || err != nil {
+			return
+		}
+		if w, ok := in.waiters[pid]; ok {
+			w <- ws
+			delete(in.waiters, pid)
+		}
 	}
 }
 
