@@ -9,8 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
 )
 
 // StartOptions describe a process to start.
@@ -255,7 +256,7 @@ func (e *Envd) Run(ctx context.Context, command string, o RunOptions) (RunResult
 	if max <= 0 {
 		max = 1 << 20
 	}
-	stdout, stderr := &capBuffer{max: max}, &capBuffer{max: max}
+	stdout, stderr := &capped.Buffer{Max: max}, &capped.Buffer{Max: max}
 	var outW, errW io.Writer = stdout, stderr
 	if o.Stdout != nil {
 		outW = io.MultiWriter(stdout, o.Stdout)
@@ -275,26 +276,4 @@ func (e *Envd) Run(ctx context.Context, command string, o RunOptions) (RunResult
 		return RunResult{}, err
 	}
 	return RunResult{ExitCode: res.ExitCode, Stdout: stdout.String(), Stderr: stderr.String()}, nil
-}
-
-// capBuffer keeps the first max bytes written to it.
-type capBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (b *capBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.max - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(room, len(p))])
-	}
-	return len(p), nil
-}
-
-func (b *capBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

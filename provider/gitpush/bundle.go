@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
 	"github.com/proliferate-ai/sandbox-mcp/provider/gitbundle"
 )
 
@@ -70,14 +71,14 @@ func (m *Mirrors) Bundle(ctx context.Context, r Remote, branch string, haves []s
 		}
 		args = append(args, "^"+h)
 	}
-	cw := &capWriter{w: w, left: m.maxBundle}
+	cw := &capped.Writer{W: w, Left: m.maxBundle}
 	if err := m.stream(ctx, dir, nil, nil, cw, args...); err != nil {
-		if cw.over {
+		if cw.Over {
 			return res, fmt.Errorf("bundle of %s exceeds %d bytes", branch, m.maxBundle)
 		}
 		return res, err
 	}
-	res.Size = m.maxBundle - cw.left
+	res.Size = m.maxBundle - cw.Left
 	return res, nil
 }
 

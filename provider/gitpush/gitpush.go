@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -252,7 +253,7 @@ func (m *Mirrors) remote(ctx context.Context, dir string, r Remote, args ...stri
 // from in, and returns its standard output (at most maxOutput bytes).
 func (m *Mirrors) run(ctx context.Context, dir string, extra []string, in io.Reader, args ...string) ([]byte, error) {
 	var out bytes.Buffer
-	err := m.stream(ctx, dir, extra, in, &capWriter{w: &out, left: maxOutput}, args...)
+	err := m.stream(ctx, dir, extra, in, &capped.Writer{W: &out, Left: maxOutput}, args...)
 	return out.Bytes(), err
 }
 
@@ -267,10 +268,9 @@ func (m *Mirrors) stream(ctx context.Context, dir string, extra []string, in io.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
-	var stderr capWriter
-	var errBuf bytes.Buffer
-	stderr.w, stderr.left = &errBuf, 8192
-	cmd.Stderr = &stderr
+	// Kept, not limited: a failing writer would fail a git that only talked a lot.
+	errBuf := &capped.Buffer{Max: 8192}
+	cmd.Stderr = errBuf
 	cmd.Stdin = in
 	cmd.Stdout = w
 	if err := cmd.Run(); err != nil {
@@ -292,21 +292,4 @@ func gitVerb(args []string) string {
 		return args[i]
 	}
 	return ""
-}
-
-// capWriter passes at most left bytes on and fails past them.
-type capWriter struct {
-	w    io.Writer
-	left int64
-	over bool
-}
-
-func (c *capWriter) Write(p []byte) (int, error) {
-	if int64(len(p)) > c.left {
-		c.over = true
-		return 0, errors.New("output limit reached")
-	}
-	n, err := c.w.Write(p)
-	c.left -= int64(n)
-	return n, err
 }

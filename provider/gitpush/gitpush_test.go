@@ -492,3 +492,22 @@ func TestBaseEnv(t *testing.T) {
 		t.Errorf("baseEnv (-want +got):\n%s", d)
 	}
 }
+
+// A git that writes a lot to stderr and succeeds is a success: stderr is kept
+// for messages (its first 8 KiB), never a limit that fails the command.
+func TestChattyGitSucceeds(t *testing.T) {
+	dir := t.TempDir()
+	chatty := filepath.Join(dir, "chatty-git")
+	script := "#!/bin/sh\nhead -c 100000 /dev/zero | tr '\\0' x >&2\necho ok\n"
+	if err := os.WriteFile(chatty, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Options{CacheDir: filepath.Join(dir, "cache"), Git: chatty})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := m.run(t.Context(), dir, nil, nil, "status")
+	if err != nil || string(out) != "ok\n" {
+		t.Errorf("run of a chatty git = %q, %v; want %q, nil", out, err, "ok\n")
+	}
+}

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -438,19 +438,6 @@ func mergeEnv(a, b map[string]string) map[string]string {
 	return m
 }
 
-// cappedBuffer keeps the first max bytes written to it and drops the rest.
-type cappedBuffer struct {
-	bytes.Buffer
-	max int
-}
-
-func (c *cappedBuffer) Write(p []byte) (int, error) {
-	if room := c.max - c.Len(); room > 0 {
-		c.Buffer.Write(p[:min(room, len(p))])
-	}
-	return len(p), nil
-}
-
 // runCommand runs argv to completion in the sandbox under timeout. The error is only
 // for a command that could not run; exit codes are in the result (124 when the
 // timeout killed it).
@@ -464,7 +451,7 @@ func (p *Provider) runCommandT(ctx context.Context, id string, argv []string, di
 	if timeout <= 0 {
 		timeout = provider.ExecTimeout
 	}
-	stdout, stderr := &cappedBuffer{max: 4 << 20}, &cappedBuffer{max: 4 << 20}
+	stdout, stderr := &capped.Buffer{Max: 4 << 20}, &capped.Buffer{Max: 4 << 20}
 	code, err := p.eng.Exec(ctx, id, engine.ExecRequest{Argv: argv, Cwd: dir, Env: envList(env), Timeout: timeout,
 		Stdout: stdout, Stderr: stderr})
 	res := provider.ExecResult{Stdout: stdout.String(), Stderr: stderr.String(), ExitCode: code}
