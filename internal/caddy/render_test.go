@@ -8,27 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run go test -update): %v", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s mismatch (-want +got):\n%s", name, diff)
-	}
-}
 
 func TestGolden(t *testing.T) {
 	withDaemon := DefaultMainOptions()
@@ -52,7 +35,7 @@ func TestGolden(t *testing.T) {
 			if string(got) != string(again) {
 				t.Fatalf("render %s is not deterministic", tt.file)
 			}
-			golden(t, tt.file, got)
+			testutil.Golden(t, filepath.Join("testdata", tt.file), got, *update)
 		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
 	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
@@ -84,10 +85,10 @@ func (w *Workspace) CreateBundle(ctx context.Context, id, base string) (*os.File
 	// caller reads it, and no crash leaves a bundle in the temp dir.
 	_ = os.Remove(f.Name())
 	info := apitype.GitBundleInfo{Branch: branch, Head: head}
-	lw := &limitWriter{w: f, left: w.maxBundle}
+	lw := &capped.Writer{W: f, Left: w.maxBundle}
 	if err := w.stream(ctx, repo, nil, lw, args...); err != nil {
 		f.Close()
-		if lw.over {
+		if lw.Over {
 			return nil, apitype.GitBundleInfo{}, tooLarge(w.maxBundle)
 		}
 		if strings.Contains(err.Error(), "empty bundle") {
@@ -95,7 +96,7 @@ func (w *Workspace) CreateBundle(ctx context.Context, id, base string) (*os.File
 		}
 		return nil, apitype.GitBundleInfo{}, err
 	}
-	info.Size = w.maxBundle - lw.left
+	info.Size = w.maxBundle - lw.Left
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		f.Close()
 		return nil, apitype.GitBundleInfo{}, err
@@ -244,21 +245,4 @@ func (w *Workspace) stream(ctx context.Context, dir string, in io.Reader, out io
 	defer p.release()
 	p.Stdin, p.Stdout = in, out
 	return p.failure(p.Run())
-}
-
-// limitWriter passes at most left bytes to w and fails past them.
-type limitWriter struct {
-	w    io.Writer
-	left int64
-	over bool
-}
-
-func (l *limitWriter) Write(p []byte) (int, error) {
-	if int64(len(p)) > l.left {
-		l.over = true
-		return 0, errors.New("size limit reached")
-	}
-	n, err := l.w.Write(p)
-	l.left -= int64(n)
-	return n, err
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
 )
 
 // MaxChangesetCommits bounds the commits a changeset lists.
@@ -85,7 +86,7 @@ func (w *Workspace) changedFiles(ctx context.Context, repo string, run func(...s
 		return files, nil
 	}
 	var out bytes.Buffer
-	lw := &limitWriter{w: &out, left: maxChangesetBytes}
+	lw := &capped.Writer{W: &out, Left: maxChangesetBytes}
 	if err := w.stream(ctx, repo, &in, lw, "cat-file", "--batch-check=%(objectsize)"); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package gitrepo
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
 )
 
 // Status runs git status in the repository named by id and parses it.
@@ -99,7 +99,7 @@ type gitProc struct {
 	name    string // the git command (args[0]), for errors
 	dir     string
 	timeout time.Duration
-	stderr  capBuffer
+	stderr  *capped.Buffer
 	release func()
 }
 
@@ -119,8 +119,8 @@ func (w *Workspace) command(ctx context.Context, dir string, args []string) (*gi
 	cmd.Cancel = func() error { return killGroup(cmd) }
 	cmd.WaitDelay = time.Second
 	p := &gitProc{Cmd: cmd, ctx: ctx, name: args[0], dir: dir, timeout: w.timeout, release: func() { cancel(); <-w.procs }}
-	p.stderr.max = 4096
-	cmd.Stderr = &p.stderr
+	p.stderr = &capped.Buffer{Max: 4096}
+	cmd.Stderr = p.stderr
 	return p, nil
 }
 
@@ -181,21 +181,4 @@ func killGroup(cmd *exec.Cmd) error {
 		return nil
 	}
 	return err
-}
-
-// capBuffer keeps the first max bytes written to it and discards the rest.
-type capBuffer struct {
-	bytes.Buffer
-	max int
-}
-
-func (b *capBuffer) Write(p []byte) (int, error) {
-	if room := b.max - b.Len(); room > 0 {
-		if len(p) > room {
-			b.Buffer.Write(p[:room])
-		} else {
-			b.Buffer.Write(p)
-		}
-	}
-	return len(p), nil
 }
