@@ -28,6 +28,19 @@ var (
 	ErrTimeout = errors.New("timed out")
 	// ErrUnsupported: the engine cannot do this honestly (see Capabilities).
 	ErrUnsupported = errors.New("not supported by this engine")
+	// ErrIsDir: a file operation named a directory where it needs a file.
+	ErrIsDir = errors.New("is a directory")
+	// ErrNotDir: a path component, or the target of a directory operation, is not a
+	// directory.
+	ErrNotDir = errors.New("not a directory")
+	// ErrNotEmpty: a directory to remove without recursion is not empty.
+	ErrNotEmpty = errors.New("directory not empty")
+	// ErrInUse: a volume or image to remove is used by a live sandbox; the error's text
+	// names the sandboxes.
+	ErrInUse = errors.New("in use")
+	// ErrLimit: a requested limit cannot be applied honestly on this machine (the
+	// error's text says which and why); the create is refused rather than run without it.
+	ErrLimit = errors.New("limit cannot be applied")
 )
 
 // Mount binds a host path into the sandbox.
@@ -37,10 +50,23 @@ type Mount struct {
 	ReadOnly bool   `json:"readOnly,omitempty"`
 }
 
-// Limits are optional resource limits; zero means none.
+// Limits are resource limits. In a Spec, zero means the engine's default (documented by
+// each engine); in Info.Applied, the values that hold, zero meaning none.
 type Limits struct {
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
 	Pids        int64 `json:"pids,omitempty"`
+	// CPUMillis is the CPU bandwidth in thousandths of a CPU (1500 = 1.5 CPUs).
+	CPUMillis int64 `json:"cpuMillis,omitempty"`
+	// DiskBytes caps what the sandbox can write to its own filesystem (its writable
+	// layer); volumes have their own capacity.
+	DiskBytes int64 `json:"diskBytes,omitempty"`
+}
+
+// VolumeMount mounts a named volume (see Volumes) into the sandbox.
+type VolumeMount struct {
+	Name     string `json:"name"`
+	Target   string `json:"target"` // absolute path inside the sandbox
+	ReadOnly bool   `json:"readOnly,omitempty"`
 }
 
 // Spec describes a sandbox to create.
@@ -49,6 +75,14 @@ type Spec struct {
 	Name string `json:"name,omitempty"`
 	// Snapshot, when set, is the snapshot id whose writable state the sandbox starts from.
 	Snapshot string `json:"snapshot,omitempty"`
+	// Image is the image (id or name) the sandbox's root filesystem comes from; empty
+	// means the engine's default image.
+	Image string `json:"image,omitempty"`
+	// Runtime names the isolation runtime (engine-specific, see Capabilities.Runtimes);
+	// empty means the engine's default.
+	Runtime string `json:"runtime,omitempty"`
+	// Volumes are named volumes mounted into the sandbox (Capabilities.Volumes).
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 	// Env is the environment of every exec (KEY=VALUE).
 	Env []string `json:"env,omitempty"`
 	// Ports are the ports inside the sandbox that get a tunnel on the host.
@@ -98,6 +132,12 @@ type Info struct {
 	Home string `json:"home,omitempty"`
 	// Applied are the limits that actually took effect.
 	Applied Limits `json:"applied,omitempty"`
+	// Runtime is the isolation runtime the sandbox runs under.
+	Runtime string `json:"runtime,omitempty"`
+	// Image is the id of the image the sandbox booted from, if any.
+	Image string `json:"image,omitempty"`
+	// Volumes are the volumes mounted into the sandbox.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 	// ExitCode is set once the sandbox is dead (124 after its Timeout).
 	ExitCode *int `json:"exitCode,omitempty"`
 }
@@ -140,6 +180,61 @@ type Capabilities struct {
 	Pause    bool `json:"pause"`
 	Snapshot bool `json:"snapshot"`
 	Limits   bool `json:"limits"`
+	// DialPort: DialPort connects to ports inside sandboxes.
+	DialPort bool `json:"dialPort"`
+	// Volumes: the engine implements Volumes and honours Spec.Volumes.
+	Volumes bool `json:"volumes"`
+	// Images: Spec.Image boots from an image, and snapshots are images.
+	Images bool `json:"images"`
+	// Runtimes are the values Spec.Runtime accepts, the default first.
+	Runtimes []string `json:"runtimes,omitempty"`
+}
+
+// RootFS is an image unpacked for booting: read-only layer directories on the host,
+// lowest first, and the image's configuration. An engine that boots images gets it from
+// an ImageResolver.
+type RootFS struct {
+	ID     string   `json:"id"`
+	Layers []string `json:"layers"`
+	Env    []string `json:"env,omitempty"`
+	// WorkDir and User are the image's defaults for commands (empty: / and root).
+	WorkDir string `json:"workDir,omitempty"`
+	User    string `json:"user,omitempty"`
+}
+
+// ImageResolver finds an image by id or name and makes its layers available on the host.
+type ImageResolver interface {
+	ResolveImage(ctx context.Context, ref string) (RootFS, error)
+}
+
+// VolumeSpec describes a named volume to create.
+type VolumeSpec struct {
+	Name          string            `json:"name"`
+	CapacityBytes int64             `json:"capacityBytes,omitempty"` // zero: the engine's default
+	Labels        map[string]string `json:"labels,omitempty"`
+}
+
+// VolumeInfo describes a volume.
+type VolumeInfo struct {
+	Name          string            `json:"name"`
+	CapacityBytes int64             `json:"capacityBytes"`
+	Created       time.Time         `json:"created"`
+	LastAccessed  time.Time         `json:"lastAccessed"` // bumped by every mount
+	Labels        map[string]string `json:"labels,omitempty"`
+	// UsedBy are the ids of the live sandboxes that mount it.
+	UsedBy []string `json:"usedBy,omitempty"`
+}
+
+// Volumes is implemented by engines with Capabilities.Volumes: named volumes that outlive
+// every sandbox, mountable read-write or read-only in several sandboxes at once.
+type Volumes interface {
+	// CreateVolume creates a volume; an existing name is returned as it is when
+	// ifMissing is set, and is an error otherwise.
+	CreateVolume(ctx context.Context, spec VolumeSpec, ifMissing bool) (VolumeInfo, error)
+	GetVolume(ctx context.Context, name string) (VolumeInfo, error)
+	ListVolumes(ctx context.Context) ([]VolumeInfo, error)
+	// RemoveVolume deletes a volume and its data; one in use is refused with ErrInUse.
+	RemoveVolume(ctx context.Context, name string) error
 }
 
 // Engine runs sandboxes. Every method is safe for concurrent use. Paths inside a sandbox
