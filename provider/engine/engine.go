@@ -94,6 +94,9 @@ type Spec struct {
 	// own) and lets it reach the outside through an HTTP proxy (HTTP_PROXY and
 	// HTTPS_PROXY are set for every exec). The host's loopback stays out of reach.
 	Egress bool `json:"egress,omitempty"`
+	// EgressHosts, with Egress, are the only host names (exact, or "*.example.com") the
+	// proxy lets the sandbox reach; empty means any public address.
+	EgressHosts []string `json:"egressHosts,omitempty"`
 	// Timeout ends the sandbox after this long; zero means no limit.
 	Timeout time.Duration `json:"timeout,omitempty"`
 	Limits  Limits        `json:"limits,omitempty"`
