@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/caddy"
+	"github.com/proliferate-ai/sandbox-mcp/caddyfile"
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
 	"github.com/proliferate-ai/sandbox-mcp/internal/preview"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
@@ -31,17 +31,17 @@ func TestAddressesUsePorts(t *testing.T) {
 		{"config.DefaultAddr", port(config.DefaultAddr), rules.PortSidecar},
 		{"config.DefaultSidecarURL", port(config.DefaultSidecarURL[len("http://"):]), rules.PortSidecar},
 		{"config.DefaultPreviewAddr", port(config.DefaultPreviewAddr), rules.PortPreviewProxy},
-		{"caddy.DefaultAPI", port(caddy.DefaultAPI), rules.PortSidecar},
-		{"caddy.DefaultVSCode", port(caddy.DefaultVSCode), rules.PortVSCode},
-		{"caddy.DefaultPreview", port(caddy.DefaultPreview), rules.PortPreviewProxy},
-		{"caddy.DefaultSite", port(caddy.DefaultSite), rules.PortPreview},
+		{"caddyfile.DefaultAPI", port(caddyfile.DefaultAPI), rules.PortSidecar},
+		{"caddyfile.DefaultVSCode", port(caddyfile.DefaultVSCode), rules.PortVSCode},
+		{"caddyfile.DefaultPreview", port(caddyfile.DefaultPreview), rules.PortPreviewProxy},
+		{"caddyfile.DefaultSite", port(caddyfile.DefaultSite), rules.PortPreview},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
 			t.Errorf("%s port = %d, want %d", tt.what, tt.got, tt.want)
 		}
 	}
-	for _, got := range [][]int{caddy.DefaultFallbackPorts, preview.DefaultFallbackPorts, provider.DevServerPorts()} {
+	for _, got := range [][]int{caddyfile.DefaultFallbackPorts, preview.DefaultFallbackPorts, provider.DevServerPorts()} {
 		if len(got) != len(rules.FallbackPorts()) {
 			t.Fatalf("fallback ports %v, want %v", got, rules.FallbackPorts())
 		}
