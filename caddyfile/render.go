@@ -16,10 +16,6 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// DefaultFallbackPorts are the dev-server ports the preview site falls back
-// to, tried in this order.
-var DefaultFallbackPorts = rules.FallbackPorts()
-
 // Sandbox defaults of the main Caddyfile, spelled from package rules.
 var (
 	DefaultSite    = ":" + strconv.Itoa(rules.PortPreview)
@@ -43,7 +39,7 @@ type Snippet struct {
 	// Preview is the dial address (host:port) of the preview proxy.
 	Preview string
 	// FallbackPorts are tried on localhost, in order, when the proxy does not
-	// accept connections; nil means DefaultFallbackPorts.
+	// accept connections; nil means rules.FallbackPorts().
 	FallbackPorts []int
 }
 
@@ -86,7 +82,7 @@ type MainOptions struct {
 	SnippetPath string
 	// Preview is the preview proxy's dial address (host:port).
 	Preview string
-	// FallbackPorts are tried after the preview proxy; nil means DefaultFallbackPorts.
+	// FallbackPorts are tried after the preview proxy; nil means rules.FallbackPorts().
 	FallbackPorts []int
 }
 
@@ -196,7 +192,7 @@ func writeStripHeaders(b *bytes.Buffer, indent string) {
 
 func fallbackPorts(ports []int) ([]int, error) {
 	if ports == nil {
-		return DefaultFallbackPorts, nil
+		return rules.FallbackPorts(), nil
 	}
 	for _, p := range ports {
 		if p < 1 || p > 65535 {
