@@ -59,7 +59,7 @@ var Settings = []Setting{
 	{rules.EnvAddr, DefaultAddr, "API listen address (`api --addr` wins)", true, false},
 	{rules.EnvWorkspaceDir, DefaultWorkspaceDir + " if it exists, else the working directory", "workspace: services' default cwd, git repos, env files", true, true},
 	{rules.EnvStateDir, DefaultStateDir, "state.json and logs/ of the services", true, false},
-	{rules.EnvCaddySnippet, DefaultCaddySnippet + " (<state dir>/caddy/user.caddy without /home/user)", "user Caddy snippet the sidecar writes", true, false},
+	{rules.EnvCaddySnippet, DefaultCaddySnippet + " (<state dir>/caddy/user.caddy without " + rules.HomeDir + ")", "user Caddy snippet the sidecar writes", true, false},
 	{rules.EnvCaddyAdmin, DefaultCaddyAdmin, "Caddy admin endpoint, host:port or unix//path", true, false},
 	{rules.EnvCaddyfile, DefaultCaddyfile, "main Caddyfile loaded when Caddy does not route to the preview proxy", true, false},
 	{rules.EnvPreviewAddr, DefaultPreviewAddr, "loopback listener of the preview proxy", true, false},
