@@ -234,15 +234,3 @@ func (w *Workspace) originRefs(ctx context.Context, repo string) (map[string]str
 	}
 	return refs, nil
 }
-
-// stream runs git with args in dir, stdin from in (nil: none) and stdout into
-// out, with the same timeout, process limit and clean-up as run.
-func (w *Workspace) stream(ctx context.Context, dir string, in io.Reader, out io.Writer, args ...string) error {
-	p, err := w.command(ctx, dir, args)
-	if err != nil {
-		return err
-	}
-	defer p.release()
-	p.Stdin, p.Stdout = in, out
-	return p.failure(p.Run())
-}

@@ -484,15 +484,6 @@ func TestPushSandboxAndSyncSandbox(t *testing.T) {
 	assertNoToken(t, e.repo)
 }
 
-func TestBaseEnv(t *testing.T) {
-	got := baseEnv([]string{"PATH=/bin", "GIT_DIR=/x", "GIT_ASKPASS=/evil", "SSH_ASKPASS=/evil", "GITPUSH_TOKEN=leak",
-		"GIT_SSL_CAINFO=/ca.pem", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=1", "HOME=/h"})
-	want := []string{"PATH=/bin", "GIT_SSL_CAINFO=/ca.pem", "GIT_CONFIG_GLOBAL=/dev/null", "HOME=/h", "GIT_TERMINAL_PROMPT=0"}
-	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("baseEnv (-want +got):\n%s", d)
-	}
-}
-
 // A git that writes a lot to stderr and succeeds is a success: stderr is kept
 // for messages (its first 8 KiB), never a limit that fails the command.
 func TestChattyGitSucceeds(t *testing.T) {
