@@ -22,6 +22,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 	"github.com/proliferate-ai/sandbox-mcp/internal/gitexec"
+	"github.com/proliferate-ai/sandbox-mcp/provider/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -102,6 +103,12 @@ type Options struct {
 	MaxProcs int
 	// MaxBundleBytes bounds a bundle made or applied; default DefaultMaxBundleBytes.
 	MaxBundleBytes int64
+	// MaxBundleJobs bounds the bundles made or applied at once; default
+	// rules.GitBundleJobs. Callers beyond it wait within their context.
+	MaxBundleJobs int
+	// BundleLimits bound the pack of a bundle applied, checked before git
+	// inflates it; zero fields take rules.GitBundleMax*.
+	BundleLimits gitbundle.Limits
 }
 
 // Workspace finds and inspects the git repositories of one workspace directory.
@@ -111,6 +118,8 @@ type Workspace struct {
 	git       *gitexec.Runner
 	maxDiff   int
 	maxBundle int64
+	limits    gitbundle.Limits
+	bundles   chan struct{}
 	log       *slog.Logger
 }
 
@@ -145,6 +154,18 @@ func New(opts Options) (*Workspace, error) {
 	if opts.MaxProcs <= 0 {
 		opts.MaxProcs = 8
 	}
+	if opts.MaxBundleJobs <= 0 {
+		opts.MaxBundleJobs = rules.GitBundleJobs
+	}
+	if opts.BundleLimits.MaxObjectBytes <= 0 {
+		opts.BundleLimits.MaxObjectBytes = rules.GitBundleMaxObjectBytes
+	}
+	if opts.BundleLimits.MaxInflatedBytes <= 0 {
+		opts.BundleLimits.MaxInflatedBytes = rules.GitBundleMaxInflatedBytes
+	}
+	if opts.BundleLimits.MaxObjects == 0 {
+		opts.BundleLimits.MaxObjects = rules.GitBundleMaxObjects
+	}
 	git, err := gitexec.New(gitexec.Options{Git: opts.Git, Timeout: opts.Timeout, MaxProcs: opts.MaxProcs})
 	if err != nil {
 		return nil, err
@@ -155,6 +176,8 @@ func New(opts Options) (*Workspace, error) {
 		git:       git,
 		maxDiff:   opts.MaxDiffBytes,
 		maxBundle: opts.MaxBundleBytes,
+		limits:    opts.BundleLimits,
+		bundles:   make(chan struct{}, opts.MaxBundleJobs),
 		log:       opts.Logger.With("component", "gitrepo"),
 	}, nil
 }

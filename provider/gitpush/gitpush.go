@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/gitexec"
+	"github.com/proliferate-ai/sandbox-mcp/provider/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -77,6 +78,12 @@ type Options struct {
 	MaxBundleBytes int64
 	// Policy decides what a push may carry; zero fields take the defaults.
 	Policy Policy
+	// Limits bound the pack of a bundle pushed, checked before git inflates
+	// it; zero fields take rules.GitBundleMax*.
+	Limits gitbundle.Limits
+	// MaxMirrorBytes caps one mirror: past it the mirror is garbage-collected
+	// and, still past it, refused; default rules.GitMirrorMaxBytes.
+	MaxMirrorBytes int64
 }
 
 // Mirrors keeps one bare mirror per remote URL and moves commits between the
@@ -87,6 +94,8 @@ type Mirrors struct {
 	git       *gitexec.Runner
 	maxBundle int64
 	policy    Policy
+	limits    gitbundle.Limits
+	maxMirror int64
 	askpass   string
 
 	mu    sync.Mutex
@@ -110,6 +119,18 @@ func New(opts Options) (*Mirrors, error) {
 	if opts.MaxBundleBytes <= 0 {
 		opts.MaxBundleBytes = DefaultMaxBundleBytes
 	}
+	if opts.Limits.MaxObjectBytes <= 0 {
+		opts.Limits.MaxObjectBytes = rules.GitBundleMaxObjectBytes
+	}
+	if opts.Limits.MaxInflatedBytes <= 0 {
+		opts.Limits.MaxInflatedBytes = rules.GitBundleMaxInflatedBytes
+	}
+	if opts.Limits.MaxObjects == 0 {
+		opts.Limits.MaxObjects = rules.GitBundleMaxObjects
+	}
+	if opts.MaxMirrorBytes <= 0 {
+		opts.MaxMirrorBytes = rules.GitMirrorMaxBytes
+	}
 	policy, err := opts.Policy.withDefaults()
 	if err != nil {
 		return nil, err
@@ -126,7 +147,7 @@ func New(opts Options) (*Mirrors, error) {
 		return nil, fmt.Errorf("gitpush: askpass: %w", err)
 	}
 	return &Mirrors{
-		dir: dir, git: git, maxBundle: opts.MaxBundleBytes, policy: policy,
+		dir: dir, git: git, maxBundle: opts.MaxBundleBytes, policy: policy, limits: opts.Limits, maxMirror: opts.MaxMirrorBytes,
 		askpass: askpass, locks: map[string]*sync.Mutex{},
 	}, nil
 }

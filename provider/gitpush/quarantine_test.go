@@ -1,0 +1,124 @@
+package gitpush
+
+import (
+	"bytes"
+	"crypto/rand"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
+)
+
+// dirSize is the bytes of the regular files under dir.
+func dirSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += fi.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Three refused pushes of 20 MiB each leave the mirror cache as it was: the
+// objects waited in a quarantine that was dropped.
+func TestRefusedPushesLeaveTheMirrorUnchanged(t *testing.T) {
+	e := newEnv(t, Policy{})
+	before := dirSize(t, e.cache)
+	start := e.git("rev-parse", "HEAD")
+	for i := range 3 {
+		big := make([]byte, 20<<20)
+		if _, err := rand.Read(big); err != nil {
+			t.Fatal(err)
+		}
+		e.write("secrets/.env", string(big), 0o644)
+		e.commit("a 20 MiB secret")
+		_, err := e.m.Push(t.Context(), e.remote, e.session, e.sandboxBundle("origin/main"))
+		wantRefused(t, err, RuleDenyGlob, "secrets/.env")
+		e.git("reset", "-q", "--hard", start)
+		after := dirSize(t, e.cache)
+		t.Logf("mirror cache after refused push %d: %d bytes (before: %d)", i+1, after, before)
+		if after != before {
+			t.Errorf("mirror cache after refused push %d: %d bytes, want %d", i+1, after, before)
+		}
+	}
+}
+
+// Bundles that fsck or the path rules refuse never reach the remote.
+func TestPushRefusesFsckAndPathErrors(t *testing.T) {
+	e := newEnv(t, Policy{})
+	before := e.remoteRefs()
+	start := e.git("rev-parse", "HEAD")
+	tests := []struct {
+		name  string
+		files map[string]string
+		rule  string
+		path  string
+		want  string
+	}{
+		{"gitmodules URL starting with -", map[string]string{".gitmodules": gittest.BadGitmodules}, RuleBundle, "", "gitmodulesUrl"},
+		{".GIT directory", map[string]string{".GIT/config": "[core]\n"}, RuleBundle, "", "hasDotgit"},
+		{"git~1", map[string]string{"git~1/config": "[core]\n"}, RuleBundle, "", "hasDotgit"},
+		// fsck knows only git~1; the path rules know every 8.3 form.
+		{"git~2", map[string]string{"git~2/config": "[core]\n"}, RulePath, "git~2/config", ".git on some file system"},
+		{"case-folded secret", map[string]string{"app/.ENV": "X=1\n"}, RuleDenyGlob, "app/.ENV", ".env"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer e.git("reset", "-q", "--hard", start)
+			gittest.CommitRaw(t, e.repo, tt.name, tt.files)
+			_, err := e.m.Push(t.Context(), e.remote, e.session, e.sandboxBundle("origin/main"))
+			wantRefused(t, err, tt.rule, tt.path)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Push = %v, want it to name %q", err, tt.want)
+			}
+			if got := e.remoteRefs(); got != before {
+				t.Errorf("remote refs changed:\n%s\nwant\n%s", got, before)
+			}
+		})
+	}
+}
+
+// A bundle whose pack declares a 10 GiB blob is refused on the declaration.
+func TestPushRefusesZipBomb(t *testing.T) {
+	e := newEnv(t, Policy{})
+	head := e.git("rev-parse", "HEAD")
+	var b bytes.Buffer
+	b.WriteString("# v2 git bundle\n" + head + " refs/heads/main\n\n")
+	b.WriteString("PACK\x00\x00\x00\x02\x00\x00\x00\x01")
+	// A blob entry of 10 GiB: type 3, size 10<<30 as a pack varint.
+	size := int64(10 << 30)
+	entry := []byte{0x30 | byte(size&0x0f)}
+	for size >>= 4; size > 0; size >>= 7 {
+		entry[len(entry)-1] |= 0x80
+		entry = append(entry, byte(size&0x7f))
+	}
+	b.Write(entry)
+	b.WriteString("x\x9c") // the start of a zlib stream that never comes
+	_, err := e.m.Push(t.Context(), e.remote, e.session, &b)
+	wantRefused(t, err, RuleBundle, "")
+	if err == nil || !strings.Contains(err.Error(), "10737418240 bytes") {
+		t.Errorf("Push of a zip bomb = %v, want a refusal naming its declared size", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(e.cache, "*.git", "objects", "sandbox-mcp-quarantine-*")); len(left) > 0 {
+		t.Errorf("quarantines left behind: %q", left)
+	}
+	if _, err := os.Stat(e.cache); err != nil {
+		t.Fatal(err)
+	}
+}
