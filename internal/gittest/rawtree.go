@@ -37,7 +37,7 @@ func rawTree(t testing.TB, dir string, files map[string]string) string {
 			subs[first][rest] = content
 			continue
 		}
-		lines = append(lines, "100644 blob "+hashObject(t, dir, content)+"\t"+first)
+		lines = append(lines, "100644 blob "+HashObject(t, dir, content)+"\t"+first)
 	}
 	for name, sub := range subs {
 		lines = append(lines, "040000 tree "+rawTree(t, dir, sub)+"\t"+name)
@@ -53,7 +53,8 @@ func rawTree(t testing.TB, dir string, files map[string]string) string {
 	return strings.TrimSpace(string(out))
 }
 
-func hashObject(t testing.TB, dir, content string) string {
+// HashObject writes content as a blob of the repository dir and returns its id.
+func HashObject(t testing.TB, dir, content string) string {
 	t.Helper()
 	cmd := exec.Command("git", "hash-object", "-w", "--stdin")
 	cmd.Dir, cmd.Env = dir, Env()

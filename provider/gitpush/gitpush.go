@@ -142,6 +142,7 @@ func New(opts Options) (*Mirrors, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("gitpush: cache dir: %w", err)
 	}
+	sweepSpool(dir)
 	askpass := filepath.Join(dir, "askpass.sh")
 	if err := os.WriteFile(askpass, []byte(askpassScript), 0o700); err != nil {
 		return nil, fmt.Errorf("gitpush: askpass: %w", err)
@@ -230,8 +231,10 @@ func (m *Mirrors) update(ctx context.Context, dir string, r Remote) error {
 	} else if _, err := m.run(ctx, dir, nil, nil, "remote", "set-url", "origin", r.URL); err != nil {
 		return err
 	}
-	_, err := m.remote(ctx, dir, r, "fetch", "--quiet", "--prune", "--no-write-fetch-head", "origin")
-	return err
+	if _, err := m.remote(ctx, dir, r, "fetch", "--quiet", "--prune", "--no-write-fetch-head", "origin"); err != nil {
+		return err
+	}
+	return m.prune(ctx, dir)
 }
 
 // remote runs a git command that talks to r: only its environment carries

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -121,4 +122,57 @@ func TestPushRefusesZipBomb(t *testing.T) {
 	if _, err := os.Stat(e.cache); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A mirror past its cap is garbage-collected on its next use; one still past
+// it is refused.
+func TestMirrorCap(t *testing.T) {
+	e := newEnv(t, Policy{})
+	dir := e.m.mirrorDir(e.remote.URL)
+	clean := dirSize(t, dir)
+	// 2 MiB of unreachable objects, and an old quarantine ref holding 1 MiB.
+	junk := make([]byte, 1<<20)
+	for range 2 {
+		rand.Read(junk)
+		gittest.HashObject(t, dir, string(junk))
+	}
+	rand.Read(junk)
+	held := gittest.HashObject(t, dir, string(junk))
+	gittest.Git(t, dir, "update-ref", "refs/gitpush/left-over", strings.TrimSpace(gittest.Git(t, dir, "commit-tree", blobTree(t, dir, held), "-m", "x")))
+	if got := dirSize(t, dir); got < clean+3<<20 {
+		t.Fatalf("mirror with junk: %d bytes, want at least %d", got, clean+3<<20)
+	}
+	m, err := New(Options{CacheDir: e.cache, MaxMirrorBytes: clean + 512<<10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Update(t.Context(), e.remote); err != nil {
+		t.Fatalf("Update of a mirror past its cap = %v, want it pruned", err)
+	}
+	if got := dirSize(t, dir); got > clean+512<<10 {
+		t.Errorf("mirror after prune: %d bytes, want at most %d", got, clean+512<<10)
+	}
+	if out := gittest.Git(t, dir, "for-each-ref", "refs/gitpush/"); out != "" {
+		t.Errorf("old quarantine refs left: %q", out)
+	}
+	small, err := New(Options{CacheDir: e.cache, MaxMirrorBytes: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := small.Update(t.Context(), e.remote); err == nil || !strings.Contains(err.Error(), "over the 1024-byte cap") {
+		t.Errorf("Update of a mirror that cannot fit its cap = %v, want a cap error", err)
+	}
+}
+
+// blobTree is a tree holding the blob as "f".
+func blobTree(t *testing.T, dir, blob string) string {
+	t.Helper()
+	cmd := exec.Command("git", "mktree")
+	cmd.Dir, cmd.Env = dir, gittest.Env()
+	cmd.Stdin = strings.NewReader("100644 blob " + blob + "\tf\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
 }
