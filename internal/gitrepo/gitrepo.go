@@ -1,7 +1,9 @@
 // Package gitrepo is the git view of the workspace: it finds the repositories
 // under the workspace directory, validates repo ids and file paths against it,
-// and runs the real git binary for status and diff with a timeout and bounded
-// output. internal/api serves it as /api/git/*; it knows nothing of HTTP.
+// and runs the real git binary (through internal/gitexec) for status, diff,
+// changesets and bundles with a timeout and bounded output. Bundles it takes
+// in go through provider/gitbundle's quarantine, as on the host. internal/api
+// serves it as /api/git/*; it knows nothing of HTTP.
 package gitrepo
 
 import (
