@@ -3,7 +3,9 @@ package gitpush
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // dirSize is the bytes of the regular files under dir.
@@ -175,4 +178,28 @@ func blobTree(t *testing.T, dir, blob string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// The sandbox's sidecar (a real sandbox-mcp over HTTP) refuses a bundle with
+// an fsck error with 400 Invalid bundle, and its repo keeps its refs.
+func TestSidecarRefusesFsckErrors(t *testing.T) {
+	e := newEnv(t, Policy{})
+	up := t.TempDir()
+	gittest.Git(t, up, "clone", "-q", e.repo, ".")
+	gittest.CommitRaw(t, up, "evil", map[string]string{".gitmodules": gittest.BadGitmodules})
+	f := filepath.Join(t.TempDir(), "evil.bundle")
+	gittest.Git(t, up, "bundle", "create", "-q", f, "HEAD", "^"+e.base)
+	data, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := e.git("for-each-ref")
+	_, err = e.sc.GitApplyBundle(t.Context(), e.id, bytes.NewReader(data))
+	var ae *sidecar.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Message != "Invalid bundle" {
+		t.Fatalf("POST /api/git/bundle of a gitmodulesUrl bundle = %v, want 400 Invalid bundle", err)
+	}
+	if got := e.git("for-each-ref"); got != refs {
+		t.Errorf("sandbox refs changed:\n%s\nwant\n%s", got, refs)
+	}
 }
