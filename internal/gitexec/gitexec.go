@@ -1,6 +1,6 @@
 // Package gitexec is the one way sandbox-mcp runs the git binary, on both
 // sides: the sidecar's git leaf (internal/gitrepo) and the host's mirrors
-// (provider/gitpush, provider/gitbundle) build their commands here, so a
+// (provider/gitpush, gitbundle) build their commands here, so a
 // repository's content or an inherited variable is handled the same wherever
 // git runs.
 //

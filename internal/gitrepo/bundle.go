@@ -13,9 +13,9 @@ import (
 	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
 	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
-	"github.com/proliferate-ai/sandbox-mcp/provider/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 

@@ -2,7 +2,7 @@
 // under the workspace directory, validates repo ids and file paths against it,
 // and runs the real git binary (through internal/gitexec) for status, diff,
 // changesets and bundles with a timeout and bounded output. Bundles it takes
-// in go through provider/gitbundle's quarantine, as on the host. internal/api
+// in go through gitbundle's quarantine, as on the host. internal/api
 // serves it as /api/git/*; it knows nothing of HTTP.
 package gitrepo
 
@@ -22,9 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 	"github.com/proliferate-ai/sandbox-mcp/internal/gitexec"
-	"github.com/proliferate-ai/sandbox-mcp/provider/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
-	"github.com/proliferate-ai/sandbox-mcp/provider/gitbundle"
 )
 
 // objectBytes is the size of the files under the repository's objects.

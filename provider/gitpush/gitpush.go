@@ -25,8 +25,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/internal/gitexec"
-	"github.com/proliferate-ai/sandbox-mcp/provider/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 

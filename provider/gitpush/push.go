@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/gitbundle"
+	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 )
 
 // Result is what a push did.
