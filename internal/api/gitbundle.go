@@ -11,6 +11,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // BundleContentType is the media type of a git bundle on the wire.
@@ -87,22 +88,49 @@ func (s *Server) gitChangeset(w http.ResponseWriter, r *http.Request) error {
 // The body is a raw bundle, bounded by the git leaf's bundle limit rather than
 // the API's JSON body limit.
 func (s *Server) gitApplyBundle(w http.ResponseWriter, r *http.Request) error {
-	g, id, err := s.bundleRepo(r)
+	g, id, release, err := s.admitBundle(w, r)
 	if err != nil {
+		// Refused unread: the connection closes rather than wait up to the
+		// route's 10-minute read deadline for a body nobody will read.
+		closeUnread(w)
 		return err
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != BundleContentType && mt != "application/octet-stream") {
-			return fault.New(http.StatusBadRequest, "Content-Type must be %s", BundleContentType)
-		}
-	}
+	defer release()
 	up, err := g.ApplyBundle(r.Context(), id, r.Body)
 	if err != nil {
 		return gitBundleError(err)
 	}
 	writeJSON(w, http.StatusOK, apitype.GitBundleApplyResponse{Updated: up})
 	return nil
+}
+
+// admitBundle checks an upload from its headers alone: the bundler and repo,
+// the content type, a declared size within the cap (413 at once, not after
+// reading the cap's worth of body), and a free upload slot (503 past
+// rules.MaxBundleUploads at once); release gives the slot back.
+func (s *Server) admitBundle(w http.ResponseWriter, r *http.Request) (GitBundler, string, func(), error) {
+	g, id, err := s.bundleRepo(r)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != BundleContentType && mt != "application/octet-stream") {
+			return nil, "", nil, fault.New(http.StatusBadRequest, "Content-Type must be %s", BundleContentType)
+		}
+	}
+	if r.ContentLength > rules.MaxGitBundleBytes {
+		return nil, "", nil, &fault.Error{Status: http.StatusRequestEntityTooLarge, Msg: "Bundle too large",
+			Fields: map[string]any{"limit": rules.MaxGitBundleBytes}}
+	}
+	select {
+	case s.bundleSlots <- struct{}{}:
+		return g, id, func() { <-s.bundleSlots }, nil
+	default:
+		w.Header().Set("Retry-After", "10")
+		return nil, "", nil, fault.New(http.StatusServiceUnavailable,
+			"too many bundle uploads at once: the limit is %d; retry when one has ended", cap(s.bundleSlots))
+	}
 }
 
 // gitBundleError answers a body past the route's cap as the git leaf answers
