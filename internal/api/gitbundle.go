@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -96,7 +97,7 @@ func (s *Server) gitApplyBundle(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer release()
-	up, err := g.ApplyBundle(r.Context(), id, r.Body)
+	up, err := g.ApplyBundle(r.Context(), id, clientBody{r.Body})
 	if err != nil {
 		return gitBundleError(err)
 	}
@@ -141,5 +142,32 @@ func gitBundleError(err error) error {
 		return &fault.Error{Status: http.StatusRequestEntityTooLarge, Msg: "Bundle too large",
 			Fields: map[string]any{"limit": mbe.Limit}, Err: err}
 	}
+	if be := (*bodyError)(nil); errors.As(err, &be) {
+		// The client's failure (a malformed chunk, a body cut short, an
+		// upload slower than the read deadline), not the sidecar's.
+		if ne := net.Error(nil); errors.As(be.err, &ne) && ne.Timeout() {
+			return &fault.Error{Status: http.StatusRequestTimeout, Msg: "Bundle did not arrive in time", Err: err}
+		}
+		return &fault.Error{Status: http.StatusBadRequest, Msg: "read bundle: " + be.err.Error(), Err: err}
+	}
 	return err
+}
+
+// bodyError is a failure to read the request body.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "read request body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+// clientBody marks the failures of reading a request body (anything but
+// io.EOF) as bodyError, so a leaf that reads the body and wraps what failed
+// still lets the API answer the client's fault with a 4xx.
+type clientBody struct{ r io.Reader }
+
+func (b clientBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &bodyError{err}
+	}
+	return n, err
 }

@@ -1,9 +1,11 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -82,4 +84,41 @@ func TestGitBundleUploadsAreCapped(t *testing.T) {
 		h()
 	}
 	waitFor(t, func() bool { return len(s.bundleSlots) == 0 }, "every slot to be given back")
+}
+
+// Issue 28 ("the caller's errors are 4xx, not 500"): a bundle upload whose
+// body cannot be read (a malformed chunk) was answered 500.
+func TestGitBundleBadBodyIs400(t *testing.T) {
+	_, addr, repo := bundleUploadServer(t)
+	c, br := rawRequest(t, addr, "POST /api/git/bundle?repo="+repo+" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+testToken+
+		"\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+	resp, body := readAnswer(t, c, br)
+	if resp.StatusCode != 400 || !strings.Contains(body, `"error":"read bundle: `) {
+		t.Errorf("bundle with a malformed chunk = %d %s, want 400", resp.StatusCode, body)
+	}
+}
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string   { return "i/o timeout" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }
+
+func TestGitBundleErrorStatus(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"body past the cap", fmt.Errorf("read bundle: %w", &bodyError{&http.MaxBytesError{Limit: 5}}), 413},
+		{"body cut short", fmt.Errorf("read bundle: %w", &bodyError{io.ErrUnexpectedEOF}), 400},
+		{"body too slow", fmt.Errorf("read bundle: %w", &bodyError{timeoutError{}}), 408},
+		{"the leaf's own fault", fmt.Errorf("apply: %w", gitrepo.ErrBadBundle), asFault(gitrepo.ErrBadBundle).Status},
+		{"the sidecar's failure", errors.New("bundle temp file: no space left on device"), 500},
+	}
+	for _, tc := range tests {
+		if got := asFault(gitBundleError(tc.err)).Status; got != tc.want {
+			t.Errorf("%s: gitBundleError(%v) answers %d, want %d", tc.name, tc.err, got, tc.want)
+		}
+	}
 }
