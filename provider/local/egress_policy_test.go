@@ -254,3 +254,24 @@ func FuzzParseAuthority(f *testing.F) {
 		}
 	})
 }
+
+// The proxy lists the host's addresses and checks the policy on every dial.
+func BenchmarkEgressDialCheck(b *testing.B) {
+	p, err := newEgressPolicy([]string{"*.example.com", "10.0.0.0/8"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ip := netip.MustParseAddr("93.184.215.14")
+	for b.Loop() {
+		own, err := hostAddrs()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := p.allowHost("a.example.com", netip.Addr{}); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.checkAddr(ip, own); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
