@@ -12,23 +12,24 @@ import (
 	"strings"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // sandboxJSON is the Sandbox answer of create and connect.
-func (s *Server) sandboxJSON(sb *sandbox) e2b.Sandbox {
+func (s *Server) sandboxJSON(sb *sandbox) e2bwire.Sandbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return e2b.Sandbox{TemplateID: sb.template, SandboxID: sb.id, ClientID: "local", EnvdVersion: EnvdVersion,
+	return e2bwire.Sandbox{TemplateID: sb.template, SandboxID: sb.id, ClientID: "local", EnvdVersion: EnvdVersion,
 		EnvdAccessToken: sb.token, Domain: s.o.Domain}
 }
 
-func (s *Server) detailJSON(sb *sandbox, state string, withToken bool) e2b.SandboxDetail {
+func (s *Server) detailJSON(sb *sandbox, state string, withToken bool) e2bwire.SandboxDetail {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d := e2b.SandboxDetail{TemplateID: sb.template, SandboxID: sb.id, ClientID: "local", StartedAt: sb.started.UTC(),
+	d := e2bwire.SandboxDetail{TemplateID: sb.template, SandboxID: sb.id, ClientID: "local", StartedAt: sb.started.UTC(),
 		EndAt: sb.end.UTC(), EnvdVersion: EnvdVersion, Domain: s.o.Domain, CPUCount: 1, MemoryMB: 512, DiskSizeMB: 1024,
 		Metadata: sb.metadata, State: state}
 	if d.Metadata == nil {
@@ -150,14 +151,14 @@ type listFilter struct {
 
 // parseListQuery validates a v1 or v2 list query.
 func parseListQuery(q url.Values, v2 bool) (listFilter, error) {
-	f := listFilter{states: map[string]bool{e2b.StateRunning: true}, limit: 100}
+	f := listFilter{states: map[string]bool{e2bwire.StateRunning: true}, limit: 100}
 	if v2 {
-		f.states[e2b.StatePaused] = true
+		f.states[e2bwire.StatePaused] = true
 	}
 	if st := q.Get("state"); st != "" && v2 {
 		f.states = map[string]bool{}
 		for _, x := range strings.Split(st, ",") {
-			if x != e2b.StateRunning && x != e2b.StatePaused {
+			if x != e2bwire.StateRunning && x != e2bwire.StatePaused {
 				return f, errBadRequest("invalid state %q", x)
 			}
 			f.states[x] = true
@@ -199,7 +200,7 @@ func (s *Server) list(v2 bool) func(w http.ResponseWriter, r *http.Request) erro
 		}
 		s.mu.Unlock()
 		sort.Slice(all, func(i, j int) bool { return all[i].id < all[j].id })
-		out := []e2b.SandboxDetail{}
+		out := []e2bwire.SandboxDetail{}
 		next := ""
 		for _, sb := range all {
 			if f.after != "" && sb.id <= f.after {
@@ -291,7 +292,7 @@ func (s *Server) connect(deprecatedResume bool) func(w http.ResponseWriter, r *h
 			if err != nil {
 				return err
 			}
-			if st == e2b.StateRunning {
+			if st == e2bwire.StateRunning {
 				return errConflict("sandbox " + sb.id + " is already running")
 			}
 		}
@@ -351,7 +352,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if st != e2b.StateRunning {
+	if st != e2bwire.StateRunning {
 		return errConflict("sandbox " + sb.id + " is paused; connect it first")
 	}
 	s.mu.Lock()
@@ -368,21 +369,21 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if body.Name != "" {
 		names = append(names, body.Name)
 	}
-	writeJSON(w, http.StatusCreated, e2b.SnapshotInfo{SnapshotID: id, Names: names})
+	writeJSON(w, http.StatusCreated, e2bwire.SnapshotInfo{SnapshotID: id, Names: names})
 	return nil
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	want := r.URL.Query().Get("sandboxID")
 	s.mu.Lock()
-	out := []e2b.SnapshotInfo{}
+	out := []e2bwire.SnapshotInfo{}
 	for _, sn := range s.snapshots {
 		if want == "" || sn.SandboxID == want {
-			out = append(out, e2b.SnapshotInfo{SnapshotID: sn.ID, Names: []string{}})
+			out = append(out, e2bwire.SnapshotInfo{SnapshotID: sn.ID, Names: []string{}})
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(out, func(a, b e2b.SnapshotInfo) int { return strings.Compare(a.SnapshotID, b.SnapshotID) })
+	slices.SortFunc(out, func(a, b e2bwire.SnapshotInfo) int { return strings.Compare(a.SnapshotID, b.SnapshotID) })
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
@@ -402,7 +403,7 @@ func (s *Server) ports(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if st != e2b.StateRunning {
+	if st != e2bwire.StateRunning {
 		return errConflict("sandbox " + sb.id + " is paused")
 	}
 	addr, err := s.forward(sb, port)

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 var errNoFile = fs.ErrNotExist
@@ -26,7 +26,7 @@ func (s *Server) envdSandboxID(r *http.Request) string {
 	if h, _, ok := strings.Cut(host, ":"); ok {
 		host = h
 	}
-	prefix := strconv.Itoa(e2b.EnvdPort) + "-"
+	prefix := strconv.Itoa(e2bwire.EnvdPort) + "-"
 	if rest, ok := strings.CutPrefix(host, prefix); ok {
 		if id, _, ok := strings.Cut(rest, "."); ok {
 			return id
@@ -41,24 +41,24 @@ func (s *Server) envd(w http.ResponseWriter, r *http.Request, id string) {
 	// no token.
 	sb, ok := s.lookup(id)
 	if !ok {
-		writeJSON(w, http.StatusBadGateway, e2b.APIError{Code: 502, Message: "sandbox " + id + " not found"})
+		writeJSON(w, http.StatusBadGateway, e2bwire.APIError{Code: 502, Message: "sandbox " + id + " not found"})
 		return
 	}
 	if r.URL.Path == "/health" && r.Method == http.MethodGet {
-		if st, err := s.state(r.Context(), sb); err != nil || st != e2b.StateRunning {
-			writeJSON(w, http.StatusBadGateway, e2b.APIError{Code: 502, Message: "sandbox " + id + " is not running"})
+		if st, err := s.state(r.Context(), sb); err != nil || st != e2bwire.StateRunning {
+			writeJSON(w, http.StatusBadGateway, e2bwire.APIError{Code: 502, Message: "sandbox " + id + " is not running"})
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	if !s.envdAuthorized(r, sb) {
-		writeJSON(w, http.StatusUnauthorized, e2b.APIError{Code: 401, Message: "invalid access token"})
+		writeJSON(w, http.StatusUnauthorized, e2bwire.APIError{Code: 401, Message: "invalid access token"})
 		return
 	}
 	st, err := s.state(r.Context(), sb)
-	if err != nil || st != e2b.StateRunning {
-		writeJSON(w, http.StatusBadGateway, e2b.APIError{Code: 502, Message: "sandbox " + id + " is not running"})
+	if err != nil || st != e2bwire.StateRunning {
+		writeJSON(w, http.StatusBadGateway, e2bwire.APIError{Code: 502, Message: "sandbox " + id + " is not running"})
 		return
 	}
 	s.mu.Lock()
@@ -75,24 +75,24 @@ func (s *Server) envd(w http.ResponseWriter, r *http.Request, id string) {
 	case r.URL.Path == "/init" && r.Method == http.MethodPost:
 		w.WriteHeader(http.StatusNoContent)
 	case r.Method != http.MethodPost:
-		writeJSON(w, http.StatusNotFound, e2b.APIError{Code: 404, Message: "not found"})
-	case r.URL.Path == e2b.PathProcessStart:
+		writeJSON(w, http.StatusNotFound, e2bwire.APIError{Code: 404, Message: "not found"})
+	case r.URL.Path == e2bwire.PathProcessStart:
 		c.startStream(w, r)
-	case r.URL.Path == e2b.PathProcessConnect:
+	case r.URL.Path == e2bwire.PathProcessConnect:
 		c.connectStream(w, r)
 	default:
 		h, ok := c.unaryHandlers()[r.URL.Path]
 		if !ok {
-			writeConnectError(w, &e2b.ConnectError{Code: e2b.CodeUnimplemented, Message: r.URL.Path + " is not implemented"})
+			writeConnectError(w, &e2bwire.ConnectError{Code: e2bwire.CodeUnimplemented, Message: r.URL.Path + " is not implemented"})
 			return
 		}
-		if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != e2b.ContentTypeJSON {
-			writeConnectError(w, &e2b.ConnectError{Code: e2b.CodeInvalidArgument, Message: "content type must be application/json"})
+		if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != e2bwire.ContentTypeJSON {
+			writeConnectError(w, &e2bwire.ConnectError{Code: e2bwire.CodeInvalidArgument, Message: "content type must be application/json"})
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSON))
 		if err != nil {
-			writeConnectError(w, &e2b.ConnectError{Code: e2b.CodeInvalidArgument, Message: "read body: " + err.Error()})
+			writeConnectError(w, &e2bwire.ConnectError{Code: e2bwire.CodeInvalidArgument, Message: "read body: " + err.Error()})
 			return
 		}
 		out, err := h(r.Context(), body)
@@ -143,7 +143,7 @@ func FileSignature(path, op, user, token, expiration string) string {
 	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
 }
 
-func writeConnectError(w http.ResponseWriter, ce *e2b.ConnectError) {
+func writeConnectError(w http.ResponseWriter, ce *e2bwire.ConnectError) {
 	writeJSON(w, ce.HTTPStatus(), ce)
 }
 

@@ -16,8 +16,9 @@ import (
 	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // resolve makes an envd path absolute: relative paths are under the user's home.
@@ -34,23 +35,23 @@ func resolve(p string) string {
 	return path.Clean(p)
 }
 
-func entry(fi engine.FileInfo) e2b.EntryInfo {
-	t := e2b.FileTypeFile
+func entry(fi engine.FileInfo) e2bwire.EntryInfo {
+	t := e2bwire.FileTypeFile
 	mode := fs.FileMode(fi.Mode)
 	switch {
 	case fi.IsDir:
-		t = e2b.FileTypeDirectory
+		t = e2bwire.FileTypeDirectory
 	case mode&fs.ModeSymlink != 0:
-		t = e2b.FileTypeSymlink
+		t = e2bwire.FileTypeSymlink
 	}
 	mt := fi.ModTime.UTC()
-	return e2b.EntryInfo{Name: fi.Name, Type: t, Path: fi.Path, Size: e2b.Int64(fi.Size), Mode: uint32(mode.Perm()),
+	return e2bwire.EntryInfo{Name: fi.Name, Type: t, Path: fi.Path, Size: e2bwire.Int64(fi.Size), Mode: uint32(mode.Perm()),
 		Permissions: mode.String(), Owner: "user", Group: "user", ModifiedTime: &mt}
 }
 
-func (c envdCall) walk(ctx context.Context, dir string, depth int, out *[]e2b.EntryInfo) error {
+func (c envdCall) walk(ctx context.Context, dir string, depth int, out *[]e2bwire.EntryInfo) error {
 	if len(*out) > 100000 {
-		return &connectErr{e2b.CodeInvalidArgument, "directory listing too large"}
+		return &connectErr{e2bwire.CodeInvalidArgument, "directory listing too large"}
 	}
 	fis, err := c.s.o.Engine.ListFiles(ctx, c.eid, dir)
 	if err != nil {
@@ -70,7 +71,7 @@ func (c envdCall) walk(ctx context.Context, dir string, depth int, out *[]e2b.En
 // fileErr maps a file operation's error, keeping "not found" a not_found.
 func fileErr(p string, err error) error {
 	if errors.Is(err, engine.ErrNotFound) || errors.Is(err, fs.ErrNotExist) || os.IsNotExist(err) {
-		return &connectErr{e2b.CodeNotFound, "path " + p + " does not exist"}
+		return &connectErr{e2bwire.CodeNotFound, "path " + p + " does not exist"}
 	}
 	return err
 }
@@ -82,19 +83,19 @@ func (c envdCall) download(w http.ResponseWriter, r *http.Request) {
 	fi, err := eng.Stat(r.Context(), c.eid, p)
 	if err != nil {
 		if fileErr(q, err) != err {
-			writeJSON(w, http.StatusNotFound, e2b.APIError{Code: 404, Message: "path '" + p + "' does not exist"})
+			writeJSON(w, http.StatusNotFound, e2bwire.APIError{Code: 404, Message: "path '" + p + "' does not exist"})
 			return
 		}
-		writeJSON(w, http.StatusInternalServerError, e2b.APIError{Code: 500, Message: "stat " + p})
+		writeJSON(w, http.StatusInternalServerError, e2bwire.APIError{Code: 500, Message: "stat " + p})
 		return
 	}
 	if fi.IsDir {
-		writeJSON(w, http.StatusBadRequest, e2b.APIError{Code: 400, Message: "path '" + p + "' is a directory"})
+		writeJSON(w, http.StatusBadRequest, e2bwire.APIError{Code: 400, Message: "path '" + p + "' is a directory"})
 		return
 	}
 	data, err := eng.ReadFile(r.Context(), c.eid, p)
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, e2b.APIError{Code: 500, Message: "read " + p})
+		writeJSON(w, http.StatusInternalServerError, e2bwire.APIError{Code: 500, Message: "read " + p})
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -105,7 +106,7 @@ func (c envdCall) download(w http.ResponseWriter, r *http.Request) {
 
 func (c envdCall) upload(w http.ResponseWriter, r *http.Request) {
 	fail := func(status int, msg string) {
-		writeJSON(w, status, e2b.APIError{Code: status, Message: msg})
+		writeJSON(w, status, e2bwire.APIError{Code: status, Message: msg})
 	}
 	body := io.Reader(http.MaxBytesReader(w, r.Body, c.s.o.MaxUpload+1<<20))
 	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
@@ -123,7 +124,7 @@ func (c envdCall) upload(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "missing or invalid content type")
 		return
 	}
-	var written []e2b.FileEntry
+	var written []e2bwire.FileEntry
 	write := func(name string, src io.Reader) bool {
 		data, err := io.ReadAll(io.LimitReader(src, c.s.o.MaxUpload+1))
 		if err != nil {
@@ -144,7 +145,7 @@ func (c envdCall) upload(w http.ResponseWriter, r *http.Request) {
 			fail(http.StatusInternalServerError, "error writing file '"+p+"'")
 			return false
 		}
-		written = append(written, e2b.FileEntry{Path: p, Name: path.Base(p), Type: "file"})
+		written = append(written, e2bwire.FileEntry{Path: p, Name: path.Base(p), Type: "file"})
 		return true
 	}
 	switch ct {

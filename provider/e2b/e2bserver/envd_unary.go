@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"io"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 type unaryHandler func(ctx context.Context, body []byte) (any, error)
@@ -16,7 +16,7 @@ func unary[T any](f func(context.Context, T) (any, error)) unaryHandler {
 		var in T
 		if len(bytes.TrimSpace(body)) > 0 {
 			if err := json.Unmarshal(body, &in); err != nil {
-				return nil, &connectErr{e2b.CodeInvalidArgument, "invalid JSON: " + err.Error()}
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "invalid JSON: " + err.Error()}
 			}
 		}
 		return f(ctx, in)
@@ -26,40 +26,40 @@ func unary[T any](f func(context.Context, T) (any, error)) unaryHandler {
 func (c envdCall) unaryHandlers() map[string]unaryHandler {
 	eng := c.s.o.Engine
 	return map[string]unaryHandler{
-		e2b.PathProcessList: unary(func(ctx context.Context, _ struct{}) (any, error) {
-			return e2b.ListResponse{Processes: c.procs.list()}, nil
+		e2bwire.PathProcessList: unary(func(ctx context.Context, _ struct{}) (any, error) {
+			return e2bwire.ListResponse{Processes: c.procs.list()}, nil
 		}),
-		e2b.PathProcessSendSignal: unary(func(ctx context.Context, in e2b.SendSignalRequest) (any, error) {
+		e2bwire.PathProcessSendSignal: unary(func(ctx context.Context, in e2bwire.SendSignalRequest) (any, error) {
 			p, err := c.procs.find(in.Process)
 			if err != nil {
 				return nil, err
 			}
 			switch in.Signal {
-			case e2b.SignalSIGKILL, e2b.SignalSIGTERM:
+			case e2bwire.SignalSIGKILL, e2bwire.SignalSIGTERM:
 			default:
-				return nil, &connectErr{e2b.CodeInvalidArgument, "unsupported signal " + string(in.Signal)}
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "unsupported signal " + string(in.Signal)}
 			}
 			p.kill()
 			return struct{}{}, nil
 		}),
-		e2b.PathProcessSendInput: unary(func(ctx context.Context, in e2b.SendInputRequest) (any, error) {
+		e2bwire.PathProcessSendInput: unary(func(ctx context.Context, in e2bwire.SendInputRequest) (any, error) {
 			p, err := c.procs.find(in.Process)
 			if err != nil {
 				return nil, err
 			}
 			if p.stdin == nil {
-				return nil, &connectErr{e2b.CodeFailedPrecondition, "process was started without stdin"}
+				return nil, &connectErr{e2bwire.CodeFailedPrecondition, "process was started without stdin"}
 			}
 			data := in.Input.Stdin
 			if data == nil {
 				data = in.Input.PTY
 			}
 			if _, err := writeCtx(ctx, p.stdin, data); err != nil {
-				return nil, &connectErr{e2b.CodeFailedPrecondition, "write stdin: " + err.Error()}
+				return nil, &connectErr{e2bwire.CodeFailedPrecondition, "write stdin: " + err.Error()}
 			}
 			return struct{}{}, nil
 		}),
-		e2b.PathProcessCloseStdin: unary(func(ctx context.Context, in e2b.CloseStdinRequest) (any, error) {
+		e2bwire.PathProcessCloseStdin: unary(func(ctx context.Context, in e2bwire.CloseStdinRequest) (any, error) {
 			p, err := c.procs.find(in.Process)
 			if err != nil {
 				return nil, err
@@ -69,21 +69,21 @@ func (c envdCall) unaryHandlers() map[string]unaryHandler {
 			}
 			return struct{}{}, nil
 		}),
-		e2b.PathFilesystemStat: unary(func(ctx context.Context, in e2b.PathRequest) (any, error) {
+		e2bwire.PathFilesystemStat: unary(func(ctx context.Context, in e2bwire.PathRequest) (any, error) {
 			fi, err := eng.Stat(ctx, c.eid, resolve(in.Path))
 			if err != nil {
 				return nil, fileErr(in.Path, err)
 			}
 			e := entry(fi)
-			return e2b.EntryResponse{Entry: &e}, nil
+			return e2bwire.EntryResponse{Entry: &e}, nil
 		}),
-		e2b.PathFilesystemListDir: unary(func(ctx context.Context, in e2b.ListDirRequest) (any, error) {
+		e2bwire.PathFilesystemListDir: unary(func(ctx context.Context, in e2bwire.ListDirRequest) (any, error) {
 			depth := int(in.Depth)
 			if depth < 1 {
 				depth = 1
 			}
 			if depth > 32 {
-				return nil, &connectErr{e2b.CodeInvalidArgument, "depth must be at most 32"}
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "depth must be at most 32"}
 			}
 			dir := resolve(in.Path)
 			fi, err := eng.Stat(ctx, c.eid, dir)
@@ -91,21 +91,21 @@ func (c envdCall) unaryHandlers() map[string]unaryHandler {
 				return nil, fileErr(in.Path, err)
 			}
 			if !fi.IsDir {
-				return nil, &connectErr{e2b.CodeInvalidArgument, "path " + in.Path + " is not a directory"}
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "path " + in.Path + " is not a directory"}
 			}
-			out := []e2b.EntryInfo{}
+			out := []e2bwire.EntryInfo{}
 			if err := c.walk(ctx, dir, depth, &out); err != nil {
 				return nil, fileErr(in.Path, err)
 			}
-			return e2b.ListDirResponse{Entries: out}, nil
+			return e2bwire.ListDirResponse{Entries: out}, nil
 		}),
-		e2b.PathFilesystemMakeDir: unary(func(ctx context.Context, in e2b.PathRequest) (any, error) {
+		e2bwire.PathFilesystemMakeDir: unary(func(ctx context.Context, in e2bwire.PathRequest) (any, error) {
 			p := resolve(in.Path)
 			if fi, err := eng.Stat(ctx, c.eid, p); err == nil {
 				if fi.IsDir {
-					return nil, &connectErr{e2b.CodeAlreadyExists, "directory " + in.Path + " already exists"}
+					return nil, &connectErr{e2bwire.CodeAlreadyExists, "directory " + in.Path + " already exists"}
 				}
-				return nil, &connectErr{e2b.CodeInvalidArgument, "path " + in.Path + " exists and is not a directory"}
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "path " + in.Path + " exists and is not a directory"}
 			}
 			if err := eng.MkdirAll(ctx, c.eid, p); err != nil {
 				return nil, fileErr(in.Path, err)
@@ -115,9 +115,9 @@ func (c envdCall) unaryHandlers() map[string]unaryHandler {
 				return nil, fileErr(in.Path, err)
 			}
 			e := entry(fi)
-			return e2b.EntryResponse{Entry: &e}, nil
+			return e2bwire.EntryResponse{Entry: &e}, nil
 		}),
-		e2b.PathFilesystemRemove: unary(func(ctx context.Context, in e2b.PathRequest) (any, error) {
+		e2bwire.PathFilesystemRemove: unary(func(ctx context.Context, in e2bwire.PathRequest) (any, error) {
 			p := resolve(in.Path)
 			if _, err := eng.Stat(ctx, c.eid, p); err != nil {
 				return nil, fileErr(in.Path, err)

@@ -12,8 +12,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // apiError is an error with the status and message the client sees; the cause is
@@ -76,7 +77,7 @@ func (s *Server) handle(h func(w http.ResponseWriter, r *http.Request) error) ht
 		if status >= 500 {
 			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		}
-		writeJSON(w, status, e2b.APIError{Code: status, Message: msg})
+		writeJSON(w, status, e2bwire.APIError{Code: status, Message: msg})
 	}
 }
 
@@ -103,7 +104,7 @@ func (s *Server) authAPI(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-Key")
 		if subtle.ConstantTimeCompare([]byte(key), []byte(s.o.APIKey)) != 1 {
-			writeJSON(w, http.StatusUnauthorized, e2b.APIError{Code: 401, Message: "Invalid API key"})
+			writeJSON(w, http.StatusUnauthorized, e2bwire.APIError{Code: 401, Message: "Invalid API key"})
 			return
 		}
 		next(w, r)

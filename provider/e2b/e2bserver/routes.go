@@ -3,7 +3,7 @@ package e2bserver
 import (
 	"net/http"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // routes is every route of the server. Every control-plane route but /health checks
@@ -16,7 +16,7 @@ func (s *Server) routes() http.Handler {
 	}
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, e2b.APIError{Code: 404, Message: "not found"})
+		writeJSON(w, http.StatusNotFound, e2bwire.APIError{Code: 404, Message: "not found"})
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := s.envdSandboxID(r); id != "" {

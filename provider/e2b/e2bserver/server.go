@@ -37,9 +37,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // Options configure a Server.
@@ -273,7 +274,7 @@ func (s *Server) state(ctx context.Context, sb *sandbox) (string, error) {
 	stopped, eid := sb.stopped, sb.engineID
 	s.mu.Unlock()
 	if stopped {
-		return e2b.StatePaused, nil
+		return e2bwire.StatePaused, nil
 	}
 	in, err := s.o.Engine.Get(ctx, eid)
 	if errors.Is(err, engine.ErrNotFound) || (err == nil && in.State == engine.StateDead) {
@@ -284,9 +285,9 @@ func (s *Server) state(ctx context.Context, sb *sandbox) (string, error) {
 		return "", err
 	}
 	if in.State == engine.StatePaused {
-		return e2b.StatePaused, nil
+		return e2bwire.StatePaused, nil
 	}
-	return e2b.StateRunning, nil
+	return e2bwire.StateRunning, nil
 }
 
 // forget drops sb from the table and stops what the server ran for it.
@@ -350,7 +351,7 @@ func (s *Server) pause(ctx context.Context, sb *sandbox) (local bool, err error)
 	if err != nil {
 		return false, err
 	}
-	if st == e2b.StatePaused {
+	if st == e2bwire.StatePaused {
 		return false, errConflict("sandbox " + sb.id + " is already paused")
 	}
 	s.mu.Lock()
@@ -385,7 +386,7 @@ func (s *Server) resume(ctx context.Context, sb *sandbox, timeout time.Duration)
 	if err != nil {
 		return false, err
 	}
-	if st == e2b.StatePaused {
+	if st == e2bwire.StatePaused {
 		resumed = true
 		s.mu.Lock()
 		stopped, snap, eid := sb.stopped, sb.stoppedSnap, sb.engineID

@@ -1,4 +1,4 @@
-package e2b
+package e2bwire
 
 // The envd messages of the process and filesystem services in the protobuf JSON
 // mapping (lowerCamelCase names, bytes as base64, enums as their names, 64-bit
