@@ -40,15 +40,15 @@ func TestReadEnvelope(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := e2bwire.ReadEnvelope(bytes.NewReader(tt.in))
 			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("e2bwire.ReadEnvelope(%q) error = %v, want %v", tt.in, err, tt.wantErr)
+				t.Fatalf("ReadEnvelope(%q) error = %v, want %v", tt.in, err, tt.wantErr)
 			}
 			if diff := cmp.Diff(tt.want, got); err == nil && diff != "" {
-				t.Errorf("e2bwire.ReadEnvelope(%q) (-want +got):\n%s", tt.in, diff)
+				t.Errorf("ReadEnvelope(%q) (-want +got):\n%s", tt.in, diff)
 			}
 		})
 	}
 	if _, err := e2bwire.ReadEnvelope(bytes.NewReader(envelope(e2bwire.FlagCompressed, "x"))); err == nil {
-		t.Error("e2bwire.ReadEnvelope(compressed) = nil error, want an error: no compression is negotiated")
+		t.Error("ReadEnvelope(compressed) = nil error, want an error: no compression is negotiated")
 	}
 }
 
@@ -68,13 +68,13 @@ func TestParseEndStream(t *testing.T) {
 		var ce *e2bwire.ConnectError
 		switch {
 		case tt.wantCode == "" && err != nil:
-			t.Errorf("e2bwire.ParseEndStream(%q) = %v, want nil", tt.in, err)
+			t.Errorf("ParseEndStream(%q) = %v, want nil", tt.in, err)
 		case tt.wantCode != "" && (!errors.As(err, &ce) || ce.Code != tt.wantCode):
-			t.Errorf("e2bwire.ParseEndStream(%q) = %v, want code %s", tt.in, err, tt.wantCode)
+			t.Errorf("ParseEndStream(%q) = %v, want code %s", tt.in, err, tt.wantCode)
 		}
 	}
 	if err := e2bwire.ParseEndStream([]byte(`{`)); err == nil || errors.As(err, new(*e2bwire.ConnectError)) {
-		t.Errorf("e2bwire.ParseEndStream(invalid JSON) = %v, want a decode error", err)
+		t.Errorf("ParseEndStream(invalid JSON) = %v, want a decode error", err)
 	}
 }
 
@@ -97,7 +97,7 @@ func TestDecodeConnectError(t *testing.T) {
 	for _, code := range []string{e2bwire.CodeNotFound, e2bwire.CodeInvalidArgument, e2bwire.CodeUnauthenticated, e2bwire.CodeUnavailable, e2bwire.CodeAlreadyExists} {
 		ce := &e2bwire.ConnectError{Code: code}
 		if back := e2bwire.CodeForHTTPStatus(ce.HTTPStatus()); code != e2bwire.CodeAlreadyExists && back != code {
-			t.Errorf("e2bwire.CodeForHTTPStatus(HTTPStatus(%s)) = %s", code, back)
+			t.Errorf("CodeForHTTPStatus(HTTPStatus(%s)) = %s", code, back)
 		}
 	}
 }

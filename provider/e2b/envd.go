@@ -53,8 +53,8 @@ func (e *Envd) header(h http.Header) {
 	if e.o.AccessToken != "" {
 		h.Set("X-Access-Token", e.o.AccessToken)
 	}
-	h.Set("E2b-e2bwire.Sandbox-Id", e.o.SandboxID)
-	h.Set("E2b-e2bwire.Sandbox-Port", strconv.Itoa(e2bwire.EnvdPort))
+	h.Set("E2b-Sandbox-Id", e.o.SandboxID)
+	h.Set("E2b-Sandbox-Port", strconv.Itoa(e2bwire.EnvdPort))
 	h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(e.o.User+":")))
 }
 

@@ -16,25 +16,6 @@ import (
 
 var errNoFile = fs.ErrNotExist
 
-// envdSandbox finds the sandbox an envd request is for: the E2b-Sandbox-Id header,
-// or a 49983-<id>.<domain> host.
-func (s *Server) envdSandboxID(r *http.Request) string {
-	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
-		return id
-	}
-	host := r.Host
-	if h, _, ok := strings.Cut(host, ":"); ok {
-		host = h
-	}
-	prefix := strconv.Itoa(e2bwire.EnvdPort) + "-"
-	if rest, ok := strings.CutPrefix(host, prefix); ok {
-		if id, _, ok := strings.Cut(rest, "."); ok {
-			return id
-		}
-	}
-	return ""
-}
-
 // envd serves one sandbox's envd API.
 func (s *Server) envd(w http.ResponseWriter, r *http.Request, id string) {
 	// A sandbox that is gone or paused answers 502, as E2B's proxy does; health needs
@@ -146,6 +127,9 @@ func FileSignature(path, op, user, token, expiration string) string {
 func writeConnectError(w http.ResponseWriter, ce *e2bwire.ConnectError) {
 	writeJSON(w, ce.HTTPStatus(), ce)
 }
+
+// fs runs the call's file operations inside its sandbox.
+func (c envdCall) fs() sandboxFS { return sandboxFS{eng: c.s.o.Engine, eid: c.eid} }
 
 // envdCall is one envd request's view of its sandbox.
 type envdCall struct {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
@@ -24,7 +26,6 @@ func unary[T any](f func(context.Context, T) (any, error)) unaryHandler {
 }
 
 func (c envdCall) unaryHandlers() map[string]unaryHandler {
-	eng := c.s.o.Engine
 	return map[string]unaryHandler{
 		e2bwire.PathProcessList: unary(func(ctx context.Context, _ struct{}) (any, error) {
 			return e2bwire.ListResponse{Processes: c.procs.list()}, nil
@@ -70,62 +71,57 @@ func (c envdCall) unaryHandlers() map[string]unaryHandler {
 			return struct{}{}, nil
 		}),
 		e2bwire.PathFilesystemStat: unary(func(ctx context.Context, in e2bwire.PathRequest) (any, error) {
-			fi, err := eng.Stat(ctx, c.eid, resolve(in.Path))
+			e, err := c.fs().stat(ctx, resolve(in.Path))
 			if err != nil {
-				return nil, fileErr(in.Path, err)
+				return nil, err
 			}
-			e := entry(fi)
 			return e2bwire.EntryResponse{Entry: &e}, nil
 		}),
 		e2bwire.PathFilesystemListDir: unary(func(ctx context.Context, in e2bwire.ListDirRequest) (any, error) {
-			depth := int(in.Depth)
-			if depth < 1 {
-				depth = 1
-			}
+			depth := max(int(in.Depth), 1)
 			if depth > 32 {
 				return nil, &connectErr{e2bwire.CodeInvalidArgument, "depth must be at most 32"}
 			}
-			dir := resolve(in.Path)
-			fi, err := eng.Stat(ctx, c.eid, dir)
+			es, err := c.fs().list(ctx, resolve(in.Path), depth)
 			if err != nil {
-				return nil, fileErr(in.Path, err)
+				return nil, err
 			}
-			if !fi.IsDir {
-				return nil, &connectErr{e2bwire.CodeInvalidArgument, "path " + in.Path + " is not a directory"}
-			}
-			out := []e2bwire.EntryInfo{}
-			if err := c.walk(ctx, dir, depth, &out); err != nil {
-				return nil, fileErr(in.Path, err)
-			}
-			return e2bwire.ListDirResponse{Entries: out}, nil
+			return e2bwire.ListDirResponse{Entries: es}, nil
 		}),
 		e2bwire.PathFilesystemMakeDir: unary(func(ctx context.Context, in e2bwire.PathRequest) (any, error) {
 			p := resolve(in.Path)
-			if fi, err := eng.Stat(ctx, c.eid, p); err == nil {
-				if fi.IsDir {
-					return nil, &connectErr{e2bwire.CodeAlreadyExists, "directory " + in.Path + " already exists"}
-				}
-				return nil, &connectErr{e2bwire.CodeInvalidArgument, "path " + in.Path + " exists and is not a directory"}
+			if err := c.fs().mkdir(ctx, p); err != nil {
+				return nil, err
 			}
-			if err := eng.MkdirAll(ctx, c.eid, p); err != nil {
-				return nil, fileErr(in.Path, err)
-			}
-			fi, err := eng.Stat(ctx, c.eid, p)
+			e, err := c.fs().stat(ctx, p)
 			if err != nil {
-				return nil, fileErr(in.Path, err)
+				return nil, err
 			}
-			e := entry(fi)
 			return e2bwire.EntryResponse{Entry: &e}, nil
 		}),
 		e2bwire.PathFilesystemRemove: unary(func(ctx context.Context, in e2bwire.PathRequest) (any, error) {
-			p := resolve(in.Path)
-			if _, err := eng.Stat(ctx, c.eid, p); err != nil {
-				return nil, fileErr(in.Path, err)
+			// An empty path would mean the home directory: refused, as is the root.
+			if strings.TrimSpace(in.Path) == "" || resolve(in.Path) == "/" {
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "refusing to remove " + strconv.Quote(in.Path) + ": name a path below /"}
 			}
-			if err := eng.Remove(ctx, c.eid, p); err != nil {
-				return nil, fileErr(in.Path, err)
+			return struct{}{}, c.fs().remove(ctx, resolve(in.Path))
+		}),
+		e2bwire.PathFilesystemMove: unary(func(ctx context.Context, in e2bwire.MoveRequest) (any, error) {
+			if strings.TrimSpace(in.Source) == "" || strings.TrimSpace(in.Destination) == "" {
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "source and destination are required"}
 			}
-			return struct{}{}, nil
+			src, dst := resolve(in.Source), resolve(in.Destination)
+			if src == "/" || dst == "/" {
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "refusing to move / or onto /"}
+			}
+			if err := c.fs().move(ctx, src, dst); err != nil {
+				return nil, err
+			}
+			e, err := c.fs().stat(ctx, dst)
+			if err != nil {
+				return nil, err
+			}
+			return e2bwire.EntryResponse{Entry: &e}, nil
 		}),
 	}
 }

@@ -266,9 +266,12 @@ func (e *connectErr) Error() string { return e.code + ": " + e.msg }
 // asConnect maps any error to a Connect error for the client.
 func asConnect(err error) *e2bwire.ConnectError {
 	var ce *connectErr
+	var fe *fsError
 	switch {
 	case errors.As(err, &ce):
 		return &e2bwire.ConnectError{Code: ce.code, Message: ce.msg}
+	case errors.As(err, &fe):
+		return &e2bwire.ConnectError{Code: fe.code, Message: fe.msg}
 	case errors.Is(err, engine.ErrNotFound), errors.Is(err, errNoFile):
 		return &e2bwire.ConnectError{Code: e2bwire.CodeNotFound, Message: err.Error()}
 	case errors.Is(err, engine.ErrUnsupported):

@@ -16,11 +16,22 @@ func (s *Server) routes() http.Handler {
 	}
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, e2bwire.APIError{Code: 404, Message: "not found"})
+		// A route E2B has and this server does not serve says so, rather than a bare
+		// 404 the SDKs would blame on a sandbox or template.
+		writeJSON(w, http.StatusNotImplemented, e2bwire.APIError{Code: 501,
+			Message: r.Method + " " + r.URL.Path + " is not served by the local E2B server"})
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := s.envdSandboxID(r); id != "" {
+		if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
 			s.envd(w, r, id)
+			return
+		}
+		if port, id, ok := hostTarget(r.Host); ok {
+			if port == e2bwire.EnvdPort {
+				s.envd(w, r, id)
+			} else {
+				s.proxyPort(w, r, id, port)
+			}
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -34,14 +45,16 @@ type route struct {
 
 func (s *Server) apiRoutes() []route {
 	return []route{
-		{"POST /sandboxes", s.create},
+		{"POST /sandboxes", s.create(false)},
+		{"POST /v2/sandboxes", s.create(true)},
 		{"GET /sandboxes", s.list(false)},
 		{"GET /v2/sandboxes", s.list(true)},
 		{"GET /sandboxes/{id}", s.get},
 		{"DELETE /sandboxes/{id}", s.killHandler},
 		{"POST /sandboxes/{id}/pause", s.pauseHandler},
-		{"POST /sandboxes/{id}/resume", s.connect(true)},
-		{"POST /sandboxes/{id}/connect", s.connect(false)},
+		{"POST /sandboxes/{id}/resume", s.connect(deprecatedResume)},
+		{"POST /sandboxes/{id}/connect", s.connect(connectV1)},
+		{"POST /v2/sandboxes/{id}/connect", s.connect(connectV2)},
 		{"POST /sandboxes/{id}/timeout", s.setTimeout},
 		{"POST /sandboxes/{id}/snapshots", s.createSnapshot},
 		{"GET /snapshots", s.listSnapshots},

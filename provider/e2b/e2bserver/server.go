@@ -67,6 +67,9 @@ type Options struct {
 	Egress bool
 	// MaxUpload bounds one uploaded file; zero means 256 MiB.
 	MaxUpload int64
+	// MaxUploads bounds the uploads streaming at once (each holds a command in its
+	// sandbox and a few buffers); more wait their turn, unread. Zero means 4.
+	MaxUploads int
 	// Logger receives lifecycle events; nil discards.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -87,10 +90,12 @@ const (
 
 // Server is the local E2B server. Its methods are safe for concurrent use.
 type Server struct {
-	o         Options
-	log       *slog.Logger
-	templates map[string]bool
-	handler   http.Handler
+	o             Options
+	log           *slog.Logger
+	templates     map[string]bool
+	handler       http.Handler
+	uploads       chan struct{}   // a semaphore of Options.MaxUploads
+	portTransport *http.Transport // to ports inside sandboxes (hostroute.go)
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox // by E2B sandbox id
@@ -119,6 +124,8 @@ type sandbox struct {
 	started   time.Time
 	end       time.Time
 	autoPause bool
+	// diskPause makes the timeout's pause filesystem-only (autoPauseMemory false).
+	diskPause bool
 	network   bool
 	// stopped is set while a snapshot-and-stop pause holds the sandbox as stoppedSnap.
 	stopped     bool
@@ -146,6 +153,9 @@ func New(o Options) (*Server, error) {
 	if o.MaxUpload <= 0 {
 		o.MaxUpload = 256 << 20
 	}
+	if o.MaxUploads <= 0 {
+		o.MaxUploads = 4
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -154,7 +164,7 @@ func New(o Options) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{o: o, log: log.With("component", "e2bserver"), templates: map[string]bool{},
-		sandboxes: map[string]*sandbox{}, snapshots: map[string]snapshot{}}
+		sandboxes: map[string]*sandbox{}, snapshots: map[string]snapshot{}, uploads: make(chan struct{}, o.MaxUploads)}
 	s.base, s.stop = context.WithCancel(context.Background())
 	for _, t := range o.Templates {
 		s.templates[t] = true
@@ -172,6 +182,7 @@ func New(o Options) (*Server, error) {
 		sb := s.fromLabels(in)
 		s.sandboxes[sb.id] = sb
 	}
+	s.portTransport = s.newPortTransport()
 	s.handler = s.routes()
 	return s, nil
 }
@@ -232,6 +243,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.stop()
 	s.wg.Wait()
+	s.portTransport.CloseIdleConnections()
 	return nil
 }
 
@@ -317,10 +329,10 @@ func (s *Server) expire(sb *sandbox) {
 		s.mu.Unlock()
 		return
 	}
-	auto := sb.autoPause
+	auto, disk := sb.autoPause, sb.diskPause
 	s.mu.Unlock()
 	if auto {
-		if _, err := s.pause(ctx, sb); err != nil {
+		if _, err := s.pause(ctx, sb, disk); err != nil {
 			s.log.Warn("auto-pause at timeout", "sandbox_id", sb.id, "err", err)
 		}
 		return
@@ -345,8 +357,9 @@ func (s *Server) kill(ctx context.Context, sb *sandbox) error {
 	return s.o.Engine.Terminate(ctx, eid)
 }
 
-// pause pauses sb; local is true when it was snapshotted and stopped.
-func (s *Server) pause(ctx context.Context, sb *sandbox) (local bool, err error) {
+// pause pauses sb; local is true when it was snapshotted and stopped, which disk
+// asks for (and an engine without pause needs).
+func (s *Server) pause(ctx context.Context, sb *sandbox, disk bool) (local bool, err error) {
 	st, err := s.state(ctx, sb)
 	if err != nil {
 		return false, err
@@ -358,7 +371,7 @@ func (s *Server) pause(ctx context.Context, sb *sandbox) (local bool, err error)
 	s.detachLocked(sb)
 	eid := sb.engineID
 	s.mu.Unlock()
-	if s.o.Engine.Capabilities().Pause {
+	if !disk && s.o.Engine.Capabilities().Pause {
 		if err := s.o.Engine.Pause(ctx, eid); err != nil {
 			return false, err
 		}

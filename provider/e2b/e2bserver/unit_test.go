@@ -33,7 +33,7 @@ func TestParseListQuery(t *testing.T) {
 		want    listFilter
 		wantErr bool
 	}{
-		{"v1 default", "", false, listFilter{states: map[string]bool{"running": true}, limit: 100}, false},
+		{"v1 default", "", false, listFilter{states: map[string]bool{"running": true}, limit: 100, asc: true}, false},
 		{"v2 default", "", true, listFilter{states: map[string]bool{"running": true, "paused": true}, limit: 100}, false},
 		{"v2 paused", "state=paused&limit=2&nextToken=abc", true, listFilter{states: map[string]bool{"paused": true}, limit: 2, after: "abc"}, false},
 		{"metadata", "metadata=" + url.QueryEscape("user=abc&app=prod"), true,

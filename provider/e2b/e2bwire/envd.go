@@ -215,7 +215,13 @@ type ListDirRequest struct {
 	Depth uint32 `json:"depth,omitempty"`
 }
 
-// EntryResponse is the response of Stat and MakeDir.
+// MoveRequest is filesystem.Move's request.
+type MoveRequest struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+}
+
+// EntryResponse is the response of Stat, MakeDir and Move.
 type EntryResponse struct {
 	Entry *EntryInfo `json:"entry,omitempty"`
 }
