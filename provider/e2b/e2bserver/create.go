@@ -153,9 +153,6 @@ func (s *Server) create(v2 bool) func(w http.ResponseWriter, r *http.Request) er
 		if err := decode(r, &req); err != nil {
 			return err
 		}
-		if !v2 {
-			req.v2Fields = v2Fields{} // v1 has none of them; E2B ignores unknown fields
-		}
 		sb, timeout, err := s.parseNew(req, v2)
 		if err != nil {
 			return err

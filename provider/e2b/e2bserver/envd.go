@@ -61,10 +61,12 @@ func (s *Server) envd(w http.ResponseWriter, r *http.Request, id string) {
 		c.startStream(w, r)
 	case r.URL.Path == e2bwire.PathProcessConnect:
 		c.connectStream(w, r)
+	case r.URL.Path == e2bwire.PathFilesystemWatch:
+		c.watchStream(w, r)
 	default:
 		h, ok := c.unaryHandlers()[r.URL.Path]
 		if !ok {
-			writeConnectError(w, &e2bwire.ConnectError{Code: e2bwire.CodeUnimplemented, Message: r.URL.Path + " is not implemented"})
+			writeConnectError(w, &e2bwire.ConnectError{Code: e2bwire.CodeUnimplemented, Message: r.URL.Path + " is not served by the local E2B server"})
 			return
 		}
 		if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != e2bwire.ContentTypeJSON {
@@ -111,6 +113,29 @@ func (s *Server) envdAuthorized(r *http.Request, sb *sandbox) bool {
 	}
 	want := FileSignature(q.Get("path"), op, q.Get("username"), sb.token, exp)
 	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+}
+
+// signedFor is the sandbox whose token signed a /files URL that names no sandbox:
+// the SDKs' uploadUrl and downloadUrl point at E2B_SANDBOX_URL itself, and only
+// the signature tells which sandbox is meant.
+func (s *Server) signedFor(r *http.Request) string {
+	if r.URL.Path != "/files" || r.URL.Query().Get("signature") == "" || r.Header.Get("X-Access-Token") != "" {
+		return ""
+	}
+	s.mu.Lock()
+	sbs := make([]*sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		if sb.token != "" {
+			sbs = append(sbs, sb)
+		}
+	}
+	s.mu.Unlock()
+	for _, sb := range sbs {
+		if s.envdAuthorized(r, sb) {
+			return sb.id
+		}
+	}
+	return ""
 }
 
 // FileSignature is the v1 signature of a /files URL, as the SDKs compute it:

@@ -47,8 +47,13 @@ func (st *stream) begin() {
 }
 
 func (st *stream) send(ev e2bwire.ProcessEvent) error {
+	return st.sendMsg(e2bwire.StreamResponse{Event: ev})
+}
+
+// sendMsg writes one message of any server stream.
+func (st *stream) sendMsg(v any) error {
 	st.begin()
-	b, err := json.Marshal(e2bwire.StreamResponse{Event: ev})
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}

@@ -60,6 +60,16 @@ func (c envdCall) unaryHandlers() map[string]unaryHandler {
 			}
 			return struct{}{}, nil
 		}),
+		e2bwire.PathProcessUpdate: unary(func(ctx context.Context, in e2bwire.UpdateRequest) (any, error) {
+			p, err := c.procs.find(in.Process)
+			if err != nil {
+				return nil, err
+			}
+			if in.PTY == nil {
+				return struct{}{}, nil
+			}
+			return struct{}{}, p.setSize(in.PTY.Size)
+		}),
 		e2bwire.PathProcessCloseStdin: unary(func(ctx context.Context, in e2bwire.CloseStdinRequest) (any, error) {
 			p, err := c.procs.find(in.Process)
 			if err != nil {
@@ -82,7 +92,7 @@ func (c envdCall) unaryHandlers() map[string]unaryHandler {
 			if depth > 32 {
 				return nil, &connectErr{e2bwire.CodeInvalidArgument, "depth must be at most 32"}
 			}
-			es, err := c.fs().list(ctx, resolve(in.Path), depth)
+			es, err := c.fs().list(ctx, resolve(in.Path), depth, maxListDir)
 			if err != nil {
 				return nil, err
 			}

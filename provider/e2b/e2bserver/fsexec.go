@@ -112,11 +112,12 @@ exec find -L "$1" -maxdepth 0 -printf "$2"`, []string{p, entryFormat}, nil, &out
 	return es[0], nil
 }
 
-// maxListed bounds one ListDir answer.
-const maxListed = 100000
+// maxListDir bounds one ListDir answer.
+const maxListDir = 100000
 
-// list lists dir's entries to depth (symlinks not followed), sorted by path.
-func (f sandboxFS) list(ctx context.Context, dir string, depth int) ([]e2bwire.EntryInfo, error) {
+// list lists dir's entries to depth (symlinks not followed), sorted by path; more
+// than maxListed entries is an error.
+func (f sandboxFS) list(ctx context.Context, dir string, depth, maxListed int) ([]e2bwire.EntryInfo, error) {
 	out := &capped.Writer{W: new(bytes.Buffer), Left: 64 << 20}
 	err := f.run(ctx, dir, `[ -e "$1" ] || exit 64
 [ -d "$1" ] || exit 66

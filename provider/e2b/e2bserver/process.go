@@ -40,6 +40,8 @@ type proc struct {
 	cfg    e2bwire.ProcessConfig
 	cancel context.CancelFunc
 	stdin  *io.PipeWriter // nil without stdin
+	// resize carries a terminal's new sizes; nil without a terminal.
+	resize chan engine.WindowSize
 
 	mu     sync.Mutex
 	subs   map[*sub]bool
@@ -111,13 +113,17 @@ func (p *proc) unsubscribe(s *sub) {
 type outWriter struct {
 	p      *proc
 	stderr bool
+	pty    bool
 }
 
 func (w outWriter) Write(b []byte) (int, error) {
 	for off := 0; off < len(b); off += chunk {
 		part := append([]byte(nil), b[off:min(off+chunk, len(b))]...)
 		d := &e2bwire.DataEvent{Stdout: part}
-		if w.stderr {
+		switch {
+		case w.pty:
+			d = &e2bwire.DataEvent{PTY: part}
+		case w.stderr:
 			d = &e2bwire.DataEvent{Stderr: part}
 		}
 		w.p.publish(e2bwire.ProcessEvent{Data: d}, len(part))
@@ -130,9 +136,6 @@ func (w outWriter) Write(b []byte) (int, error) {
 func (t *procTable) start(parent context.Context, eng engine.Engine, eid string, req e2bwire.StartRequest, wg *sync.WaitGroup) (*proc, *sub, error) {
 	if req.Process.Cmd == "" {
 		return nil, nil, &connectErr{e2bwire.CodeInvalidArgument, "process.cmd is required"}
-	}
-	if req.PTY != nil {
-		return nil, nil, &connectErr{e2bwire.CodeUnimplemented, "pty is not supported by this server"}
 	}
 	env := make([]string, 0, len(req.Process.Envs))
 	for _, k := range slices.Sorted(maps.Keys(req.Process.Envs)) {
@@ -153,22 +156,27 @@ func (t *procTable) start(parent context.Context, eng engine.Engine, eid string,
 		p.tag = *req.Tag
 	}
 	var stdin io.Reader
-	if req.Stdin != nil && *req.Stdin {
+	if (req.Stdin != nil && *req.Stdin) || req.PTY != nil {
 		pr, pw := io.Pipe()
 		stdin, p.stdin = pr, pw
+	}
+	xr := engine.ExecRequest{Argv: append([]string{req.Process.Cmd}, req.Process.Args...), Cwd: cwd, Env: env,
+		Stdin: stdin, Stdout: outWriter{p: p}, Stderr: outWriter{p: p, stderr: true}}
+	if req.PTY != nil {
+		p.resize = make(chan engine.WindowSize, 1)
+		xr.TTY, xr.Size, xr.Resize = true, windowSize(req.PTY.Size), p.resize
+		xr.Stdout, xr.Stderr = outWriter{p: p, pty: true}, nil
 	}
 	t.mu.Lock()
 	t.next++
 	p.pid = t.next
 	t.procs[p.pid] = p
 	t.mu.Unlock()
-	argv := append([]string{req.Process.Cmd}, req.Process.Args...)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer cancel()
-		code, err := eng.Exec(ctx, eid, engine.ExecRequest{Argv: argv, Cwd: cwd, Env: env, Stdin: stdin,
-			Stdout: outWriter{p: p}, Stderr: outWriter{p: p, stderr: true}})
+		code, err := eng.Exec(ctx, eid, xr)
 		if p.stdin != nil {
 			p.stdin.CloseWithError(io.ErrClosedPipe)
 		}
@@ -197,6 +205,30 @@ func (t *procTable) start(parent context.Context, eng engine.Engine, eid string,
 		close(p.done)
 	}()
 	return p, first, nil
+}
+
+// windowSize clamps a requested terminal size into the engine's.
+func windowSize(s e2bwire.PTYSize) engine.WindowSize {
+	return engine.WindowSize{Cols: uint16(min(max(s.Cols, 1), 1000)), Rows: uint16(min(max(s.Rows, 1), 1000))}
+}
+
+// setSize resizes p's terminal; the latest size wins when the engine lags.
+func (p *proc) setSize(s e2bwire.PTYSize) error {
+	if p.resize == nil {
+		return &connectErr{e2bwire.CodeFailedPrecondition, "process has no terminal"}
+	}
+	ws := windowSize(s)
+	for {
+		select {
+		case p.resize <- ws:
+			return nil
+		default:
+		}
+		select {
+		case <-p.resize:
+		default:
+		}
+	}
 }
 
 // find selects a running process by pid or tag.

@@ -26,6 +26,10 @@ func (s *Server) routes() http.Handler {
 			s.envd(w, r, id)
 			return
 		}
+		if id := s.signedFor(r); id != "" {
+			s.envd(w, r, id)
+			return
+		}
 		if port, id, ok := hostTarget(r.Host); ok {
 			if port == e2bwire.EnvdPort {
 				s.envd(w, r, id)

@@ -70,6 +70,9 @@ type Options struct {
 	// MaxUploads bounds the uploads streaming at once (each holds a command in its
 	// sandbox and a few buffers); more wait their turn, unread. Zero means 4.
 	MaxUploads int
+	// MaxWatchers bounds the directory watchers (files.watchDir) at once; more are
+	// refused. Zero means 64.
+	MaxWatchers int
 	// Logger receives lifecycle events; nil discards.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -95,6 +98,7 @@ type Server struct {
 	templates     map[string]bool
 	handler       http.Handler
 	uploads       chan struct{}   // a semaphore of Options.MaxUploads
+	watchers      chan struct{}   // a semaphore of Options.MaxWatchers
 	portTransport *http.Transport // to ports inside sandboxes (hostroute.go)
 
 	mu        sync.Mutex
@@ -153,6 +157,9 @@ func New(o Options) (*Server, error) {
 	if o.MaxUpload <= 0 {
 		o.MaxUpload = 256 << 20
 	}
+	if o.MaxWatchers <= 0 {
+		o.MaxWatchers = 64
+	}
 	if o.MaxUploads <= 0 {
 		o.MaxUploads = 4
 	}
@@ -164,7 +171,7 @@ func New(o Options) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{o: o, log: log.With("component", "e2bserver"), templates: map[string]bool{},
-		sandboxes: map[string]*sandbox{}, snapshots: map[string]snapshot{}, uploads: make(chan struct{}, o.MaxUploads)}
+		sandboxes: map[string]*sandbox{}, snapshots: map[string]snapshot{}, uploads: make(chan struct{}, o.MaxUploads), watchers: make(chan struct{}, o.MaxWatchers)}
 	s.base, s.stop = context.WithCancel(context.Background())
 	for _, t := range o.Templates {
 		s.templates[t] = true
