@@ -65,7 +65,7 @@ type conformance struct {
 	} `json:"steps"`
 	Methods  map[string][]string `json:"methods"`
 	Refusals map[string]string   `json:"refusals"`
-	Figures map[string]float64  `json:"figures"`
+	Figures  map[string]float64  `json:"figures"`
 }
 
 // runConformance runs testdata/js/conformance.mjs with the SDK in dir against srv.
