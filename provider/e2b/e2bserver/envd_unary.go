@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -25,7 +26,14 @@ func unary[T any](f func(context.Context, T) (any, error)) unaryHandler {
 	}
 }
 
+// unaryHandlers are envd's unary calls: the process service's and the filesystem's.
 func (c envdCall) unaryHandlers() map[string]unaryHandler {
+	hs := c.processHandlers()
+	maps.Copy(hs, c.fsHandlers())
+	return hs
+}
+
+func (c envdCall) processHandlers() map[string]unaryHandler {
 	return map[string]unaryHandler{
 		e2bwire.PathProcessList: unary(func(ctx context.Context, _ struct{}) (any, error) {
 			return e2bwire.ListResponse{Processes: c.procs.list()}, nil
@@ -80,6 +88,11 @@ func (c envdCall) unaryHandlers() map[string]unaryHandler {
 			}
 			return struct{}{}, nil
 		}),
+	}
+}
+
+func (c envdCall) fsHandlers() map[string]unaryHandler {
+	return map[string]unaryHandler{
 		e2bwire.PathFilesystemStat: unary(func(ctx context.Context, in e2bwire.PathRequest) (any, error) {
 			e, err := c.fs().stat(ctx, resolve(in.Path))
 			if err != nil {

@@ -293,13 +293,16 @@ func TestAuth(t *testing.T) {
 func TestRoutesAuthenticated(t *testing.T) {
 	srv, c := start(t)
 	sb := create(t, c, e2bwire.NewSandbox{})
-	paths := []struct{ method, path string }{
-		{"POST", "/sandboxes"}, {"GET", "/sandboxes"}, {"GET", "/v2/sandboxes"},
-		{"GET", "/sandboxes/" + sb.SandboxID}, {"DELETE", "/sandboxes/" + sb.SandboxID},
-		{"POST", "/sandboxes/" + sb.SandboxID + "/pause"}, {"POST", "/sandboxes/" + sb.SandboxID + "/resume"},
-		{"POST", "/sandboxes/" + sb.SandboxID + "/connect"}, {"POST", "/sandboxes/" + sb.SandboxID + "/timeout"},
-		{"POST", "/sandboxes/" + sb.SandboxID + "/snapshots"}, {"GET", "/snapshots"},
-		{"GET", "/sandboxes/" + sb.SandboxID + "/ports/4000"},
+	// Every registered route, from the server itself, so a new one cannot slip in
+	// unauthenticated.
+	var paths []struct{ method, path string }
+	for _, pat := range srv.Server.RoutePatterns() {
+		method, p, _ := strings.Cut(pat, " ")
+		p = strings.NewReplacer("{id}", sb.SandboxID, "{port}", "4000").Replace(p)
+		paths = append(paths, struct{ method, path string }{method, p})
+	}
+	if len(paths) < 14 {
+		t.Fatalf("RoutePatterns() = %d routes, want every control-plane route", len(paths))
 	}
 	for _, p := range paths {
 		req, _ := http.NewRequest(p.method, srv.URL+p.path, strings.NewReader("{}"))
@@ -313,7 +316,8 @@ func TestRoutesAuthenticated(t *testing.T) {
 			t.Errorf("%s %s without a key = %d, want 401", p.method, p.path, resp.StatusCode)
 		}
 	}
-	for _, p := range []string{e2bwire.PathProcessStart, e2bwire.PathProcessList, e2bwire.PathFilesystemStat, "/files", "/envs"} {
+	for _, p := range []string{e2bwire.PathProcessStart, e2bwire.PathProcessList, e2bwire.PathProcessUpdate,
+		e2bwire.PathFilesystemStat, e2bwire.PathFilesystemMove, e2bwire.PathFilesystemWatch, "/files", "/envs"} {
 		req, _ := http.NewRequest("POST", srv.URL+p, strings.NewReader("{}"))
 		if p == "/envs" {
 			req.Method = "GET"
