@@ -1,6 +1,7 @@
 package e2bserver
 
 import (
+	"bufio"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -170,7 +171,7 @@ func (c envdCall) upload(w http.ResponseWriter, r *http.Request) {
 	write := func(name string, src io.Reader) bool {
 		p := resolve(name)
 		sr := &sizeReader{r: src, max: c.s.o.MaxUpload}
-		if err := c.fs().write(r.Context(), p, sr, sr.commit); err != nil {
+		if err := c.fs().write(r.Context(), p, bufio.NewReaderSize(sr, 64<<10), sr.commit); err != nil {
 			c.filesFail(w, err)
 			return false
 		}
