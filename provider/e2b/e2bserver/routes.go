@@ -61,6 +61,7 @@ func (s *Server) apiRoutes() []route {
 		{"POST /v2/sandboxes/{id}/connect", s.connect(connectV2)},
 		{"POST /sandboxes/{id}/timeout", s.setTimeout},
 		{"POST /sandboxes/{id}/snapshots", s.createSnapshot},
+		{"POST /sandboxes/{id}/fork", s.forkHandler},
 		{"GET /snapshots", s.listSnapshots},
 		{"GET /sandboxes/{id}/ports/{port}", s.ports},
 	}

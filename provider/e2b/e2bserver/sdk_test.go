@@ -105,7 +105,7 @@ func runConformance(t testing.TB, node, dir string, srv *e2btest.Server, figures
 var requiredSteps = []string{"create", "commands.env", "commands.stream", "commands.exitCode", "commands.timeout",
 	"commands.stdin", "commands.list+kill", "files.write+read", "files.writeMany", "files.list+info",
 	"files.makeDir+exists", "files.rename", "files.remove", "files.watchDir", "files.signedUrls", "files.readMissing", "getHost.get", "list.filters",
-	"pty", "pause+connect", "snapshot", "kill"}
+	"pty", "pause+connect", "snapshot", "fork", "kill"}
 
 // TestOfficialJSSDK runs the conformance script with each SDK version against the
 // server, and checks docs/e2b.md's table against each SDK's method list.

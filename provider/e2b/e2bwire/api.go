@@ -79,3 +79,10 @@ func (e *APIError) Error() string {
 	}
 	return fmt.Sprintf("e2b api: HTTP %d: %s", e.Status, msg)
 }
+
+// ForkResult is one entry of POST /sandboxes/{id}/fork's answer: the new sandbox or
+// why it did not start.
+type ForkResult struct {
+	Sandbox *Sandbox  `json:"sandbox,omitempty"`
+	Error   *APIError `json:"error,omitempty"`
+}
