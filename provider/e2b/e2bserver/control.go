@@ -20,7 +20,7 @@ func (s *Server) sandboxJSON(sb *sandbox) e2bwire.Sandbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return e2bwire.Sandbox{TemplateID: sb.template, SandboxID: sb.id, ClientID: "local", EnvdVersion: EnvdVersion,
-		EnvdAccessToken: sb.token, Domain: s.o.Domain}
+		EnvdAccessToken: sb.token, Domain: s.o.Domain, TrafficAccessToken: sb.traffic}
 }
 
 func (s *Server) detailJSON(sb *sandbox, state string, withToken bool) e2bwire.SandboxDetail {

@@ -53,8 +53,8 @@ type v2Fields struct {
 	VolumeMounts []json.RawMessage `json:"volumeMounts"`
 }
 
-// networkConfig is SandboxNetworkConfig; only allowPublicTraffic true (the URLs need
-// no traffic token, as here) is honoured.
+// networkConfig is SandboxNetworkConfig; only allowPublicTraffic is honoured (false:
+// the port hosts want the sandbox's traffic access token).
 type networkConfig struct {
 	AllowOut           []string        `json:"allowOut"`
 	DenyOut            []string        `json:"denyOut"`
@@ -84,8 +84,6 @@ func refuseV2(f v2Fields) error {
 		switch {
 		case len(n.AllowOut) > 0 || len(n.DenyOut) > 0 || !isNull(n.Rules) || !isNull(n.EgressProxy):
 			return lacks("network egress rules (allowOut, denyOut, rules, egressProxy)")
-		case n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic:
-			return lacks("network.allowPublicTraffic false (traffic access tokens)")
 		case n.MaskRequestHost != nil:
 			return lacks("network.maskRequestHost")
 		case len(n.HTTPSPorts) > 0:
@@ -137,6 +135,9 @@ func (s *Server) parseNew(req newSandboxRequest, v2 bool) (*sandbox, time.Durati
 		envVars: req.EnvVars, autoPause: req.AutoPause, procs: newProcTable(), forwards: map[int]*portfwd.Forwarder{},
 		network:   s.o.Egress && (req.AllowInternet == nil || *req.AllowInternet),
 		diskPause: req.AutoPauseMemory != nil && !*req.AutoPauseMemory}
+	if n := req.Network; n != nil && n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic {
+		sb.traffic = newID(16)
+	}
 	if !v2 && req.Secure != nil && !*req.Secure {
 		sb.token = ""
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/internal/e2btest"
 )
 
 // envdCall posts a unary envd call with the sandbox's token and returns the status
@@ -100,7 +101,7 @@ func TestV2Routes(t *testing.T) {
 	if code, m := post("/v2/sandboxes/nope/connect", `{}`); code != http.StatusNotFound {
 		t.Errorf("v2 connect of an unknown sandbox = %d %v, want 404", code, m)
 	}
-	if code, m := post("/sandboxes/"+id+"/fork", `{}`); code != http.StatusNotImplemented || !strings.Contains(fmt.Sprint(m["message"]), "not served by the local E2B server") {
+	if code, m := post("/sandboxes/"+id+"/network", `{}`); code != http.StatusNotImplemented || !strings.Contains(fmt.Sprint(m["message"]), "not served by the local E2B server") {
 		t.Errorf("an unserved route = %d %v, want 501 saying so", code, m)
 	}
 }
@@ -225,6 +226,46 @@ func TestPortHosts(t *testing.T) {
 	}
 	if code, _ := get(e2b.Host("inope", 8080, "localhost")); code != http.StatusBadGateway {
 		t.Errorf("GET to an unknown sandbox = %d, want 502", code)
+	}
+
+	// A sandbox created with allowPublicTraffic false wants its traffic token.
+	b, _ := json.Marshal(map[string]any{"templateID": "base", "network": map[string]any{"allowPublicTraffic": false}})
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/v2/sandboxes", bytes.NewReader(b))
+	req.Header.Set("X-API-Key", e2btest.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var priv e2bwire.Sandbox
+	_ = json.NewDecoder(resp.Body).Decode(&priv)
+	resp.Body.Close()
+	t.Cleanup(func() { _ = c.Kill(context.Background(), priv.SandboxID) })
+	if priv.TrafficAccessToken == "" {
+		t.Fatalf("create with allowPublicTraffic false = %+v, want a traffic access token", priv)
+	}
+	pe := c.Envd(priv)
+	if _, err := pe.Start(t.Context(), e2b.StartOptions{Cmd: "/bin/bash", Args: []string{"-c", "cd /tmp && echo private > index.html && exec python3 -m http.server 8080 --bind 127.0.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, pe, "for i in $(seq 100); do (echo >/dev/tcp/127.0.0.1/8080) 2>/dev/null && exit 0; sleep 0.1; done; exit 1")
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{"", http.StatusForbidden}, {"wrong", http.StatusForbidden}, {priv.TrafficAccessToken, http.StatusOK}} {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", srv.URL+"/index.html", nil)
+		req.Host = e2b.Host(priv.SandboxID, 8080, "localhost")
+		if tc.token != "" {
+			req.Header.Set("E2b-Traffic-Access-Token", tc.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET a private sandbox's port with token %q = %d, want %d", tc.token, resp.StatusCode, tc.want)
+		}
 	}
 
 	ws, _, err := websocket.Dial(t.Context(), "ws"+strings.TrimPrefix(srv.URL, "http")+"/",

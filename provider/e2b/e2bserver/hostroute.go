@@ -3,10 +3,12 @@ package e2bserver
 // E2B routes https://<port>-<id>.<domain> to a port inside the sandbox (the SDKs'
 // getHost); so does this server, by the Host header: envd's port goes to envd, any
 // other port through the engine's DialPort, plain HTTP and WebSocket upgrades alike.
-// As on E2B (allowPublicTraffic, the default), these URLs need no token.
+// As on E2B, these URLs need no token unless the sandbox was created with
+// network.allowPublicTraffic false: then its traffic access token, in a header.
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -18,6 +20,9 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
+
+// headerTraffic carries a sandbox's traffic access token to its port hosts.
+const headerTraffic = "E2b-Traffic-Access-Token"
 
 // hostTarget parses a <port>-<id>.<domain>[:serverport] Host.
 func hostTarget(host string) (port int, id string, ok bool) {
@@ -87,8 +92,13 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, id string, po
 		return
 	}
 	s.mu.Lock()
-	eid := sb.engineID
+	eid, traffic := sb.engineID, sb.traffic
 	s.mu.Unlock()
+	if traffic != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(headerTraffic)), []byte(traffic)) != 1 {
+		writeJSON(w, http.StatusForbidden, e2bwire.APIError{Code: 403, Message: "sandbox " + id + " needs its traffic access token in " + headerTraffic})
+		return
+	}
+	r.Header.Del(headerTraffic) // the service inside never sees it
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"

@@ -88,6 +88,7 @@ const (
 	labelSandbox  = "e2b.sandbox"
 	labelTemplate = "e2b.template"
 	labelToken    = "e2b.token"
+	labelTraffic  = "e2b.traffic"
 	labelMeta     = "e2b.meta."
 )
 
@@ -123,6 +124,7 @@ type sandbox struct {
 	engineID  string
 	template  string
 	token     string
+	traffic   string // the port hosts' token; empty: public, as E2B's default
 	metadata  map[string]string
 	envVars   map[string]string
 	started   time.Time
@@ -202,7 +204,7 @@ func (s *Server) fromLabels(in engine.Info) *sandbox {
 		}
 	}
 	return &sandbox{id: in.Labels[labelSandbox], engineID: in.ID, template: in.Labels[labelTemplate],
-		token: in.Labels[labelToken], metadata: meta, started: in.Created,
+		token: in.Labels[labelToken], traffic: in.Labels[labelTraffic], metadata: meta, started: in.Created,
 		procs: newProcTable(), forwards: map[int]*portfwd.Forwarder{}}
 }
 
@@ -441,6 +443,9 @@ func (s *Server) spec(sb *sandbox, snapshot string) engine.Spec {
 		env = append(env, k+"="+sb.envVars[k])
 	}
 	labels := map[string]string{labelSandbox: sb.id, labelTemplate: sb.template, labelToken: sb.token}
+	if sb.traffic != "" {
+		labels[labelTraffic] = sb.traffic
+	}
 	for k, v := range sb.metadata {
 		labels[labelMeta+k] = v
 	}

@@ -236,7 +236,7 @@ func TestRefuseV2(t *testing.T) {
 		{"iam", `{"iam":{"tokens":{}}}`, "iam"},
 		{"mcp", `{"mcp":{}}`, "mcp"},
 		{"allowOut", `{"network":{"allowOut":["1.1.1.1"]}}`, "egress rules"},
-		{"private", `{"network":{"allowPublicTraffic":false}}`, "allowPublicTraffic"},
+		{"private", `{"network":{"allowPublicTraffic":false}}`, ""},
 		{"mask", `{"network":{"maskRequestHost":"x"}}`, "maskRequestHost"},
 		{"https ports", `{"network":{"httpsPorts":[443]}}`, "httpsPorts"},
 	}

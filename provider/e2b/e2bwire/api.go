@@ -27,6 +27,10 @@ type Sandbox struct {
 	EnvdVersion     string `json:"envdVersion"`
 	EnvdAccessToken string `json:"envdAccessToken,omitempty"`
 	Domain          string `json:"domain,omitempty"`
+	// TrafficAccessToken is what requests to the sandbox's port hosts must carry in
+	// the e2b-traffic-access-token header; set when the sandbox was created with
+	// network.allowPublicTraffic false.
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
 }
 
 // Sandbox states.
