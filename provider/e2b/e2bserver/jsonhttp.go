@@ -84,13 +84,21 @@ func (s *Server) handle(h func(w http.ResponseWriter, r *http.Request) error) ht
 // classify maps an error to a status and a client message.
 func (s *Server) classify(err error) (int, string) {
 	var ae *apiError
+	var fe *fsError
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.msg
+	case errors.As(err, &fe):
+		return fe.status(), fe.msg
 	case errors.Is(err, engine.ErrNotFound), errors.Is(err, fs.ErrNotExist):
 		return http.StatusNotFound, err.Error()
-	case errors.Is(err, engine.ErrNameTaken):
+	case errors.Is(err, engine.ErrNameTaken), errors.Is(err, engine.ErrInUse), errors.Is(err, engine.ErrNotEmpty):
 		return http.StatusConflict, err.Error()
+	case errors.Is(err, engine.ErrIsDir), errors.Is(err, engine.ErrNotDir):
+		return http.StatusBadRequest, err.Error()
+	case errors.Is(err, engine.ErrLimit):
+		// A limit this machine cannot apply: the request is refused, not the server broken.
+		return http.StatusBadRequest, err.Error()
 	case errors.Is(err, engine.ErrUnsupported):
 		return http.StatusNotImplemented, err.Error()
 	case errors.Is(err, context.DeadlineExceeded):

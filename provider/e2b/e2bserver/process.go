@@ -308,6 +308,10 @@ func asConnect(err error) *e2bwire.ConnectError {
 		return &e2bwire.ConnectError{Code: e2bwire.CodeNotFound, Message: err.Error()}
 	case errors.Is(err, engine.ErrUnsupported):
 		return &e2bwire.ConnectError{Code: e2bwire.CodeUnimplemented, Message: err.Error()}
+	case errors.Is(err, engine.ErrIsDir), errors.Is(err, engine.ErrNotDir), errors.Is(err, engine.ErrLimit):
+		return &e2bwire.ConnectError{Code: e2bwire.CodeInvalidArgument, Message: err.Error()}
+	case errors.Is(err, engine.ErrNotEmpty), errors.Is(err, engine.ErrInUse):
+		return &e2bwire.ConnectError{Code: e2bwire.CodeFailedPrecondition, Message: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &e2bwire.ConnectError{Code: e2bwire.CodeDeadlineExceeded, Message: err.Error()}
 	}

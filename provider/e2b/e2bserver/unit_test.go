@@ -2,6 +2,8 @@ package e2bserver
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"mime/multipart"
 	"net/textproto"
 	"net/url"
@@ -15,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
 func TestFileSignature(t *testing.T) {
@@ -292,6 +295,36 @@ func TestPartFileName(t *testing.T) {
 		p := &multipart.Part{Header: textproto.MIMEHeader{"Content-Disposition": {tt.cd}}}
 		if got := partFileName(p); got != tt.want {
 			t.Errorf("partFileName(%q) = %q, want %q", tt.cd, got, tt.want)
+		}
+	}
+}
+
+// TestErrorMapping: the engine's sentinels (the caller's errors) are 4xx on both
+// the control plane and envd; only an unknown error is a 500.
+func TestErrorMapping(t *testing.T) {
+	s := &Server{}
+	tests := []struct {
+		err      error
+		status   int
+		codeEnvd string
+	}{
+		{fmt.Errorf("x: %w", engine.ErrNotFound), 404, e2bwire.CodeNotFound},
+		{fmt.Errorf("x: %w", engine.ErrNameTaken), 409, e2bwire.CodeInternal},
+		{fmt.Errorf("x: %w", engine.ErrIsDir), 400, e2bwire.CodeInvalidArgument},
+		{fmt.Errorf("x: %w", engine.ErrNotDir), 400, e2bwire.CodeInvalidArgument},
+		{fmt.Errorf("x: %w", engine.ErrNotEmpty), 409, e2bwire.CodeFailedPrecondition},
+		{fmt.Errorf("x: %w", engine.ErrInUse), 409, e2bwire.CodeFailedPrecondition},
+		{fmt.Errorf("x: %w", engine.ErrLimit), 400, e2bwire.CodeInvalidArgument},
+		{fmt.Errorf("x: %w", engine.ErrUnsupported), 501, e2bwire.CodeUnimplemented},
+		{&fsError{e2bwire.CodePermissionDenied, "no"}, 403, e2bwire.CodePermissionDenied},
+		{errors.New("boom"), 500, e2bwire.CodeInternal},
+	}
+	for _, tt := range tests {
+		if st, _ := s.classify(tt.err); st != tt.status {
+			t.Errorf("classify(%v) = %d, want %d", tt.err, st, tt.status)
+		}
+		if ce := asConnect(tt.err); ce.Code != tt.codeEnvd {
+			t.Errorf("asConnect(%v) = %s, want %s", tt.err, ce.Code, tt.codeEnvd)
 		}
 	}
 }
