@@ -196,3 +196,29 @@ func TestUploadMemoryBounded(t *testing.T) {
 		t.Errorf("sizes in the sandbox = %q, %v, want %d each", r.Stdout, err, size)
 	}
 }
+
+// BenchmarkUpload: one 64 MiB octet-stream upload through the server into a sandbox
+// (streamed into `cat` inside it), without an SDK in the way.
+func BenchmarkUpload(b *testing.B) {
+	srv, c := start(b)
+	sb := create(b, c, e2bwire.NewSandbox{})
+	const size = 64 << 20
+	b.SetBytes(size)
+	for b.Loop() {
+		req, _ := http.NewRequestWithContext(b.Context(), "POST", srv.URL+"/files?path=/home/user/bench",
+			io.LimitReader(&pattern{}, size))
+		req.ContentLength = size
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+		req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("upload: %s", resp.Status)
+		}
+	}
+}

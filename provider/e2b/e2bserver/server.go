@@ -223,7 +223,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = hs.Shutdown(sctx)
+	if err := hs.Shutdown(sctx); err != nil {
+		// Streams (process output, watchers) outlast the grace: cut them.
+		_ = hs.Close()
+	}
 	<-errc
 	return nil
 }

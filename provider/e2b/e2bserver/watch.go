@@ -139,6 +139,9 @@ func (c envdCall) watchStream(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-r.Context().Done():
 			return
+		case <-c.s.base.Done(): // the server is closing
+			st.end(&e2bwire.ConnectError{Code: e2bwire.CodeUnavailable, Message: "the local E2B server is shutting down"})
+			return
 		}
 	}
 }
