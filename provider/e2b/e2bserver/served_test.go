@@ -107,6 +107,35 @@ func TestServedByCLIWithSDKs(t *testing.T) {
 	}
 }
 
+// TestServedGetHostURL: with the domain sandboxctl serve prints, getHost's host is
+// a URL curl reaches as it is (curl resolves *.localhost to loopback).
+func TestServedGetHostURL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds sandboxctl")
+	}
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl is not installed")
+	}
+	s := startServed(t)
+	c := s.srv.Client(t)
+	sb := create(t, c, e2bwire.NewSandbox{})
+	e := c.Envd(sb)
+	if _, err := e.Start(t.Context(), e2b.StartOptions{Cmd: "/bin/bash", Args: []string{"-c",
+		"cd /tmp && echo as-printed > index.html && exec python3 -m http.server 8080 --bind 127.0.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, e, "for i in $(seq 100); do (echo >/dev/tcp/127.0.0.1/8080) 2>/dev/null && exit 0; sleep 0.1; done; exit 1")
+	if !strings.HasPrefix(sb.Domain, "localhost:") {
+		t.Fatalf("sandbox domain = %q, want localhost:PORT", sb.Domain)
+	}
+	url := "http://" + e2b.Host(sb.SandboxID, 8080, sb.Domain) + "/index.html"
+	out, err := exec.CommandContext(t.Context(), curl, "-sS", "--max-time", "10", url).CombinedOutput()
+	if err != nil || string(out) != "as-printed\n" {
+		t.Errorf("curl %s = %q, %v, want the page", url, out, err)
+	}
+}
+
 // rss reads a process's resident set (VmRSS) and its peak (VmHWM) in bytes.
 func rss(pid int) (cur, peak int64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
