@@ -173,8 +173,10 @@ func TestFileCalls(t *testing.T) {
 			t.Errorf("%s %+v = %d %s, want %d", tc.path, tc.body, code, out, tc.want)
 		}
 	}
-	if err := e.Download(t.Context(), "/home/user", io.Discard); err == nil || !strings.Contains(err.Error(), "400") {
-		t.Errorf("download of a directory = %v, want a 400", err)
+	for _, p := range []string{"/home/user", "/dev/zero"} {
+		if err := e.Download(t.Context(), p, io.Discard); err == nil || !strings.Contains(err.Error(), "400") {
+			t.Errorf("download of %s = %v, want a 400", p, err)
+		}
 	}
 
 	// What a command in the sandbox cannot read, the file API cannot either: a file

@@ -158,10 +158,12 @@ func (f sandboxFS) move(ctx context.Context, src, dst string) error {
 mkdir -p -- "$(dirname -- "$2")" && exec mv -f -T -- "$1" "$2"`, []string{src, dst}, nil, nil)
 }
 
-// read streams regular file p to w.
+// read streams regular file p to w; devices and pipes are refused (/dev/zero would
+// never end).
 func (f sandboxFS) read(ctx context.Context, p string, w io.Writer) error {
 	return f.run(ctx, p, `[ -e "$1" ] || exit 64
 [ -d "$1" ] && exit 65
+[ -f "$1" ] || { echo "$1 is not a regular file" >&2; exit 1; }
 exec cat -- "$1"`, []string{p}, nil, w)
 }
 
