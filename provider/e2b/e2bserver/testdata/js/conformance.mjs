@@ -189,6 +189,11 @@ await step('pty', async () => {
   await sbx.pty.resize(t.pid, { cols: 100, rows: 30 })
   await sbx.pty.sendInput(t.pid, enc.encode('stty size\n'))
   await until('the new size', () => out.includes('30 100'))
+  let again = ''
+  const h2 = await sbx.pty.connect(t.pid, { onData: (d) => (again += dec.decode(d)) })
+  await sbx.pty.sendInput(t.pid, enc.encode('echo "re-$((2+3))"\n'))
+  await until('output on the reconnected handle', () => again.includes('re-5'))
+  await h2.disconnect()
   expect(await sbx.pty.kill(t.pid), 'kill returned false')
 })
 
