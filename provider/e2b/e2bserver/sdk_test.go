@@ -102,7 +102,7 @@ func runConformance(t testing.TB, node, dir string, srv *e2btest.Server, figures
 
 // requiredSteps is the acceptance sequence; every step of the script must pass, and
 // these must have run.
-var requiredSteps = []string{"create", "commands.env", "commands.stream", "commands.exitCode", "commands.timeout",
+var requiredSteps = []string{"create", "timeout+info", "commands.env", "commands.stream", "commands.exitCode", "commands.timeout",
 	"commands.stdin", "commands.list+kill", "files.write+read", "files.writeMany", "files.list+info",
 	"files.makeDir+exists", "files.rename", "files.remove", "files.watchDir", "files.signedUrls", "files.readMissing", "getHost.get", "list.filters",
 	"pty", "pause+connect", "snapshot", "fork", "kill"}

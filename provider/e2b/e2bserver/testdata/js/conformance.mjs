@@ -67,6 +67,14 @@ if (!sbx) {
 const c = sbx.commands
 const f = sbx.files
 
+await step('timeout+info', async () => {
+  await sbx.setTimeout(200_000)
+  const info = await Sandbox.getFullInfo(sbx.sandboxId)
+  const left = (new Date(info.endAt) - Date.now()) / 1000
+  expect(left > 150 && left < 210, `${left}s left after setTimeout(200 s)`)
+  eq([info.sandboxId, info.templateId, await sbx.isRunning()], [sbx.sandboxId, 'base', true], 'info')
+})
+
 await step('commands.env', async () => eq((await c.run('echo "$GREETING"')).stdout, 'hello sdk\n', 'stdout'))
 await step('commands.stream', async () => {
   const chunks = []
@@ -92,8 +100,11 @@ await step('commands.stdin', async () => {
   eq(r.stdout, 'abc\n', 'stdout')
 })
 await step('commands.list+kill', async () => {
-  const h = await c.run('sleep 60', { background: true })
+  const h = await c.run('sleep 1; echo late; sleep 60', { background: true })
   expect((await c.list()).some((p) => p.pid === h.pid), 'background process not listed')
+  let late = ''
+  const h2 = await c.connect(h.pid, { onStdout: (d) => (late += d) })
+  await until('output on the connected handle', () => late === 'late\n')
   expect(await c.kill(h.pid), 'kill returned false')
   const e = await h.wait().catch((e) => e)
   return e.constructor.name
