@@ -328,3 +328,30 @@ func TestErrorMapping(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseNew: any create body, v1 or v2, is refused or becomes a sandbox with a
+// template, valid environment names, a timeout in range and a token (v2 always).
+func FuzzParseNew(f *testing.F) {
+	f.Add([]byte(`{"templateID":"base","timeout":60,"envVars":{"A":"b"},"metadata":{"k":"v"}}`), true)
+	f.Add([]byte(`{"templateID":"base","secure":false,"network":{"allowPublicTraffic":false}}`), false)
+	f.Add([]byte(`{"templateID":"t","autoPause":true,"autoPauseMemory":false}`), true)
+	s := &Server{o: Options{}}
+	f.Fuzz(func(t *testing.T, body []byte, v2 bool) {
+		var req newSandboxRequest
+		if json.Unmarshal(body, &req) != nil {
+			return
+		}
+		sb, timeout, err := s.parseNew(req, v2)
+		if err != nil {
+			return
+		}
+		if sb.template == "" || timeout < 0 || timeout > 30*24*time.Hour || (v2 && sb.token == "") {
+			t.Fatalf("parseNew(%s, v2=%v) = %+v, %v", body, v2, sb, timeout)
+		}
+		for k := range sb.envVars {
+			if !validEnvName(k) {
+				t.Fatalf("parseNew(%s) kept env name %q", body, k)
+			}
+		}
+	})
+}
