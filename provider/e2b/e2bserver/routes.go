@@ -7,20 +7,22 @@ import (
 )
 
 // routes is every route of the server. Every control-plane route but /health checks
-// the API key (authAPI); every envd route but /health checks the sandbox's access
-// token (envdAuthorized). TestRoutesAuthenticated lists them.
+// the API key (authAPI), the answer for a route this server lacks included; every
+// envd route but /health checks the sandbox's access token or a /files URL's
+// signature (envdAuthorized); a port host (<port>-<id>.<domain>) is public unless
+// the sandbox has a traffic token (hostroute.go). TestRoutesAuthenticated lists them.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	for _, r := range s.apiRoutes() {
 		mux.HandleFunc(r.pattern, s.authAPI(s.handle(r.h)))
 	}
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/", s.authAPI(func(w http.ResponseWriter, r *http.Request) {
 		// A route E2B has and this server does not serve says so, rather than a bare
 		// 404 the SDKs would blame on a sandbox or template.
 		writeJSON(w, http.StatusNotImplemented, e2bwire.APIError{Code: 501,
 			Message: r.Method + " " + r.URL.Path + " is not served by the local E2B server"})
-	})
+	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
 			s.envd(w, r, id)

@@ -301,7 +301,8 @@ func TestRoutesAuthenticated(t *testing.T) {
 		p = strings.NewReplacer("{id}", sb.SandboxID, "{port}", "4000").Replace(p)
 		paths = append(paths, struct{ method, path string }{method, p})
 	}
-	if len(paths) < 14 {
+	paths = append(paths, struct{ method, path string }{"GET", "/sandboxes/" + sb.SandboxID + "/metrics"}) // unserved
+	if len(paths) < 15 {
 		t.Fatalf("RoutePatterns() = %d routes, want every control-plane route", len(paths))
 	}
 	for _, p := range paths {
