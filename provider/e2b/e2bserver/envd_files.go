@@ -158,7 +158,9 @@ func (c envdCall) upload(w http.ResponseWriter, r *http.Request) {
 			fail(http.StatusBadRequest, "invalid gzip body")
 			return
 		}
-		defer zr.Close()
+		// No Close: after a failed write the engine's stdin copier may still be
+		// reading zr (it reads until its Read returns), and Close would race it; a
+		// gzip.Reader holds nothing that needs closing.
 		body = zr
 	}
 	qpath := r.URL.Query().Get("path")
