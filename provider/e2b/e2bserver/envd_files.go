@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 
@@ -32,10 +33,14 @@ func resolve(p string) string {
 }
 
 // sizeReader passes at most max bytes of r on and remembers how r ended, so a
-// write commits only an upload that was read to its end within the limit.
+// write commits only an upload that was read to its end within the limit. The
+// engine's stdin copier reads it and the handler asks commit, so its state is
+// locked.
 type sizeReader struct {
-	r    io.Reader
-	max  int64
+	r   io.Reader
+	max int64
+
+	mu   sync.Mutex
 	n    int64
 	err  error // r's error other than io.EOF
 	over bool
@@ -43,10 +48,15 @@ type sizeReader struct {
 }
 
 func (s *sizeReader) Read(p []byte) (int, error) {
-	if s.over || s.err != nil {
+	s.mu.Lock()
+	stop := s.over || s.err != nil
+	s.mu.Unlock()
+	if stop {
 		return 0, errUploadAborted
 	}
 	n, err := s.r.Read(p)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.n += int64(n)
 	switch {
 	case s.n > s.max:
@@ -64,6 +74,8 @@ var errUploadAborted = errors.New("upload aborted")
 
 // commit says whether the upload may replace the file.
 func (s *sizeReader) commit() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	switch {
 	case s.over:
 		return &fsError{"resource_exhausted", fmt.Sprintf("file is larger than %d bytes", s.max)}
