@@ -315,3 +315,31 @@ while True:
     c.recv(64)
     c.close()
 `
+
+// TestUploadPastLimit: an upload past MaxUpload is a 413 and leaves the file it
+// would have replaced as it was.
+func TestUploadPastLimit(t *testing.T) {
+	srv, c := startWith(t, e2btest.Options{MaxUpload: 1 << 20})
+	sb := create(t, c, e2bwire.NewSandbox{})
+	e := c.Envd(sb)
+	if err := e.WriteFile(t.Context(), "/home/user/f", []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/files?path=/home/user/f",
+		io.LimitReader(&pattern{}, 1<<20+1))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("upload past the limit = %s, want 413", resp.Status)
+	}
+	if got := run(t, e, "cat /home/user/f; ls -a /home/user | grep -c e2b-upload || true"); got != "old0\n" {
+		t.Errorf("after a refused upload: %q, want the old file and no temporary file", got)
+	}
+}

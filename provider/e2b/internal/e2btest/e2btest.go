@@ -79,6 +79,8 @@ type Options struct {
 	NoPause bool
 	// Egress lets sandboxes reach the outside through the engine's proxy.
 	Egress bool
+	// MaxUpload is the server's MaxUpload; zero means its default.
+	MaxUpload int64
 }
 
 // noPause is the real engine with pause masked out of its capabilities.
@@ -106,7 +108,7 @@ func Start(t testing.TB, o Options) *Server {
 	if o.NoPause {
 		served = noPause{eng}
 	}
-	srv, err := e2bserver.New(e2bserver.Options{Engine: served, APIKey: APIKey, Logger: o.Logger, Egress: o.Egress,
+	srv, err := e2bserver.New(e2bserver.Options{Engine: served, APIKey: APIKey, Logger: o.Logger, Egress: o.Egress, MaxUpload: o.MaxUpload,
 		Mounts: []engine.Mount{{Source: shared, Target: SharedDir, ReadOnly: true}}})
 	if err != nil {
 		eng.Close()
