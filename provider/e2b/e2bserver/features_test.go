@@ -343,3 +343,56 @@ func TestUploadPastLimit(t *testing.T) {
 		t.Errorf("after a refused upload: %q, want the old file and no temporary file", got)
 	}
 }
+
+// TestPTY: a process started with a pty runs on a real terminal of the asked size,
+// and its output comes as pty data (the SDK test covers input, resize and kill).
+func TestPTY(t *testing.T) {
+	srv, c := start(t)
+	sb := create(t, c, e2bwire.NewSandbox{})
+	req := e2bwire.StartRequest{Process: e2bwire.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", "tty; stty size"}},
+		PTY: &e2bwire.PTY{Size: e2bwire.PTYSize{Cols: 100, Rows: 30}}}
+	b, _ := json.Marshal(req)
+	var body bytes.Buffer
+	if err := e2bwire.WriteEnvelope(&body, 0, b); err != nil {
+		t.Fatal(err)
+	}
+	hr, _ := http.NewRequestWithContext(t.Context(), "POST", srv.URL+e2bwire.PathProcessStart, &body)
+	hr.Header.Set("Content-Type", e2bwire.ContentTypeConnectJSON)
+	hr.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	hr.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out strings.Builder
+	var end *e2bwire.EndEvent
+	for {
+		env, err := e2bwire.ReadEnvelope(resp.Body)
+		if err != nil {
+			t.Fatalf("read stream: %v (so far %q)", err, out.String())
+		}
+		if env.Flags&e2bwire.FlagEndStream != 0 {
+			if err := e2bwire.ParseEndStream(env.Data); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		var sr e2bwire.StreamResponse
+		if err := json.Unmarshal(env.Data, &sr); err != nil {
+			t.Fatal(err)
+		}
+		if d := sr.Event.Data; d != nil {
+			if len(d.Stdout) > 0 || len(d.Stderr) > 0 {
+				t.Errorf("a pty process sent stdout/stderr data %+v, want pty data", d)
+			}
+			out.Write(d.PTY)
+		}
+		if sr.Event.End != nil {
+			end = sr.Event.End
+		}
+	}
+	if end == nil || end.ExitCode != 0 || !strings.Contains(out.String(), "/dev/pts/") || !strings.Contains(out.String(), "30 100") {
+		t.Errorf("pty output %q, end %+v, want a /dev/pts terminal of 30 rows and 100 columns", out.String(), end)
+	}
+}
