@@ -9,6 +9,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -193,6 +194,9 @@ func TestFileCalls(t *testing.T) {
 // TestPortHosts: a <port>-<id>.<domain> Host reaches that port inside the sandbox,
 // for plain HTTP and for a WebSocket.
 func TestPortHosts(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed: the servers inside the sandbox are python's")
+	}
 	srv, c := start(t)
 	sb := create(t, c, e2bwire.NewSandbox{})
 	e := c.Envd(sb)

@@ -117,6 +117,9 @@ func TestServedGetHostURL(t *testing.T) {
 	if err != nil {
 		t.Skip("curl is not installed")
 	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed: the server inside the sandbox is python's")
+	}
 	s := startServed(t)
 	c := s.srv.Client(t)
 	sb := create(t, c, e2bwire.NewSandbox{})

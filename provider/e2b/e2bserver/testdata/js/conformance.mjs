@@ -173,7 +173,9 @@ await step('files.readMissing', async () => {
 
 await step('getHost.get', async () => {
   await f.write('/home/user/www/index.html', 'served from inside')
-  await c.run('cd /home/user/www && exec python3 -m http.server 8080 --bind 127.0.0.1', { background: true })
+  // node is there: the sandbox sees the host's /usr, and this script runs on node.
+  const server = `require('http').createServer((q, s) => s.end(require('fs').readFileSync('/home/user/www' + q.url))).listen(8080, '127.0.0.1')`
+  await c.run(`exec node -e ${JSON.stringify(server)}`, { background: true })
   const host = sbx.getHost(8080)
   expect(host.startsWith(`8080-${sbx.sandboxId}.`), `host ${host}`)
   let res
