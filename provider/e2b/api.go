@@ -9,7 +9,8 @@
 // boots a sandbox by running the shared boot plan (provider.BuildPlan) through envd.
 //
 // The subpackage e2bserver serves the same protocols on top of a provider/engine
-// Engine, so all of this runs end to end on one machine without an account.
+// Engine, so all of this runs end to end on one machine without an account; the
+// wire types both sides share are in e2bwire.
 package e2b
 
 import (
