@@ -22,7 +22,7 @@ import (
 // environment) at it. It returns the server and the provider's settings.
 func localServer(t testing.TB, eng engine.Engine) (*modalserver.Server, map[string]string) {
 	t.Helper()
-	srv, err := modalserver.New(modalserver.Options{Engine: eng})
+	srv, err := modalserver.New(modalserver.Options{Engine: eng, Token: modalserver.Token{ID: "ak-local", Secret: "as-local"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,9 +114,8 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	if a.v2 {
 		id = newV2SandboxID(now)
 	}
-	sb := &sandbox{id: id, taskID: "ta-" + strings.TrimPrefix(id, "sb-"), appID: a.appID, name: def.GetName(),
-		imageID: img.id, created: now, ports: def.GetOpenPorts().GetPorts(), tags: map[string]string{},
-		workdir: def.GetWorkdir(), execs: map[string]*process{}}
+	sb := newSandbox(&sandbox{id: id, taskID: "ta-" + strings.TrimPrefix(id, "sb-"), appID: a.appID, name: def.GetName(),
+		imageID: img.id, created: now, ports: def.GetOpenPorts().GetPorts(), workdir: def.GetWorkdir()})
 	for _, t := range a.tags {
 		sb.tags[t.GetTagName()] = t.GetTagValue()
 	}
@@ -141,6 +140,8 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	if spec.Timeout == 0 {
 		spec.Timeout = defaultSandboxTimeout
 	}
+	sb.deadline = now.Add(spec.Timeout)
+	spec.Labels[labelDeadline] = strconv.FormatInt(sb.deadline.UnixMilli(), 10)
 	if mb := def.GetResources().GetMemoryMb(); mb > 0 {
 		spec.Limits.MemoryBytes = int64(mb) << 20
 	}
@@ -171,39 +172,13 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	sb.engineID = info.ID
 	s.mu.Unlock()
 	if args := def.GetEntrypointArgs(); len(args) > 0 {
-		s.runEntrypoint(sb, args, spec.Env)
+		if err := s.runEntrypoint(sb, args, def.GetPtyInfo()); err != nil {
+			s.finish(sb, pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_FAILURE, Exception: err.Error()}.Build())
+			s.endSandbox(sb)
+			return nil, err
+		}
 	}
+	s.watchDeadline(sb)
 	return sb, nil
 }
 
-// runEntrypoint runs the sandbox's command; the sandbox ends when it does, as on Modal.
-func (s *Server) runEntrypoint(sb *sandbox, args, env []string) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		code, err := s.o.Engine.Exec(s.ctx(), sb.engineID, engine.ExecRequest{Argv: args, Cwd: sb.workdir})
-		if s.ctx().Err() != nil {
-			return // the server is closing; the sandbox lives on
-		}
-		st := pb.GenericResult_GENERIC_STATUS_SUCCESS
-		msg := ""
-		if err != nil {
-			st, msg = pb.GenericResult_GENERIC_STATUS_FAILURE, err.Error()
-		} else if code != 0 {
-			st = pb.GenericResult_GENERIC_STATUS_FAILURE
-		}
-		s.finish(sb, pb.GenericResult_builder{Status: st, Exitcode: int32(code), Exception: msg}.Build())
-		_ = s.o.Engine.Terminate(context.WithoutCancel(s.ctx()), sb.engineID)
-		s.closeTunnels(sb.id)
-	}()
-}
-
-// finish records how a sandbox ended, once.
-func (s *Server) finish(sb *sandbox, r *pb.GenericResult) {
-	s.mu.Lock()
-	if sb.result == nil {
-		sb.result = r
-	}
-	s.mu.Unlock()
-	sb.cancelExecs()
-}

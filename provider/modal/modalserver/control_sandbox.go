@@ -86,10 +86,12 @@ func (s *Server) SandboxTerminate(ctx context.Context, req *pb.SandboxTerminateR
 	if err != nil {
 		return nil, err
 	}
+	// Recorded before the engine kills anything, so the command's death that follows
+	// does not count as its exit: terminated wins.
+	s.finish(sb, terminatedResult())
 	if err := s.o.Engine.Terminate(ctx, sb.engineID); err != nil && !errors.Is(err, engine.ErrNotFound) {
 		return nil, engineError("Sandbox", err)
 	}
-	s.finish(sb, pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_TERMINATED}.Build())
 	s.closeTunnels(sb.id)
 	return pb.SandboxTerminateResponse_builder{}.Build(), nil
 }

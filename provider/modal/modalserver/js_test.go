@@ -56,7 +56,7 @@ func TestJSSDK(t *testing.T) {
 	}
 	node := exec.CommandContext(ctx, "node", "check.mjs")
 	node.Dir = dir
-	node.Env = append(append(os.Environ(), modaltest.SDKEnv(t, url)...), "MODAL_TOKEN_ID=ak-jscheck", "MODAL_TOKEN_SECRET=as-jscheck",
+	node.Env = append(append(os.Environ(), modaltest.SDKEnv(t, url)...), "MODAL_TOKEN_ID="+testToken.ID, "MODAL_TOKEN_SECRET="+testToken.Secret,
 		"TUNNEL_PORT="+strconv.Itoa(tunnelPort), "NODE_EXTRA_CA_CERTS="+ca)
 	var stderr bytes.Buffer
 	node.Stderr = &stderr

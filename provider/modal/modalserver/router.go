@@ -23,63 +23,6 @@ type routerServer struct {
 	s *Server
 }
 
-// output is one stream of a process, kept whole so a reader can resume at any offset
-// (the SDKs reconnect with the offset they have).
-type output struct {
-	mu     sync.Mutex
-	data   []byte
-	closed bool
-	wake   chan struct{}
-}
-
-func newOutput() *output { return &output{wake: make(chan struct{})} }
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed {
-		return 0, os.ErrClosed
-	}
-	o.data = append(o.data, p...)
-	close(o.wake)
-	o.wake = make(chan struct{})
-	return len(p), nil
-}
-
-func (o *output) close() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !o.closed {
-		o.closed = true
-		close(o.wake)
-	}
-}
-
-// read returns the bytes from off (at most max), or waits for more; eof is true when
-// the stream is closed and everything was read.
-func (o *output) read(ctx context.Context, off uint64, max int) (chunk []byte, eof bool, err error) {
-	for {
-		o.mu.Lock()
-		n := uint64(len(o.data))
-		if off < n {
-			end := min(n, off+uint64(max))
-			chunk = append([]byte(nil), o.data[off:end]...)
-			o.mu.Unlock()
-			return chunk, false, nil
-		}
-		closed, wake := o.closed, o.wake
-		o.mu.Unlock()
-		if closed {
-			return nil, true, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, false, ctx.Err()
-		case <-wake:
-		}
-	}
-}
-
 // process is one exec: a command in the engine, or the filesystem tool the server
 // runs itself.
 type process struct {
@@ -155,6 +98,14 @@ func (p *process) stdinWrite(offset uint64, data []byte, eof bool) error {
 	return nil
 }
 
+// kill cancels the process (and lets its output writers go).
+func (p *process) kill() {
+	p.stdinMu.Lock()
+	c := p.cancel
+	p.stdinMu.Unlock()
+	c()
+}
+
 func (p *process) stdinStatus() (uint64, bool) {
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
@@ -163,28 +114,27 @@ func (p *process) stdinStatus() (uint64, bool) {
 
 const stdinQueueDepth = 1024
 
-// start runs fn as a process of sb under exec id; fn gets stdin as a reader.
-func (s *Server) start(sb *sandbox, execID string, fn func(ctx context.Context, stdin *os.File, stdout, stderr io.Writer) (int, error)) (*process, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "stdin pipe: %v", err)
-	}
-	ctx, cancel := context.WithCancel(s.ctx())
-	p := &process{stdout: newOutput(), stderr: newOutput(), stdinW: w, stdinQueue: make(chan []byte, stdinQueueDepth),
-		cancel: cancel, done: make(chan struct{})}
+// procFunc is what a process runs; it gets stdin as a reader.
+type procFunc func(ctx context.Context, stdin *os.File, stdout, stderr io.Writer) (int, error)
+
+// newProcess is a process that writes to stdout and stderr.
+func newProcess(stdout, stderr *output) *process {
+	p := &process{stdout: stdout, stderr: stderr, stdinQueue: make(chan []byte, stdinQueueDepth),
+		done: make(chan struct{}), forget: func() {}}
+	p.cancel = func() {}
+	return p
+}
+
+// start runs fn as exec execID of sb.
+func (s *Server) start(sb *sandbox, execID string, fn procFunc) (*process, error) {
+	p := newProcess(newOutput(execWindow, false), newOutput(execWindow, false))
 	sb.execMu.Lock()
 	if sb.execs == nil {
 		sb.execMu.Unlock()
-		cancel()
-		r.Close()
-		w.Close()
 		return nil, status.Error(codes.FailedPrecondition, "Sandbox has already finished")
 	}
 	if _, dup := sb.execs[execID]; dup {
 		sb.execMu.Unlock()
-		cancel()
-		r.Close()
-		w.Close()
 		return nil, status.Errorf(codes.AlreadyExists, "exec %s already exists", execID)
 	}
 	sb.execs[execID] = p
@@ -195,9 +145,35 @@ func (s *Server) start(sb *sandbox, execID string, fn func(ctx context.Context, 
 			delete(sb.execs, execID)
 		}
 		sb.execMu.Unlock()
+		// Nobody can read it any more: a process still printing does not wait.
+		p.stdout.drop()
+		p.stderr.drop()
 	}
+	if err := s.run(p, fn); err != nil {
+		p.forget()
+		return nil, err
+	}
+	return p, nil
+}
 
+// run starts fn under the server's context with p's stdio. The process's record is
+// forgotten execRetention after it ended.
+func (s *Server) run(p *process, fn procFunc) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return status.Errorf(codes.Internal, "stdin pipe: %v", err)
+	}
+	ctx, cancelCtx := context.WithCancel(s.ctx())
+	// A process being killed must not wait for a reader to take its output.
+	cancel := func() {
+		cancelCtx()
+		p.stdout.drop()
+		p.stderr.drop()
+	}
+	p.stdinMu.Lock()
+	p.stdinW, p.cancel = w, cancel
 	queue := p.stdinQueue
+	p.stdinMu.Unlock()
 	s.wg.Add(2)
 	go func() { // stdin: the queue keeps writes from blocking on a process that does not read
 		defer s.wg.Done()
@@ -227,7 +203,7 @@ func (s *Server) start(sb *sandbox, execID string, fn func(ctx context.Context, 
 		close(p.done)
 		time.AfterFunc(execRetention, p.forget)
 	}()
-	return p, nil
+	return nil
 }
 
 // cancelExecs kills every process of a sandbox that ended.
@@ -237,7 +213,7 @@ func (sb *sandbox) cancelExecs() {
 	sb.execs = nil
 	sb.execMu.Unlock()
 	for _, p := range execs {
-		p.cancel()
+		p.kill()
 	}
 }
 
@@ -306,6 +282,13 @@ func (r *routerServer) TaskExecStart(ctx context.Context, req *pb.TaskExecStartR
 	} else {
 		fn = func(ctx context.Context, stdin *os.File, stdout, stderr io.Writer) (int, error) {
 			er := engine.ExecRequest{Argv: args, Cwd: cwd, Env: envList, Timeout: timeout, Stdin: stdin, Stdout: stdout, Stderr: stderr}
+			if pty := req.GetPtyInfo(); pty.GetEnabled() {
+				// One terminal: everything the command prints comes on stdout.
+				er.TTY, er.Size = true, engine.WindowSize{Cols: uint16(pty.GetWinszCols()), Rows: uint16(pty.GetWinszRows())}
+				if t := pty.GetEnvTerm(); t != "" {
+					er.Env = append(er.Env, "TERM="+t)
+				}
+			}
 			if discardOut {
 				er.Stdout = nil
 			}
@@ -326,6 +309,9 @@ func (r *routerServer) TaskExecStart(ctx context.Context, req *pb.TaskExecStartR
 }
 
 func (r *routerServer) TaskExecStdioRead(req *pb.TaskExecStdioReadRequest, stream grpc.ServerStreamingServer[pb.TaskExecStdioReadResponse]) error {
+	if err := taskAllowed(stream.Context(), req.GetTaskId()); err != nil {
+		return err
+	}
 	p, err := r.process(stream.Context(), req.GetTaskId(), req.GetExecId())
 	if err != nil {
 		return err
@@ -340,9 +326,9 @@ func (r *routerServer) TaskExecStdioRead(req *pb.TaskExecStdioReadRequest, strea
 	}
 	off := req.GetOffset()
 	for {
-		chunk, eof, err := out.read(stream.Context(), off, 64<<10)
+		chunk, _, eof, err := out.read(stream.Context(), off, 64<<10)
 		if err != nil {
-			return status.FromContextError(err).Err()
+			return grpcError(err)
 		}
 		if eof {
 			p.delivered(which)
@@ -374,6 +360,9 @@ func (r *routerServer) TaskExecStdinWriteStream(stream grpc.ClientStreamingServe
 	start := first.GetStart()
 	if start == nil {
 		return status.Error(codes.InvalidArgument, "the first message must be start")
+	}
+	if err := taskAllowed(stream.Context(), start.GetTaskId()); err != nil {
+		return err
 	}
 	p, err := r.process(stream.Context(), start.GetTaskId(), start.GetExecId())
 	if err != nil {

@@ -2,7 +2,7 @@
 // control plane (modal.client.ModalClient) and the task command router
 // (modal.task_command_router.TaskCommandRouter) on one plaintext listener — and runs
 // the sandboxes on an engine.Engine. Modal's own SDKs (Go and JS) work against it
-// with MODAL_SERVER_URL=http://127.0.0.1:PORT and any ak-…/as-… token pair.
+// with MODAL_SERVER_URL=http://127.0.0.1:PORT and the server's token pair (Options.Token).
 //
 // It implements the calls the SDKs make to create a sandbox from an image, exec
 // with streamed stdio, use the filesystem, get tunnels, snapshot, list, tag, wait
@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +51,9 @@ type Options struct {
 	// StateDir, when set, keeps the server's images (registry stand-ins and
 	// snapshots) in StateDir/modal-images.json, so image ids outlive a restart.
 	StateDir string
+	// Token is the one pair of MODAL_TOKEN_ID/MODAL_TOKEN_SECRET the server accepts;
+	// zero means a random pair (see Server.Token; LoadOrCreateToken keeps one in a file).
+	Token Token
 }
 
 // Server is the local Modal-compatible server. Its state (apps, images, secrets,
@@ -108,11 +110,28 @@ type sandbox struct {
 	created              time.Time
 	ports                []*pb.PortSpec
 	tags                 map[string]string
-	// result is set once the sandbox has ended.
+	// result is set once the sandbox has ended; ended is closed then.
 	result *pb.GenericResult
+	ended  chan struct{}
+	// deadline is when the sandbox's timeout ends it; zero when unknown.
+	deadline time.Time
+	// stdout and stderr are the entrypoint's streams (rings, so they stay bounded);
+	// entry is the entrypoint, nil for a sandbox without a command. stdinIndex is the
+	// last chunk index a V1 SandboxStdinWrite took.
+	stdout, stderr *output
+	entry          *process
+	stdinIndex     uint32
 
 	execMu sync.Mutex
 	execs  map[string]*process
+}
+
+// newSandbox fills a sandbox's channels, streams and maps.
+func newSandbox(sb *sandbox) *sandbox {
+	sb.ended = make(chan struct{})
+	sb.stdout, sb.stderr = newOutput(stdioRing, true), newOutput(stdioRing, true)
+	sb.tags, sb.execs = map[string]string{}, map[string]*process{}
+	return sb
 }
 
 // Label keys the server keeps on engine sandboxes.
@@ -123,6 +142,8 @@ const (
 	labelName  = "modal.name"
 	labelImage = "modal.image_id"
 	labelPorts = "modal.ports"
+	// labelDeadline is the Unix time in ms at which the sandbox's timeout ends it.
+	labelDeadline = "modal.deadline"
 )
 
 // New returns a Server; call Serve to answer on a listener.
@@ -135,6 +156,12 @@ func New(o Options) (*Server, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Token == (Token{}) {
+		o.Token = NewToken()
+	}
+	if !o.Token.valid() {
+		return nil, errors.New("modalserver: Token must be an ak-… id and an as-… secret")
 	}
 	log := o.Logger
 	if log == nil {
@@ -162,6 +189,9 @@ func New(o Options) (*Server, error) {
 	pb.RegisterTaskCommandRouterServer(s.grpc, &s.router)
 	return s, nil
 }
+
+// Token is the token pair the server accepts.
+func (s *Server) Token() Token { return s.o.Token }
 
 // TLSConfig is the client side of the certificate the encrypted tunnels present
 // (self-signed, generated at New): a client that trusts it reaches the tunnels' https
@@ -211,54 +241,6 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// --- authentication -----------------------------------------------------------------
-
-const routerPrefix = "/modal.task_command_router.TaskCommandRouter/"
-
-func (s *Server) authenticate(ctx context.Context, method string) error {
-	md, _ := metadata.FromIncomingContext(ctx)
-	first := func(k string) string {
-		if v := md.Get(k); len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
-	if strings.HasPrefix(method, routerPrefix) {
-		tok, ok := strings.CutPrefix(first("authorization"), "Bearer ")
-		if !ok {
-			return status.Error(codes.Unauthenticated, "missing command router token")
-		}
-		if _, err := s.tokens.check(tok); err != nil {
-			return status.Error(codes.Unauthenticated, "command router token: "+err.Error())
-		}
-		return nil
-	}
-	id, secret := first("x-modal-token-id"), first("x-modal-token-secret")
-	if !strings.HasPrefix(id, "ak-") || !strings.HasPrefix(secret, "as-") {
-		// The local server accepts any well-shaped pair: it has no accounts.
-		return status.Error(codes.Unauthenticated, "Token missing or malformed: the local Modal server accepts any MODAL_TOKEN_ID=ak-… and MODAL_TOKEN_SECRET=as-… pair")
-	}
-	return nil
-}
-
-func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := s.authenticate(ctx, info.FullMethod); err != nil {
-		return nil, err
-	}
-	resp, err := handler(ctx, req)
-	if err != nil {
-		s.log.Debug("modal call failed", "method", info.FullMethod, "err", err)
-	}
-	return resp, err
-}
-
-func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := s.authenticate(ss.Context(), info.FullMethod); err != nil {
-		return err
-	}
-	return handler(srv, ss)
-}
-
 // routerURL is where the SDK reaches the command router: this same listener, named
 // as the client named it. The SDKs require https and, for a localhost server URL,
 // dial it without TLS.
@@ -292,6 +274,14 @@ func engineError(what string, err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	}
 	return status.Errorf(codes.Internal, "%s: %v", what, err)
+}
+
+// grpcError keeps a status error and turns a context's into its status.
+func grpcError(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.FromContextError(err).Err()
 }
 
 func localOnly(format string, args ...any) error {
