@@ -156,4 +156,3 @@ func TestLoadOrCreateToken(t *testing.T) {
 		t.Errorf("a token file without a pair was accepted")
 	}
 }
-

@@ -181,4 +181,3 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	s.watchDeadline(sb)
 	return sb, nil
 }
-
