@@ -26,7 +26,8 @@ func init() {
 // serveModal serves Modal's gRPC protocol over the local engine until ctx is done. It
 // prints the `export` lines a Modal SDK needs. The server accepts one token pair, kept
 // in <data-dir>/modal-token (0600, made on the first serve); the tunnels' CA
-// certificate is written to <data-dir>/modal-tunnel-ca.pem.
+// certificate is written to <data-dir>/modal-tunnel-ca.pem. Image build steps it
+// cannot run (RUN, …) are refused unless SANDBOXCTL_MODAL_SKIP_RUN=1.
 func serveModal(ctx context.Context, o serveOptions) error {
 	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 		return err
@@ -35,7 +36,8 @@ func serveModal(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	srv, err := modalserver.New(modalserver.Options{Engine: o.Engine, Logger: o.Logger, StateDir: o.DataDir, Token: tok})
+	srv, err := modalserver.New(modalserver.Options{Engine: o.Engine, Logger: o.Logger, StateDir: o.DataDir, Token: tok,
+		SkipRunSteps: o.Getenv(modalserver.EnvSkipRunSteps) == "1"})
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,9 @@ func TestServeModal(t *testing.T) {
 	bins := buildBinaries(t)
 	dataDir := t.TempDir()
 	env := map[string]string{"SANDBOXCTL_SANDBOX_MCP": filepath.Join(bins, "sandbox-mcp"),
-		"SANDBOXCTL_PROLIFERATE": filepath.Join(bins, "proliferate"), "HOME": t.TempDir()}
+		"SANDBOXCTL_PROLIFERATE": filepath.Join(bins, "proliferate"), "HOME": t.TempDir(),
+		// The provider's base image has RUN steps; the host has what they install.
+		modalserver.EnvSkipRunSteps: "1"}
 	getenv := func(k string) string { return env[k] }
 
 	ctx, cancel := context.WithCancel(t.Context())

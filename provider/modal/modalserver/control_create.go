@@ -11,6 +11,7 @@ import (
 	pb "github.com/modal-labs/modal-client/go/proto/modal_proto"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
@@ -106,6 +107,21 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	case def.GetEnableSnapshot():
 		return nil, localOnly("memory snapshots are not available")
 	}
+	steps := parseBuildSteps(img.commands)
+	if def.GetWorkdir() == "" {
+		def = proto.CloneOf(def)
+		def.SetWorkdir(steps.workdir)
+	}
+	imgEnv := map[string]string{}
+	for _, kv := range steps.env {
+		k, v, _ := strings.Cut(kv, "=")
+		imgEnv[k] = v
+	}
+	for k, v := range imgEnv {
+		if _, set := a.env[k]; !set { // the image's ENV yields to secrets and env
+			a.env[k] = v
+		}
+	}
 	for _, k := range slices.Sorted(maps.Keys(def.GetEnvironmentVariables().GetContents())) {
 		a.env[k] = def.GetEnvironmentVariables().GetContents()[k]
 	}
@@ -171,6 +187,14 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	s.mu.Lock()
 	sb.engineID = info.ID
 	s.mu.Unlock()
+	if steps.workdir != "" {
+		// WORKDIR makes its directory, as a build would have.
+		if err := s.o.Engine.MkdirAll(ctx, info.ID, steps.workdir); err != nil {
+			s.finish(sb, terminatedResult())
+			s.endSandbox(sb)
+			return nil, engineError("WORKDIR "+steps.workdir, err)
+		}
+	}
 	if args := def.GetEntrypointArgs(); len(args) > 0 {
 		if err := s.runEntrypoint(sb, args, def.GetPtyInfo()); err != nil {
 			s.finish(sb, pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_FAILURE, Exception: err.Error()}.Build())

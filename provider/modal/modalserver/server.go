@@ -51,6 +51,10 @@ type Options struct {
 	// StateDir, when set, keeps the server's images (registry stand-ins and
 	// snapshots) in StateDir/modal-images.json, so image ids outlive a restart.
 	StateDir string
+	// SkipRunSteps accepts image build steps the server cannot run (RUN, COPY, …)
+	// without running them: the host's userland is taken to have what they install (the
+	// provider's own base image on a host that has its packages). Off, they are refused.
+	SkipRunSteps bool
 	// Token is the one pair of MODAL_TOKEN_ID/MODAL_TOKEN_SECRET the server accepts;
 	// zero means a random pair (see Server.Token; LoadOrCreateToken keeps one in a file).
 	Token Token
@@ -145,6 +149,10 @@ const (
 	// labelDeadline is the Unix time in ms at which the sandbox's timeout ends it.
 	labelDeadline = "modal.deadline"
 )
+
+// EnvSkipRunSteps is the variable with which `sandboxctl serve --protocol modal` sets
+// Options.SkipRunSteps ("1").
+const EnvSkipRunSteps = "SANDBOXCTL_MODAL_SKIP_RUN"
 
 // New returns a Server; call Serve to answer on a listener.
 func New(o Options) (*Server, error) {

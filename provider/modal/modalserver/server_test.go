@@ -100,7 +100,7 @@ func testSDKLifecycle(t *testing.T, c *modal.Client, srv *Server, eng *local.Eng
 		t.Errorf("Apps.FromName of a missing app without CreateIfMissing succeeded")
 	}
 
-	img := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands([]string{"RUN echo recorded"}, nil)
+	img := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands([]string{"ENV FROM_IMAGE=img GREETING=overridden", "WORKDIR /home/user/wd"}, nil)
 	sb, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{Name: "box-1", EncryptedPorts: []int{tunnelPort},
 		Env: map[string]string{"GREETING": "hi"}, Tags: map[string]string{"k": "v"}})
 	if err != nil {
@@ -113,10 +113,10 @@ func testSDKLifecycle(t *testing.T, c *modal.Client, srv *Server, eng *local.Eng
 		t.Errorf("a second running sandbox named box-1 was created")
 	}
 
-	out, errOut, code := execOut(t, ctx, sb, []string{"sh", "-c", "echo $GREETING $EXTRA; echo oops >&2; exit 3"},
+	out, errOut, code := execOut(t, ctx, sb, []string{"sh", "-c", "echo $GREETING $EXTRA $FROM_IMAGE $PWD; echo oops >&2; exit 3"},
 		&modal.SandboxExecParams{Env: map[string]string{"EXTRA": "there"}})
-	if out != "hi there\n" || errOut != "oops\n" || code != 3 {
-		t.Errorf("exec = %q, %q, %d; want %q, %q, 3", out, errOut, code, "hi there\n", "oops\n")
+	if want := "hi there img /home/user/wd\n"; out != want || errOut != "oops\n" || code != 3 {
+		t.Errorf("exec = %q, %q, %d; want %q, %q, 3", out, errOut, code, want, "oops\n")
 	}
 
 	proc, err := sb.Exec(ctx, []string{"cat"}, nil)
@@ -296,5 +296,36 @@ func TestExecRecordsForgotten(t *testing.T) {
 	rec.execMu.Unlock()
 	if n != 0 {
 		t.Errorf("%d exec records kept after their output and exit codes were taken", n)
+	}
+}
+
+// TestRunStepsRefused: an image with a RUN step is refused with the reason (the local
+// engine has no builder) unless the server was told to accept such steps unrun.
+func TestRunStepsRefused(t *testing.T) {
+	eng := modaltest.Engine(t, local.EngineOptions{})
+	for _, skip := range []bool{false, true} {
+		srv, err := New(Options{Engine: eng, Token: testToken, SkipRunSteps: skip})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sdkEnv(t, modaltest.Serve(t, srv), true)
+		c := newSDK(t)
+		app, err := c.Apps.FromName(t.Context(), "run", &modal.AppFromNameParams{CreateIfMissing: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		img := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands([]string{"RUN touch /made-by-run"}, nil)
+		sb, err := c.Sandboxes.Create(t.Context(), app, img, nil)
+		if !skip {
+			if err == nil || !strings.Contains(err.Error(), "local Modal server: cannot run the image's build step \"RUN touch /made-by-run\"") ||
+				!strings.Contains(err.Error(), "no image builder") {
+				t.Errorf("Create with a RUN step = %v, want the local server's refusal with its reason", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Create with a RUN step and SkipRunSteps: %v", err)
+		}
+		sb.Terminate(t.Context(), nil)
 	}
 }
