@@ -102,8 +102,8 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	switch {
 	case def.GetResources().GetGpuConfig().GetCount() > 0:
 		return nil, localOnly("GPUs are not available")
-	case len(def.GetVolumeMounts()) > 0 || len(def.GetNfsMounts()) > 0 || len(def.GetCloudBucketMounts()) > 0:
-		return nil, localOnly("Volumes and bucket mounts are not available")
+	case len(def.GetNfsMounts()) > 0 || len(def.GetCloudBucketMounts()) > 0:
+		return nil, localOnly("NFS and cloud bucket mounts are not available")
 	case def.GetEnableSnapshot():
 		return nil, localOnly("memory snapshots are not available")
 	}
@@ -138,6 +138,10 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	var portLabels []string
 	// A Modal sandbox has its own network and reaches the outside unless blocked: the
 	// engine's Egress (its own ports, outside through a proxy), never the host's network.
+	vols, err := s.volumeMounts(ctx, def)
+	if err != nil {
+		return nil, err
+	}
 	spec := engine.Spec{Snapshot: img.snapshot, Egress: !def.GetBlockNetwork(),
 		Labels: map[string]string{labelID: sb.id, labelTask: sb.taskID, labelApp: sb.appID, labelName: sb.name, labelImage: sb.imageID}}
 	for _, p := range sb.ports {
@@ -149,6 +153,7 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 		portLabels = append(portLabels, l)
 	}
 	spec.Labels[labelPorts] = strings.Join(portLabels, ",")
+	spec.Volumes = vols
 	for _, k := range slices.Sorted(maps.Keys(a.env)) {
 		spec.Env = append(spec.Env, k+"="+a.env[k])
 	}
