@@ -28,7 +28,10 @@ func TestVolumesRefused(t *testing.T) {
 	c := newSDK(t)
 	ctx := t.Context()
 	for name, call := range map[string]func() error{
-		"FromName":  func() error { _, err := c.Volumes.FromName(ctx, "data", &modal.VolumeFromNameParams{CreateIfMissing: true}); return err },
+		"FromName": func() error {
+			_, err := c.Volumes.FromName(ctx, "data", &modal.VolumeFromNameParams{CreateIfMissing: true})
+			return err
+		},
 		"Ephemeral": func() error { _, err := c.Volumes.Ephemeral(ctx, nil); return err },
 		"Delete":    func() error { return c.Volumes.Delete(ctx, "data", nil) },
 	} {
