@@ -152,7 +152,17 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 	if err != nil {
 		s.log.Debug("modal call failed", "method", info.FullMethod, "err", err)
 	}
-	return resp, err
+	return resp, notServed(info.FullMethod, err)
+}
+
+// notServed gives the calls this server does not implement a message that says so
+// (the generated default says only "method X not implemented").
+func notServed(method string, err error) error {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented && strings.HasPrefix(st.Message(), "method ") {
+		name := method[strings.LastIndex(method, "/")+1:]
+		return status.Errorf(codes.Unimplemented, "local Modal server: %s is not served (it serves sandboxes, images, volumes and secrets as env; see docs/modal.md)", name)
+	}
+	return err
 }
 
 // authedStream is a stream whose context carries the verified token subject.
@@ -169,5 +179,5 @@ func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 		return err
 	}
 	// Streaming router handlers check the task with taskAllowed once they have read it.
-	return handler(srv, authedStream{ss, ctx})
+	return notServed(info.FullMethod, handler(srv, authedStream{ss, ctx}))
 }

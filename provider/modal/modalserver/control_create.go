@@ -106,6 +106,14 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 		return nil, localOnly("NFS and cloud bucket mounts are not available")
 	case def.GetEnableSnapshot():
 		return nil, localOnly("memory snapshots are not available")
+	case def.GetIdleTimeoutSecs() > 0:
+		return nil, localOnly("idle timeouts are not available (use a timeout)")
+	case def.HasReadinessProbe():
+		return nil, localOnly("readiness probes are not available")
+	case def.GetNetworkAccess().GetNetworkAccessType() == pb.NetworkAccess_ALLOWLIST:
+		return nil, localOnly("outbound allowlists are not available (a sandbox reaches any public address, or nothing with blockNetwork)")
+	case def.GetProxyId() != "":
+		return nil, localOnly("Proxies are not available")
 	}
 	steps := parseBuildSteps(img.commands)
 	if def.GetWorkdir() == "" {

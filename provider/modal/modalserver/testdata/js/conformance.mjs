@@ -1,0 +1,261 @@
+// Modal's official JS SDK against the local Modal-compatible server, step by step, the
+// way a user's code does it. The Go test (../../js_test.go) starts the server and sets
+// MODAL_SERVER_URL, the token pair, TUNNEL_PORT (a sandbox port this script serves
+// HTTP on from inside the sandbox, with this same node binary) and NODE_EXTRA_CA_CERTS.
+//
+// Prints one JSON line per step: {step, ok, ms, detail} or {step, ok, error}. A step
+// marked refused passes when the server refuses with a clear error (its text is in
+// `error`; `method` names the SDK method, which docs/modal.md lists as refused).
+//
+// With BENCH=N it prints, instead, the medians of N runs: create → first command,
+// command round trip, and file upload MB/s.
+import { ModalClient } from "modal";
+
+const port = Number(process.env.TUNNEL_PORT || 8000);
+const modal = new ModalClient();
+const app = await modal.apps.fromName("js-conformance", { createIfMissing: true });
+const image = modal.images.fromRegistry("debian:bookworm-slim");
+
+function emit(obj) {
+  console.log(JSON.stringify(obj));
+}
+
+function check(cond, detail) {
+  if (!cond) throw new Error(`unexpected: ${JSON.stringify(detail)}`);
+  return detail;
+}
+
+async function step(name, fn) {
+  const t0 = performance.now();
+  try {
+    const detail = await fn();
+    emit({ step: name, ok: true, ms: Math.round(performance.now() - t0), detail });
+  } catch (e) {
+    emit({ step: name, ok: false, error: String((e && e.stack) || e) });
+  }
+}
+
+// refused runs fn and passes when it throws an error whose text has want.
+async function refused(name, method, want, fn) {
+  try {
+    await fn();
+    emit({ step: name, ok: false, refused: true, method, error: "no error: the call was served" });
+  } catch (e) {
+    const error = String((e && e.message) || e);
+    emit({ step: name, ok: error.includes(want), refused: true, method, error });
+  }
+}
+
+// readUntil reads a stream until its text so far contains want (or 20 s pass).
+async function readUntil(stream, want) {
+  const reader = stream.getReader();
+  let text = "";
+  const deadline = Date.now() + 20000;
+  while (!text.includes(want) && Date.now() < deadline) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += typeof value === "string" ? value : new TextDecoder().decode(value);
+  }
+  reader.releaseLock();
+  return text;
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+async function bench(n) {
+  const createToFirst = [], roundTrip = [], uploadMBs = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    const sb = await modal.sandboxes.create(app, image);
+    const p = await sb.exec(["true"]);
+    await p.wait();
+    createToFirst.push(performance.now() - t0);
+    await sb.terminate();
+  }
+  const sb = await modal.sandboxes.create(app, image);
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    const p = await sb.exec(["true"]);
+    await p.wait();
+    roundTrip.push(performance.now() - t0);
+  }
+  const data = new Uint8Array(8 << 20).fill(97);
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await sb.filesystem.writeBytes(data, `/tmp/upload-${i}`);
+    uploadMBs.push(data.length / 1e6 / ((performance.now() - t0) / 1000));
+    await sb.filesystem.remove(`/tmp/upload-${i}`);
+  }
+  await sb.terminate();
+  emit({ bench: true, runs: n, createToFirstCommandMs: median(createToFirst), commandRoundTripMs: median(roundTrip), uploadMBps: median(uploadMBs) });
+}
+
+async function conformance() {
+  let sb, sb2;
+  await step("create with command, env, name, tags, timeout", async () => {
+    sb = await modal.sandboxes.create(app, image, {
+      command: ["sh", "-c", "echo from-entrypoint; echo entry-err >&2; read line; echo got:$line; sleep 600"],
+      env: { FROM_JS: "yes" }, name: "conf-box", tags: { team: "a" }, encryptedPorts: [port], timeoutMs: 300000,
+    });
+    return check(sb.sandboxId.startsWith("sb-"), sb.sandboxId);
+  });
+  await step("entrypoint stdin and stdout", async () => {
+    await sb.stdin.writeText("hello\n");
+    const out = await readUntil(sb.stdout, "got:hello");
+    return check(out === "from-entrypoint\ngot:hello\n", out);
+  });
+  await step("entrypoint stderr", async () => {
+    const err = await readUntil(sb.stderr, "entry-err");
+    return check(err === "entry-err\n", err);
+  });
+  await step("exec with env", async () => {
+    const p = await sb.exec(["sh", "-c", "echo $FROM_JS $EXTRA"], { env: { EXTRA: "x" } });
+    const out = await p.stdout.readText();
+    const code = await p.wait();
+    return check(out === "yes x\n" && code === 0, { out, code });
+  });
+  await step("exec exit code and stderr", async () => {
+    const p = await sb.exec(["sh", "-c", "echo oops >&2; exit 7"]);
+    const err = await p.stderr.readText();
+    const code = await p.wait();
+    return check(err === "oops\n" && code === 7, { err, code });
+  });
+  await step("exec streaming", async () => {
+    const t0 = performance.now();
+    const p = await sb.exec(["sh", "-c", "echo first; sleep 1; echo second"]);
+    const first = await readUntil(p.stdout, "first");
+    const firstMs = performance.now() - t0;
+    await p.wait();
+    const endMs = performance.now() - t0;
+    return check(first === "first\n" && endMs - firstMs > 500, { firstMs: Math.round(firstMs), endMs: Math.round(endMs) });
+  });
+  await step("exec stdin", async () => {
+    const p = await sb.exec(["cat"]);
+    await p.stdin.writeText("via stdin");
+    await p.stdin.close();
+    const out = await p.stdout.readText();
+    return check(out === "via stdin" && (await p.wait()) === 0, out);
+  });
+  await step("exec timeout", async () => {
+    const p = await sb.exec(["sleep", "30"], { timeoutMs: 1000 });
+    try {
+      const code = await p.wait();
+      return check(code === 124, { code });
+    } catch (e) {
+      return check(e.name === "TimeoutError", { error: String(e) });
+    }
+  });
+  await step("exec with pty", async () => {
+    const p = await sb.exec(["sh", "-c", "tty; echo on-stderr >&2"], { pty: true });
+    const out = await p.stdout.readText();
+    return check(out.startsWith("/dev/pts/") && out.includes("on-stderr") && (await p.wait()) === 0, out);
+  });
+  await step("files", async () => {
+    const fs = sb.filesystem;
+    await fs.makeDirectory("/home/user/js");
+    await fs.writeText("written from js\n", "/home/user/js/note.txt");
+    await fs.writeBytes(new Uint8Array([0, 1, 2, 255]), "/home/user/js/bin");
+    const text = await fs.readText("/home/user/js/note.txt");
+    const bytes = Array.from(await fs.readBytes("/home/user/js/bin"));
+    const list = (await fs.listFiles("/home/user/js")).map((f) => f.name).sort();
+    const st = await fs.stat("/home/user/js/note.txt");
+    let missing = "";
+    try {
+      await fs.readText("/home/user/js/none");
+    } catch (e) {
+      missing = e.constructor.name;
+    }
+    await fs.remove("/home/user/js/bin");
+    return check(text === "written from js\n" && bytes.join() === "0,1,2,255" && list.join() === "bin,note.txt" &&
+      missing === "SandboxFilesystemNotFoundError", { text, bytes, list, size: st.size, missing });
+  });
+  await step("tunnel to an HTTP server inside", async () => {
+    const server = `require("http").createServer((q, s) => s.end("js tunnel ok"))` +
+      `.listen(${port}, "127.0.0.1", () => console.log("listening"))`;
+    const srv = await sb.exec([process.execPath, "-e", server]);
+    await readUntil(srv.stdout, "listening");
+    const url = (await sb.tunnels())[port].url;
+    const body = await (await fetch(url)).text();
+    return check(url.startsWith("https://") && body === "js tunnel ok", { url, body });
+  });
+  await step("list with filters, fromName, fromId", async () => {
+    sb2 = await modal.sandboxes.create(app, image, { tags: { team: "b" } });
+    const byTag = [];
+    for await (const s of modal.sandboxes.list({ appId: app.appId, tags: { team: "a" } })) byTag.push(s.sandboxId);
+    const all = [];
+    for await (const s of modal.sandboxes.list({ appId: app.appId })) all.push(s.sandboxId);
+    const named = await modal.sandboxes.fromName("js-conformance", "conf-box");
+    const byId = await modal.sandboxes.fromId(sb.sandboxId);
+    const tags = await sb.getTags();
+    return check(byTag.join() === sb.sandboxId && all.length === 2 && named.sandboxId === sb.sandboxId &&
+      byId.sandboxId === sb.sandboxId && tags.team === "a", { byTag, all, tags });
+  });
+  await step("snapshotFilesystem, images.fromId, create from it", async () => {
+    const snap = await sb.snapshotFilesystem();
+    const sb3 = await modal.sandboxes.create(app, await modal.images.fromId(snap.imageId));
+    const text = await sb3.filesystem.readText("/home/user/js/note.txt");
+    await sb3.terminate();
+    return check(snap.imageId.startsWith("im-") && text === "written from js\n", { imageId: snap.imageId, text });
+  });
+  await step("terminate, then wait() is 137", async () => {
+    await sb.terminate();
+    const code = await sb.wait();
+    return check(code === 137, { code });
+  });
+  await step("exec after terminate is refused", async () => {
+    try {
+      const again = await modal.sandboxes.fromId(sb.sandboxId);
+      await (await again.exec(["true"])).wait();
+    } catch (e) {
+      return String(e.message || e);
+    }
+    throw new Error("exec in a terminated sandbox succeeded");
+  });
+  await step("timeout, then wait() is 124", async () => {
+    const t = await modal.sandboxes.create(app, image, { command: ["sleep", "600"], timeoutMs: 2000 });
+    const code = await t.wait();
+    return check(code === 124, { code });
+  });
+  await step("command's own exit code", async () => {
+    const t = await modal.sandboxes.create(app, image, { command: ["sh", "-c", "exit 5"] });
+    const code = await t.wait();
+    return check(code === 5, { code });
+  });
+  await sb2.terminate();
+
+  await refused("volumes", "VolumeService.fromName", "local Modal server: Volumes are not available",
+    () => modal.volumes.fromName("data", { createIfMissing: true }));
+  await refused("image RUN steps", "", "local Modal server: cannot run the image's build step",
+    () => modal.sandboxes.create(app, modal.images.fromRegistry("debian:bookworm-slim").dockerfileCommands(["RUN echo hi"])));
+  await refused("registry image the host cannot stand in for", "", "local Modal server: cannot pull registry image",
+    () => modal.sandboxes.create(app, modal.images.fromRegistry("alpine:3.20")));
+  await refused("GPU", "", "local Modal server: GPUs are not available",
+    () => modal.sandboxes.create(app, image, { gpu: "T4" }));
+  await refused("named secret", "SecretService.fromName", "local Modal server: named Secrets are not stored locally",
+    () => modal.secrets.fromName("prod-keys"));
+  await refused("queues", "QueueService.fromName", "local Modal server: QueueGetOrCreate is not served",
+    () => modal.queues.fromName("q", { createIfMissing: true }));
+  await refused("functions", "FunctionService.fromName", "local Modal server: FunctionGet is not served",
+    () => modal.functions.fromName("app", "fn"));
+  const live = await modal.sandboxes.create(app, image);
+  await refused("snapshotDirectory", "Sandbox.snapshotDirectory", "local Modal server: TaskSnapshotDirectory is not served",
+    () => live.snapshotDirectory("/tmp"));
+  await refused("mountImage", "Sandbox.mountImage", "local Modal server: TaskMountDirectory is not served",
+    () => live.mountImage("/mnt/img", image));
+  await refused("createConnectToken", "Sandbox.createConnectToken", "local Modal server: SandboxCreateConnectToken",
+    () => live.createConnectToken());
+  await refused("filesystem.watch", "SandboxFilesystem.watch", "not supported by the local Modal server",
+    async () => {
+      for await (const ev of live.filesystem.watch("/tmp")) return ev;
+    });
+  await live.terminate();
+}
+
+try {
+  if (process.env.BENCH) await bench(Number(process.env.BENCH));
+  else await conformance();
+} catch (e) {
+  emit({ step: "script", ok: false, error: String((e && e.stack) || e) });
+} finally {
+  modal.close();
+}
