@@ -11,7 +11,6 @@ import (
 	pb "github.com/modal-labs/modal-client/go/proto/modal_proto"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
@@ -87,6 +86,72 @@ func (s *Server) addSources(env map[string]string, sources []*pb.SecretSource) e
 	return nil
 }
 
+// refuseLocalOnly refuses what a sandbox definition asks that the local server cannot
+// honour, rather than ignore it.
+func refuseLocalOnly(def *pb.Sandbox) error {
+	switch {
+	case def.GetResources().GetGpuConfig().GetCount() > 0:
+		return localOnly("GPUs are not available")
+	case len(def.GetNfsMounts()) > 0 || len(def.GetCloudBucketMounts()) > 0:
+		return localOnly("NFS and cloud bucket mounts are not available")
+	case def.GetEnableSnapshot():
+		return localOnly("memory snapshots are not available")
+	case def.GetIdleTimeoutSecs() > 0:
+		return localOnly("idle timeouts are not available (use a timeout)")
+	case def.HasReadinessProbe():
+		return localOnly("readiness probes are not available")
+	case def.GetNetworkAccess().GetNetworkAccessType() == pb.NetworkAccess_ALLOWLIST:
+		return localOnly("outbound allowlists are not available (a sandbox reaches any public address, or nothing with blockNetwork)")
+	case def.GetProxyId() != "":
+		return localOnly("Proxies are not available")
+	}
+	return nil
+}
+
+// imageEnv adds the image's ENV to env, below what env already has (secrets and the
+// definition's variables win), and returns its build steps.
+func imageEnv(img *image, env map[string]string) buildSteps {
+	steps := parseBuildSteps(img.commands)
+	imgEnv := map[string]string{}
+	for _, kv := range steps.env {
+		k, v, _ := strings.Cut(kv, "=")
+		imgEnv[k] = v // a later ENV of the same key wins, as in a build
+	}
+	for k, v := range imgEnv {
+		if _, set := env[k]; !set {
+			env[k] = v
+		}
+	}
+	return steps
+}
+
+// engineSpec is the engine's view of sb.
+func engineSpec(sb *sandbox, img *image, def *pb.Sandbox, env map[string]string, vols []engine.VolumeMount) engine.Spec {
+	// A Modal sandbox has its own network and reaches the outside unless blocked: the
+	// engine's Egress (its own ports, outside through a proxy), never the host's network.
+	spec := engine.Spec{Snapshot: img.snapshot, Egress: !def.GetBlockNetwork(), Volumes: vols,
+		Labels: map[string]string{labelID: sb.id, labelTask: sb.taskID, labelApp: sb.appID, labelName: sb.name, labelImage: sb.imageID,
+			labelDeadline: strconv.FormatInt(sb.deadline.UnixMilli(), 10)}}
+	var portLabels []string
+	for _, p := range sb.ports {
+		spec.Ports = append(spec.Ports, int(p.GetPort()))
+		l := strconv.Itoa(int(p.GetPort()))
+		if p.GetUnencrypted() {
+			l += "u"
+		}
+		portLabels = append(portLabels, l)
+	}
+	spec.Labels[labelPorts] = strings.Join(portLabels, ",")
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		spec.Env = append(spec.Env, k+"="+env[k])
+	}
+	spec.Timeout = sb.deadline.Sub(sb.created)
+	if mb := def.GetResources().GetMemoryMb(); mb > 0 {
+		spec.Limits.MemoryBytes = int64(mb) << 20
+	}
+	return spec
+}
+
 func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	def := a.def
 	s.mu.Lock()
@@ -99,39 +164,20 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	if img == nil {
 		return nil, status.Errorf(codes.NotFound, "Image '%s' not found", def.GetImageId())
 	}
-	switch {
-	case def.GetResources().GetGpuConfig().GetCount() > 0:
-		return nil, localOnly("GPUs are not available")
-	case len(def.GetNfsMounts()) > 0 || len(def.GetCloudBucketMounts()) > 0:
-		return nil, localOnly("NFS and cloud bucket mounts are not available")
-	case def.GetEnableSnapshot():
-		return nil, localOnly("memory snapshots are not available")
-	case def.GetIdleTimeoutSecs() > 0:
-		return nil, localOnly("idle timeouts are not available (use a timeout)")
-	case def.HasReadinessProbe():
-		return nil, localOnly("readiness probes are not available")
-	case def.GetNetworkAccess().GetNetworkAccessType() == pb.NetworkAccess_ALLOWLIST:
-		return nil, localOnly("outbound allowlists are not available (a sandbox reaches any public address, or nothing with blockNetwork)")
-	case def.GetProxyId() != "":
-		return nil, localOnly("Proxies are not available")
+	if err := refuseLocalOnly(def); err != nil {
+		return nil, err
 	}
-	steps := parseBuildSteps(img.commands)
-	if def.GetWorkdir() == "" {
-		def = proto.CloneOf(def)
-		def.SetWorkdir(steps.workdir)
+	vols, err := s.volumeMounts(ctx, def)
+	if err != nil {
+		return nil, err
 	}
-	imgEnv := map[string]string{}
-	for _, kv := range steps.env {
-		k, v, _ := strings.Cut(kv, "=")
-		imgEnv[k] = v
-	}
-	for k, v := range imgEnv {
-		if _, set := a.env[k]; !set { // the image's ENV yields to secrets and env
-			a.env[k] = v
-		}
-	}
+	steps := imageEnv(img, a.env)
 	for _, k := range slices.Sorted(maps.Keys(def.GetEnvironmentVariables().GetContents())) {
 		a.env[k] = def.GetEnvironmentVariables().GetContents()[k]
+	}
+	workdir := def.GetWorkdir()
+	if workdir == "" {
+		workdir = steps.workdir
 	}
 	now := s.o.Now()
 	id := newID("sb")
@@ -139,41 +185,16 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 		id = newV2SandboxID(now)
 	}
 	sb := newSandbox(&sandbox{id: id, taskID: "ta-" + strings.TrimPrefix(id, "sb-"), appID: a.appID, name: def.GetName(),
-		imageID: img.id, created: now, ports: def.GetOpenPorts().GetPorts(), workdir: def.GetWorkdir()})
+		imageID: img.id, created: now, ports: def.GetOpenPorts().GetPorts(), workdir: workdir})
 	for _, t := range a.tags {
 		sb.tags[t.GetTagName()] = t.GetTagValue()
 	}
-	var portLabels []string
-	// A Modal sandbox has its own network and reaches the outside unless blocked: the
-	// engine's Egress (its own ports, outside through a proxy), never the host's network.
-	vols, err := s.volumeMounts(ctx, def)
-	if err != nil {
-		return nil, err
+	timeout := time.Duration(def.GetTimeoutSecs()) * time.Second
+	if timeout == 0 {
+		timeout = defaultSandboxTimeout
 	}
-	spec := engine.Spec{Snapshot: img.snapshot, Egress: !def.GetBlockNetwork(),
-		Labels: map[string]string{labelID: sb.id, labelTask: sb.taskID, labelApp: sb.appID, labelName: sb.name, labelImage: sb.imageID}}
-	for _, p := range sb.ports {
-		spec.Ports = append(spec.Ports, int(p.GetPort()))
-		l := strconv.Itoa(int(p.GetPort()))
-		if p.GetUnencrypted() {
-			l += "u"
-		}
-		portLabels = append(portLabels, l)
-	}
-	spec.Labels[labelPorts] = strings.Join(portLabels, ",")
-	spec.Volumes = vols
-	for _, k := range slices.Sorted(maps.Keys(a.env)) {
-		spec.Env = append(spec.Env, k+"="+a.env[k])
-	}
-	spec.Timeout = time.Duration(def.GetTimeoutSecs()) * time.Second
-	if spec.Timeout == 0 {
-		spec.Timeout = defaultSandboxTimeout
-	}
-	sb.deadline = now.Add(spec.Timeout)
-	spec.Labels[labelDeadline] = strconv.FormatInt(sb.deadline.UnixMilli(), 10)
-	if mb := def.GetResources().GetMemoryMb(); mb > 0 {
-		spec.Limits.MemoryBytes = int64(mb) << 20
-	}
+	sb.deadline = now.Add(timeout)
+	spec := engineSpec(sb, img, def, a.env, vols)
 
 	// The name is unique among an app's running sandboxes (Modal's rule); the engine's
 	// own name space is global, so the server keeps this one.

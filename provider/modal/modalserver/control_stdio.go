@@ -195,7 +195,7 @@ func (r *routerServer) SandboxStdinWriteV2(ctx context.Context, req *pb.SandboxS
 	if err != nil {
 		return nil, err
 	}
-	if err := p.stdinWrite(req.GetOffset(), req.GetData(), req.GetEof()); err != nil {
+	if err := p.stdinWrite(ctx, req.GetOffset(), req.GetData(), req.GetEof()); err != nil {
 		return nil, err
 	}
 	return pb.SandboxStdinWriteV2Response_builder{}.Build(), nil
@@ -298,7 +298,7 @@ func (s *Server) SandboxStdinWrite(ctx context.Context, req *pb.SandboxStdinWrit
 		return pb.SandboxStdinWriteResponse_builder{}.Build(), nil
 	}
 	written, _ := p.stdinStatus()
-	if err := p.stdinWrite(written, req.GetInput(), req.GetEof()); err != nil {
+	if err := p.stdinWrite(ctx, written, req.GetInput(), req.GetEof()); err != nil {
 		return nil, err
 	}
 	return pb.SandboxStdinWriteResponse_builder{}.Build(), nil
