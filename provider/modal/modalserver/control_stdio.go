@@ -60,10 +60,16 @@ func (s *Server) endSandbox(sb *sandbox) {
 	s.mu.Lock()
 	eid := sb.engineID
 	s.mu.Unlock()
-	if eid != "" {
-		if err := s.o.Engine.Terminate(context.WithoutCancel(s.ctx()), eid); err != nil && !errors.Is(err, engine.ErrNotFound) {
-			s.log.Warn("remove an ended sandbox", "sandbox", sb.id, "err", err)
+	for try := 0; eid != ""; try++ {
+		err := s.o.Engine.Terminate(context.WithoutCancel(s.ctx()), eid)
+		if err == nil || errors.Is(err, engine.ErrNotFound) {
+			break
 		}
+		if try == 2 {
+			s.log.Warn("remove an ended sandbox", "sandbox", sb.id, "err", err)
+			break
+		}
+		time.Sleep(200 * time.Millisecond << try)
 	}
 	s.closeTunnels(sb.id)
 }

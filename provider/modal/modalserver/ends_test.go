@@ -53,7 +53,7 @@ func testSandboxCommand(t *testing.T, c *modal.Client, srv *Server, eng *local.E
 		eid := srv.sandboxes[sb.SandboxID].engineID
 		srv.mu.Unlock()
 		// Removed right after the result is recorded (which is what Wait sees).
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			_, err := eng.Get(ctx, eid)
 			if errors.Is(err, engine.ErrNotFound) {
 				return

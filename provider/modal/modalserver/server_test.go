@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -22,11 +23,19 @@ import (
 // startServer serves a Server on a loopback port and returns its URL.
 func startServer(t testing.TB, eng engine.Engine) (string, *Server) {
 	t.Helper()
-	srv, err := New(Options{Engine: eng, Token: testToken})
+	srv, err := New(Options{Engine: eng, Token: testToken, Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return modaltest.Serve(t, srv), srv
+}
+
+// testWriter sends the server's warnings to the test's log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // testToken is the pair the tests' servers accept.
