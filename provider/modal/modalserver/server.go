@@ -4,11 +4,14 @@
 // the sandboxes on an engine.Engine. Modal's own SDKs (Go and JS) work against it
 // with MODAL_SERVER_URL=http://127.0.0.1:PORT and the server's token pair (Options.Token).
 //
-// It implements the calls the SDKs make to create a sandbox from an image, exec
-// with streamed stdio, use the filesystem, get tunnels, snapshot, list, tag, wait
-// and terminate. What it cannot do locally it refuses the way Modal refuses, with a
-// message that says what is local-only: registry images other than the ones the host
-// stands in for, GPUs, volumes, memory snapshots. See docs/modal.md.
+// It implements the calls the SDKs make to create a sandbox from an image (with its
+// own command and stdio), exec with streamed stdio and PTYs, use the filesystem, get
+// tunnels, snapshot, list, tag, wait and terminate, and Modal Volumes on an engine
+// that has volumes. What it cannot do locally it refuses with a message that starts
+// "local Modal server:" and says what is missing: registry images other than the ones
+// the host stands in for, image build steps (RUN, …), GPUs, memory snapshots, and
+// every call it does not serve. Output is bounded: an exec keeps at most a window of
+// unread output, a sandbox's command a ring. See docs/modal.md.
 package modalserver
 
 import (
