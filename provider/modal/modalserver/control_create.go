@@ -98,8 +98,6 @@ func refuseLocalOnly(def *pb.Sandbox) error {
 		return localOnly("memory snapshots are not available")
 	case def.GetIdleTimeoutSecs() > 0:
 		return localOnly("idle timeouts are not available (use a timeout)")
-	case def.HasReadinessProbe():
-		return localOnly("readiness probes are not available")
 	case def.GetNetworkAccess().GetNetworkAccessType() == pb.NetworkAccess_ALLOWLIST:
 		return localOnly("outbound allowlists are not available (a sandbox reaches any public address, or nothing with blockNetwork)")
 	case def.GetProxyId() != "":
@@ -194,6 +192,9 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 		timeout = defaultSandboxTimeout
 	}
 	sb.deadline = now.Add(timeout)
+	if def.HasReadinessProbe() {
+		sb.ready = make(chan struct{})
+	}
 	spec := engineSpec(sb, img, def, a.env, vols)
 
 	// The name is unique among an app's running sandboxes (Modal's rule); the engine's
@@ -235,6 +236,9 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 			s.endSandbox(sb)
 			return nil, err
 		}
+	}
+	if def.HasReadinessProbe() {
+		s.startProbe(sb, def.GetReadinessProbe())
 	}
 	s.watchDeadline(sb)
 	return sb, nil

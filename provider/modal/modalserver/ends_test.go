@@ -167,3 +167,68 @@ func TestExecOutputBounded(t *testing.T) {
 		t.Errorf("Wait = %d, %v", code, err)
 	}
 }
+
+// TestReadinessProbe: WaitUntilReady waits for the sandbox's probe (an exec that
+// must exit 0, or a TCP port that must accept) and times out while it fails; a
+// sandbox without a probe is refused.
+func TestReadinessProbe(t *testing.T) {
+	eng := modaltest.Engine(t, local.EngineOptions{})
+	url, srv := startServer(t, eng)
+	sdkEnv(t, url, true)
+	c := newSDK(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	app, err := c.Apps.FromName(ctx, "probe", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := c.Images.FromRegistry("debian:bookworm-slim", nil)
+	execProbe, err := modal.NewExecProbe([]string{"test", "-e", "/tmp/ready"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{ReadinessProbe: execProbe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Terminate(ctx, nil)
+	if err := sb.WaitUntilReady(ctx, 500*time.Millisecond, nil); err == nil {
+		t.Errorf("WaitUntilReady passed before the probe could")
+	}
+	if _, _, code := execOut(t, ctx, sb, []string{"touch", "/tmp/ready"}, nil); code != 0 {
+		t.Fatal("touch failed")
+	}
+	if err := sb.WaitUntilReady(ctx, 10*time.Second, nil); err != nil {
+		t.Errorf("WaitUntilReady once the exec probe passes: %v", err)
+	}
+
+	tcpProbe, err := modal.NewTCPProbe(tunnelPort, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb2, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{ReadinessProbe: tcpProbe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb2.Terminate(ctx, nil)
+	if err := sb2.WaitUntilReady(ctx, 500*time.Millisecond, nil); err == nil {
+		t.Errorf("WaitUntilReady passed with nothing listening")
+	}
+	rec, _ := srv.lookup(ctx, sb2.SandboxID)
+	srv.mu.Lock()
+	eid := rec.engineID
+	srv.mu.Unlock()
+	modaltest.ServeHTTP(t, eng, eid, tunnelPort, "up")
+	if err := sb2.WaitUntilReady(ctx, 10*time.Second, nil); err != nil {
+		t.Errorf("WaitUntilReady once the port listens: %v", err)
+	}
+
+	plain, err := c.Sandboxes.Create(ctx, app, img, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Terminate(ctx, nil)
+	if err := plain.WaitUntilReady(ctx, time.Second, nil); err == nil || !strings.Contains(err.Error(), "no readiness probe") {
+		t.Errorf("WaitUntilReady without a probe = %v, want refused", err)
+	}
+}

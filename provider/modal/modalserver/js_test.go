@@ -108,7 +108,7 @@ func TestJSSDK(t *testing.T) {
 	want := []string{"create with command, env, name, tags, timeout", "entrypoint stdin and stdout", "entrypoint stderr",
 		"exec with env", "exec exit code and stderr", "exec streaming", "exec stdin", "exec timeout", "exec with pty", "files",
 		"tunnel to an HTTP server inside", "list with filters, fromName, fromId", "snapshotFilesystem, images.fromId, create from it",
-		"terminate, then wait() is 137", "exec after terminate is refused", "timeout, then wait() is 124", "command's own exit code",
+		"terminate, then wait() is 137", "exec after terminate is refused", "timeout, then wait() is 124", "command's own exit code", "readiness probe, waitUntilReady",
 		"volumes", "image RUN steps"}
 	got := map[string]jsStep{}
 	for _, s := range steps {

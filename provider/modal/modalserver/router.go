@@ -267,8 +267,3 @@ func (r *routerServer) TaskSnapshotFilesystem(ctx context.Context, req *pb.TaskS
 	}
 	return pb.TaskSnapshotFilesystemResponse_builder{ImageId: img.id}.Build(), nil
 }
-
-func (r *routerServer) SandboxWaitUntilReady(ctx context.Context, req *pb.SandboxWaitUntilReadyTcrRequest) (*pb.SandboxWaitUntilReadyTcrResponse, error) {
-	// The local server has no readiness probes: a created sandbox is ready.
-	return pb.SandboxWaitUntilReadyTcrResponse_builder{}.Build(), nil
-}

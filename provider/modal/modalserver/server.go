@@ -130,6 +130,10 @@ type sandbox struct {
 	stdout, stderr *output
 	entry          *process
 	stdinIndex     uint32
+	// ready, for a sandbox with a readiness probe, is closed once the probe passed
+	// (at readyAt); nil without a probe.
+	ready   chan struct{}
+	readyAt time.Time
 
 	execMu sync.Mutex
 	execs  map[string]*process

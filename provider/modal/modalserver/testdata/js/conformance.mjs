@@ -9,7 +9,7 @@
 //
 // With BENCH=N it prints, instead, the medians of N runs: create → first command,
 // command round trip, and file upload MB/s.
-import { ModalClient } from "modal";
+import { ModalClient, Probe } from "modal";
 
 const port = Number(process.env.TUNNEL_PORT || 8000);
 const modal = new ModalClient();
@@ -220,6 +220,19 @@ async function conformance() {
     const t = await modal.sandboxes.create(app, image, { command: ["sh", "-c", "exit 5"] });
     const code = await t.wait();
     return check(code === 5, { code });
+  });
+  await step("readiness probe, waitUntilReady", async () => {
+    const t = await modal.sandboxes.create(app, image, { readinessProbe: Probe.withExec(["test", "-e", "/tmp/ready"]) });
+    let early = "";
+    try {
+      await t.waitUntilReady(300);
+    } catch (e) {
+      early = e.name || String(e);
+    }
+    await (await t.exec(["touch", "/tmp/ready"])).wait();
+    await t.waitUntilReady(10000);
+    await t.terminate();
+    return check(early !== "", { early });
   });
   await sb2.terminate();
 
