@@ -261,6 +261,28 @@ async function conformance() {
     async () => {
       for await (const ev of live.filesystem.watch("/tmp")) return ev;
     });
+  for (const [method, want, fn] of [
+    ["ImageService.fromName", "local Modal server: published images are not stored locally", () => modal.images.fromName("x")],
+    ["ImageService.delete", "local Modal server: ImageDelete is not served", () => modal.images.delete("im-x")],
+    ["Image.publish", "local Modal server: ImagePublish is not served", () => image.publish("x")],
+    ["ProxyService.fromName", "local Modal server: ProxyGet is not served", () => modal.proxies.fromName("p")],
+    ["SecretService.delete", "local Modal server: named Secrets are not stored locally", () => modal.secrets.delete("x")],
+    ["ClsService.fromName", "local Modal server: FunctionGet is not served", () => modal.cls.fromName("a", "C")],
+    ["FunctionCallService.fromId", "local Modal server: FunctionCallFromId is not served", () => modal.functionCalls.fromId("fc-x").then((f) => f.get())],
+    ["QueueService.ephemeral", "local Modal server: QueueGetOrCreate is not served", () => modal.queues.ephemeral()],
+    ["Sandbox.experimentalSetName", "local Modal server: SandboxSetName is not served", () => live.experimentalSetName("n2")],
+    ["Sandbox.experimentalSnapshot", "local Modal server: TaskSnapshotMemory is not served", () => live.experimentalSnapshot()],
+    ["Sandbox.experimentalGetExitSnapshot", "local Modal server: SandboxGetExitSnapshot", () => live.experimentalGetExitSnapshot()],
+    ["Sandbox.reloadVolumes", "local Modal server: TaskReloadVolumes is not served", () => live.reloadVolumes()],
+    ["Sandbox.unmountImage", "local Modal server: TaskUnmountDirectory is not served", () => live.unmountImage("/mnt")],
+    ["SidecarService.list", "local Modal server: TaskContainer", () => live.experimentalSidecars.list()],
+    ["EnvironmentAppsService.list", "local Modal server: AppList is not served", async () => {
+      const env = await modal.environments.fromName("main");
+      for await (const a of env.apps.list()) return a;
+    }],
+  ]) {
+    await refused(method, method, want, fn);
+  }
   await live.terminate();
 }
 
