@@ -42,6 +42,7 @@ func (s *Server) finish(sb *sandbox, r *pb.GenericResult) {
 	if first {
 		sb.result = r
 		close(sb.ended)
+		s.keepFinishedLocked(sb)
 	}
 	entry := sb.entry
 	s.mu.Unlock()
@@ -53,6 +54,23 @@ func (s *Server) finish(sb *sandbox, r *pb.GenericResult) {
 		entry.kill()
 	}
 	sb.cancelExecs()
+}
+
+// maxFinished is how many ended sandboxes the server remembers (for wait, list with
+// finished ones, fromName); the oldest-ended record goes first.
+const maxFinished = 1024
+
+// keepFinishedLocked adds sb to the ended records and drops the oldest past maxFinished.
+func (s *Server) keepFinishedLocked(sb *sandbox) {
+	s.finished = append(s.finished, sb)
+	for len(s.finished) > s.maxFinished {
+		old := s.finished[0]
+		s.finished = s.finished[1:]
+		if s.sandboxes[old.id] == old {
+			delete(s.sandboxes, old.id)
+			delete(s.tasks, old.taskID)
+		}
+	}
 }
 
 // endSandbox removes an ended sandbox from the engine and closes its tunnels.

@@ -232,3 +232,40 @@ func TestReadinessProbe(t *testing.T) {
 		t.Errorf("WaitUntilReady without a probe = %v, want refused", err)
 	}
 }
+
+// TestFinishedRecordsBounded: the server remembers a bounded number of ended sandboxes
+// (the oldest-ended goes first), so a long-running server does not grow with every
+// sandbox it ever ran.
+func TestFinishedRecordsBounded(t *testing.T) {
+	eng := modaltest.Engine(t, local.EngineOptions{})
+	url, srv := startServer(t, eng)
+	srv.mu.Lock()
+	srv.maxFinished = 2
+	srv.mu.Unlock()
+	sdkEnv(t, url, true)
+	c := newSDK(t)
+	ctx := t.Context()
+	app, err := c.Apps.FromName(ctx, "bounded", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 3 {
+		sb, err := c.Sandboxes.Create(ctx, app, c.Images.FromRegistry("debian:bookworm-slim", nil), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sb.Terminate(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.SandboxID)
+	}
+	if _, err := srv.lookup(ctx, ids[0]); err == nil {
+		t.Errorf("the oldest ended sandbox %s is still remembered past the bound", ids[0])
+	}
+	for _, id := range ids[1:] {
+		if _, err := srv.lookup(ctx, id); err != nil {
+			t.Errorf("ended sandbox %s within the bound: %v", id, err)
+		}
+	}
+}

@@ -82,6 +82,10 @@ type Server struct {
 	sandboxes map[string]*sandbox // by Modal sandbox id
 	tasks     map[string]string   // task id -> sandbox id
 	tunnels   map[tunnelKey]*tunnel
+	// finished are the ended sandboxes still remembered, oldest first (at most
+	// maxFinished, a field so tests can lower it).
+	finished    []*sandbox
+	maxFinished int
 	// volumeBeats: the ephemeral volumes' last heartbeats, by volume id.
 	volumeBeats map[string]time.Time
 
@@ -191,8 +195,8 @@ func New(o Options) (*Server, error) {
 	s := &Server{o: o, log: log, tokens: newTokens(time.Hour, o.Now), tls: cfg,
 		apps: map[string]*app{}, images: map[string]*image{}, secrets: map[string]*secret{},
 		sandboxes: map[string]*sandbox{}, tasks: map[string]string{}, tunnels: map[tunnelKey]*tunnel{},
-		volumeBeats: map[string]time.Time{},
-		done:        make(chan struct{})}
+		volumeBeats: map[string]time.Time{}, maxFinished: maxFinished,
+		done: make(chan struct{})}
 	if err := s.loadImages(); err != nil {
 		return nil, fmt.Errorf("modalserver: %w", err)
 	}
