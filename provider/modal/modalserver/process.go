@@ -141,6 +141,10 @@ func newProcess(stdout, stderr *output) *process {
 	return p
 }
 
+// maxExecs bounds the exec records of one sandbox (each holds up to two output
+// windows and a stdin queue).
+const maxExecs = 256
+
 // start runs fn as exec execID of sb.
 func (s *Server) start(sb *sandbox, execID string, fn procFunc) (*process, error) {
 	p := newProcess(newOutput(execWindow, false), newOutput(execWindow, false))
@@ -152,6 +156,10 @@ func (s *Server) start(sb *sandbox, execID string, fn procFunc) (*process, error
 	if _, dup := sb.execs[execID]; dup {
 		sb.execMu.Unlock()
 		return nil, status.Errorf(codes.AlreadyExists, "exec %s already exists", execID)
+	}
+	if len(sb.execs) >= maxExecs {
+		sb.execMu.Unlock()
+		return nil, status.Errorf(codes.ResourceExhausted, "local Modal server: %d execs of this sandbox are running or have output nobody read", maxExecs)
 	}
 	sb.execs[execID] = p
 	sb.execMu.Unlock()

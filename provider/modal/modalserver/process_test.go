@@ -2,6 +2,7 @@ package modalserver
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"testing"
@@ -52,4 +53,37 @@ func TestStdinBounded(t *testing.T) {
 	if q := p.stdinQueued.Load(); q > stdinMaxQueued {
 		t.Errorf("%d bytes queued, want at most %d", q, stdinMaxQueued)
 	}
+}
+
+// TestExecsBounded: one sandbox holds at most maxExecs exec records; the next start
+// is ResourceExhausted, and a forgotten record makes room.
+func TestExecsBounded(t *testing.T) {
+	srv, err := New(Options{Engine: modaltest.Engine(t, local.EngineOptions{}), Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	sb := newSandbox(&sandbox{id: "sb-test"})
+	wait := func(ctx context.Context, stdin *os.File, stdout, stderr io.Writer) (int, error) {
+		<-ctx.Done()
+		return 0, nil
+	}
+	var first *process
+	for i := range maxExecs {
+		p, err := srv.start(sb, fmt.Sprint("e", i), wait)
+		if err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+		if first == nil {
+			first = p
+		}
+	}
+	if _, err := srv.start(sb, "one-more", wait); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("start past %d execs = %v, want ResourceExhausted", maxExecs, err)
+	}
+	first.forget()
+	if _, err := srv.start(sb, "one-more", wait); err != nil {
+		t.Errorf("start after a record was forgotten: %v", err)
+	}
+	sb.cancelExecs()
 }
