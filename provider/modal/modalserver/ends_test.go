@@ -269,3 +269,28 @@ func TestFinishedRecordsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteTooLarge: an upload past maxWriteFile is refused (FileTooLarge), not held whole.
+func TestWriteTooLarge(t *testing.T) {
+	eng := modaltest.Engine(t, local.EngineOptions{})
+	url, _ := startServer(t, eng)
+	sdkEnv(t, url, true)
+	c := newSDK(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	app, err := c.Apps.FromName(ctx, "big", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Sandboxes.Create(ctx, app, c.Images.FromRegistry("debian:bookworm-slim", nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Terminate(ctx, nil)
+	err = sb.Filesystem.WriteBytes(ctx, make([]byte, maxWriteFile+1), "/tmp/big", nil)
+	// The SDK maps the FileTooLarge kind to its own type for reads only; for a write it
+	// is a SandboxFilesystemError with the server's message.
+	if err == nil || !strings.Contains(err.Error(), "too large to write") {
+		t.Errorf("WriteBytes of %d bytes = %T %v, want the server's too-large refusal", maxWriteFile+1, err, err)
+	}
+}

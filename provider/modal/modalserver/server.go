@@ -86,6 +86,8 @@ type Server struct {
 	// maxFinished, a field so tests can lower it).
 	finished    []*sandbox
 	maxFinished int
+	// uploads holds a token per WriteFile holding its data (concurrentUploads).
+	uploads chan struct{}
 	// volumeBeats: the ephemeral volumes' last heartbeats, by volume id.
 	volumeBeats map[string]time.Time
 
@@ -195,7 +197,7 @@ func New(o Options) (*Server, error) {
 	s := &Server{o: o, log: log, tokens: newTokens(time.Hour, o.Now), tls: cfg,
 		apps: map[string]*app{}, images: map[string]*image{}, secrets: map[string]*secret{},
 		sandboxes: map[string]*sandbox{}, tasks: map[string]string{}, tunnels: map[tunnelKey]*tunnel{},
-		volumeBeats: map[string]time.Time{}, maxFinished: maxFinished,
+		volumeBeats: map[string]time.Time{}, maxFinished: maxFinished, uploads: make(chan struct{}, concurrentUploads),
 		done: make(chan struct{})}
 	if err := s.loadImages(); err != nil {
 		return nil, fmt.Errorf("modalserver: %w", err)
