@@ -276,6 +276,12 @@ async function conformance() {
     ["Sandbox.reloadVolumes", "local Modal server: TaskReloadVolumes is not served", () => live.reloadVolumes()],
     ["Sandbox.unmountImage", "local Modal server: TaskUnmountDirectory is not served", () => live.unmountImage("/mnt")],
     ["SidecarService.list", "local Modal server: TaskContainer", () => live.experimentalSidecars.list()],
+    ["SandboxLogsManager.fetch", "local Modal server: AppCountLogs is not served", async () => {
+      for await (const e of live.logs.fetch({ since: new Date(Date.now() - 60000), until: new Date() })) return e;
+    }],
+    ["SandboxLogsManager.tail", "local Modal server: AppFetchLogs is not served", async () => {
+      for await (const e of live.logs.tail({})) return e;
+    }],
     ["EnvironmentAppsService.list", "local Modal server: AppList is not served", async () => {
       const env = await modal.environments.fromName("main");
       for await (const a of env.apps.list()) return a;
