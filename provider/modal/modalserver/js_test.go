@@ -125,6 +125,15 @@ func TestJSSDK(t *testing.T) {
 		}
 	}
 	table := docsTable(t)
+	exercised := map[string]bool{}
+	for _, s := range steps {
+		exercised[s.Method] = true
+	}
+	for m, row := range table {
+		if row.status == "refused" && !exercised[m] {
+			t.Errorf("docs/modal.md lists %s as refused, but conformance.mjs does not check the error the SDK shows", m)
+		}
+	}
 	for _, s := range steps {
 		if !s.Refused || s.Method == "" {
 			continue

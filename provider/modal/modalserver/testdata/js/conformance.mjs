@@ -9,7 +9,7 @@
 //
 // With BENCH=N it prints, instead, the medians of N runs: create → first command,
 // command round trip, and file upload MB/s.
-import { ModalClient, Probe } from "modal";
+import { ExperimentalOutboundPolicy, ModalClient, Probe } from "modal";
 
 const port = Number(process.env.TUNNEL_PORT || 8000);
 const modal = new ModalClient();
@@ -275,13 +275,35 @@ async function conformance() {
     ["Sandbox.experimentalGetExitSnapshot", "local Modal server: SandboxGetExitSnapshot", () => live.experimentalGetExitSnapshot()],
     ["Sandbox.reloadVolumes", "local Modal server: TaskReloadVolumes is not served", () => live.reloadVolumes()],
     ["Sandbox.unmountImage", "local Modal server: TaskUnmountDirectory is not served", () => live.unmountImage("/mnt")],
-    ["SidecarService.list", "local Modal server: TaskContainer", () => live.experimentalSidecars.list()],
+    ["SidecarService.list", "local Modal server: TaskContainerList is not served", () => live.experimentalSidecars.list()],
     ["SandboxLogsManager.fetch", "local Modal server: AppCountLogs is not served", async () => {
       for await (const e of live.logs.fetch({ since: new Date(Date.now() - 60000), until: new Date() })) return e;
     }],
     ["SandboxLogsManager.tail", "local Modal server: AppFetchLogs is not served", async () => {
       for await (const e of live.logs.tail({})) return e;
     }],
+    ["FunctionService.fromId", "local Modal server: FunctionGetById is not served", () => modal.functions.fromId("fu-x")],
+    ["QueueService.delete", "local Modal server: QueueGetOrCreate is not served", () => modal.queues.delete("q")],
+    ["SidecarService.create", "local Modal server: SandboxContainerCreate", async () => live.experimentalSidecars.create("side", await image.build(app))],
+    ["SidecarService.get", "local Modal server: TaskContainer", () => live.experimentalSidecars.get("sc-x")],
+    ["Sandbox.updateNetworkPolicy", "local Modal server: TaskSetNetworkAccess is not served", () => live.updateNetworkPolicy({ outboundCidrAllowlist: [], outboundDomainAllowlist: [] })],
+    ["ImageService.fromGcpArtifactRegistry", "local Modal server: private registries cannot be pulled", async () =>
+      modal.sandboxes.create(app, modal.images.fromGcpArtifactRegistry("us-docker.pkg.dev/p/r/i:1", await modal.secrets.fromObject({ A: "b" })))],
+    ["ImageService.fromAwsEcr", "local Modal server: private registries cannot be pulled", async () =>
+      modal.sandboxes.create(app, modal.images.fromAwsEcr("1.dkr.ecr.us-east-1.amazonaws.com/i:1", await modal.secrets.fromObject({ A: "b" })))],
+    ["CloudBucketMountService.create", "local Modal server: NFS and cloud bucket mounts are not available", () =>
+      modal.sandboxes.create(app, image, { cloudBucketMounts: { "/b": modal.cloudBucketMounts.create("bucket") } })],
+    ["VolumeService.ephemeral", "local Modal server: Volumes are not available", () => modal.volumes.ephemeral()],
+    ["VolumeService.delete", "local Modal server: Volumes are not available", () => modal.volumes.delete("data")],
+    ["EnvironmentObjectsService.list", "local Modal server: EnvironmentList is not served", async () => {
+      const got = await modal.environments.objects.list();
+      if (got && got[Symbol.asyncIterator]) for await (const e of got) return e;
+      return got;
+    }],
+    ["EnvironmentObjectsService.create", "local Modal server: EnvironmentCreate is not served", () => modal.environments.objects.create("env2")],
+    ["EnvironmentObjectsService.delete", "local Modal server: EnvironmentDelete is not served", () => modal.environments.objects.delete("env2")],
+    ["Sandbox.experimentalUpdateOutboundPolicy", "local Modal server: TaskSetOutboundPolicy is not served", () =>
+      live.experimentalUpdateOutboundPolicy(new ExperimentalOutboundPolicy().withHeaderReplacement({ domain: "example.com", headers: { "x-a": "b" } }))],
     ["EnvironmentAppsService.list", "local Modal server: AppList is not served", async () => {
       const env = await modal.environments.fromName("main");
       for await (const a of env.apps.list()) return a;
