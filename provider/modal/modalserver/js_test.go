@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,9 +103,16 @@ func runJS(t testing.TB, extra ...string) []jsStep {
 // snapshotFilesystem → images.fromId → create, terminate → wait() 137, timeout →
 // wait() 124, a command's exit code; and the refusals (volumes on an engine without
 // them, RUN steps, GPUs, queues, …) are clear errors naming the local server, with the
-// text docs/modal.md gives for their method. Skipped only without node or npm.
+// text docs/modal.md gives for their method. It runs with the SDK's V2 sandbox calls
+// (its default) and its V1 ones. Skipped only without node or npm.
 func TestJSSDK(t *testing.T) {
-	steps := runJS(t)
+	for _, v2 := range []bool{true, false} {
+		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) { testJSSDK(t, v2) })
+	}
+}
+
+func testJSSDK(t *testing.T, v2 bool) {
+	steps := runJS(t, fmt.Sprintf("MODAL_SANDBOX_V2=%v", v2))
 	want := []string{"create with command, env, name, tags, timeout", "entrypoint stdin and stdout", "entrypoint stderr",
 		"exec with env", "exec exit code and stderr", "exec streaming", "exec stdin", "exec timeout", "exec with pty", "files",
 		"tunnel to an HTTP server inside", "list with filters, fromName, fromId", "snapshotFilesystem, images.fromId, create from it",
@@ -123,6 +131,9 @@ func TestJSSDK(t *testing.T) {
 		if _, ok := got[w]; !ok {
 			t.Errorf("step %q did not run", w)
 		}
+	}
+	if !v2 {
+		return // the docs give the errors of the SDK's default, V2
 	}
 	table := docsTable(t)
 	exercised := map[string]bool{}

@@ -12,6 +12,8 @@
 import { ExperimentalOutboundPolicy, ModalClient, Probe } from "modal";
 
 const port = Number(process.env.TUNNEL_PORT || 8000);
+// V1 sandboxes (MODAL_SANDBOX_V2=false) take other calls for a few methods.
+const v1 = process.env.MODAL_SANDBOX_V2 === "false";
 const modal = new ModalClient();
 const app = await modal.apps.fromName("js-conformance", { createIfMissing: true });
 const image = modal.images.fromRegistry("debian:bookworm-slim");
@@ -270,8 +272,8 @@ async function conformance() {
     ["ClsService.fromName", "local Modal server: FunctionGet is not served", () => modal.cls.fromName("a", "C")],
     ["FunctionCallService.fromId", "local Modal server: FunctionCallFromId is not served", () => modal.functionCalls.fromId("fc-x").then((f) => f.get())],
     ["QueueService.ephemeral", "local Modal server: QueueGetOrCreate is not served", () => modal.queues.ephemeral()],
-    ["Sandbox.experimentalSetName", "local Modal server: SandboxSetName is not served", () => live.experimentalSetName("n2")],
-    ["Sandbox.experimentalSnapshot", "local Modal server: TaskSnapshotMemory is not served", () => live.experimentalSnapshot()],
+    ["Sandbox.experimentalSetName", v1 ? "only supported for V2 sandboxes" : "local Modal server: SandboxSetName is not served", () => live.experimentalSetName("n2")],
+    ["Sandbox.experimentalSnapshot", v1 ? "local Modal server: SandboxSnapshot is not served" : "local Modal server: TaskSnapshotMemory is not served", () => live.experimentalSnapshot()],
     ["Sandbox.experimentalGetExitSnapshot", "local Modal server: SandboxGetExitSnapshot", () => live.experimentalGetExitSnapshot()],
     ["Sandbox.reloadVolumes", "local Modal server: TaskReloadVolumes is not served", () => live.reloadVolumes()],
     ["Sandbox.unmountImage", "local Modal server: TaskUnmountDirectory is not served", () => live.unmountImage("/mnt")],
@@ -284,7 +286,7 @@ async function conformance() {
     }],
     ["FunctionService.fromId", "local Modal server: FunctionGetById is not served", () => modal.functions.fromId("fu-x")],
     ["QueueService.delete", "local Modal server: QueueGetOrCreate is not served", () => modal.queues.delete("q")],
-    ["SidecarService.create", "local Modal server: SandboxContainerCreate", async () => live.experimentalSidecars.create("side", await image.build(app))],
+    ["SidecarService.create", v1 ? "local Modal server: TaskContainerCreate is not served" : "local Modal server: SandboxContainerCreate", async () => live.experimentalSidecars.create("side", await image.build(app))],
     ["SidecarService.get", "local Modal server: TaskContainer", () => live.experimentalSidecars.get("sc-x")],
     ["Sandbox.updateNetworkPolicy", "local Modal server: TaskSetNetworkAccess is not served", () => live.updateNetworkPolicy({ outboundCidrAllowlist: [], outboundDomainAllowlist: [] })],
     ["ImageService.fromGcpArtifactRegistry", "local Modal server: private registries cannot be pulled", async () =>
