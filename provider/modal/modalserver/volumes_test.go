@@ -2,13 +2,7 @@ package modalserver
 
 import (
 	"context"
-	"fmt"
-	"maps"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,14 +13,40 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 )
 
-// TestVolumesRefused: on an engine without volumes (the local engine today) every
-// volume call, and a create that mounts one, is the local server's clear refusal.
-func TestVolumesRefused(t *testing.T) {
+// noVolumes is the local engine saying it has no volumes. It still has the methods of
+// engine.Volumes (embedded), so a refusal proves the server decides by
+// Capabilities().Volumes, not by the methods alone.
+type noVolumes struct{ *local.Engine }
+
+func (n noVolumes) Capabilities() engine.Capabilities {
+	c := n.Engine.Capabilities()
+	c.Volumes = false
+	return c
+}
+
+// volumesEngine is the isolated local engine, skipped where it has no volumes (no
+// loop devices or e2fsprogs).
+func volumesEngine(t *testing.T) *local.Engine {
+	t.Helper()
 	eng := modaltest.Engine(t, local.EngineOptions{})
+	if !eng.Capabilities().Volumes {
+		t.Skip("the local engine has no volumes here (it needs /dev/loop-control, mkfs.ext4 and tune2fs)")
+	}
+	return eng
+}
+
+// TestVolumesRefused: on an engine whose Capabilities().Volumes is false every volume
+// call, and a create that mounts a volume, is the local server's clear refusal.
+func TestVolumesRefused(t *testing.T) {
+	eng := noVolumes{modaltest.Engine(t, local.EngineOptions{})}
+	if _, ok := engine.Engine(eng).(engine.Volumes); !ok {
+		t.Fatal("noVolumes lost the engine.Volumes methods; the test would not tell capability from type")
+	}
 	url, _ := startServer(t, eng)
 	sdkEnv(t, url, true)
 	c := newSDK(t)
 	ctx := t.Context()
+	const refusal = "local Modal server: Volumes are not available"
 	for name, call := range map[string]func() error{
 		"FromName": func() error {
 			_, err := c.Volumes.FromName(ctx, "data", &modal.VolumeFromNameParams{CreateIfMissing: true})
@@ -35,23 +55,36 @@ func TestVolumesRefused(t *testing.T) {
 		"Ephemeral": func() error { _, err := c.Volumes.Ephemeral(ctx, nil); return err },
 		"Delete":    func() error { return c.Volumes.Delete(ctx, "data", nil) },
 	} {
-		if err := call(); err == nil || !strings.Contains(err.Error(), "local Modal server: Volumes are not available") {
+		if err := call(); err == nil || !strings.Contains(err.Error(), refusal) {
 			t.Errorf("Volumes.%s = %v, want the local server's refusal", name, err)
 		}
 	}
+	app, err := c.Apps.FromName(ctx, "vol", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Volume value the server never made: the create itself must refuse the mount.
+	vol := &modal.Volume{VolumeID: "vo-elsewhere"}
+	_, err = c.Sandboxes.Create(ctx, app, c.Images.FromRegistry("debian:bookworm-slim", nil),
+		&modal.SandboxCreateParams{Volumes: map[string]*modal.Volume{"/mnt/data": vol}})
+	if err == nil || !strings.Contains(err.Error(), refusal) {
+		t.Errorf("Create with a volume = %v, want the local server's refusal", err)
+	}
+	if vols, err := eng.ListVolumes(ctx); err != nil || len(vols) != 0 {
+		t.Errorf("the engine has volumes %v (%v) after refusals", vols, err)
+	}
 }
 
-// TestVolumes: on an engine with volumes, Modal volumes are its volumes: made by name
-// or ephemeral, mounted read-write in one sandbox and seen from another, refused
-// deletion while mounted, listed, deleted. The engine is the local engine with
-// volumes as host directories bind-mounted through Spec.Mounts (dirVolumes), standing
-// in until the local engine has its own.
+// TestVolumes: on the local engine, which has volumes, Modal volumes are its volumes:
+// made by name or ephemeral, mounted read-write in one sandbox and read-only in
+// another running at the same time, kept after both end and read by a third, left out
+// of a snapshot, refused deletion while mounted, listed, deleted.
 func TestVolumes(t *testing.T) {
-	eng := &dirVolumes{Engine: modaltest.Engine(t, local.EngineOptions{}), dir: t.TempDir(), vols: map[string]*engine.VolumeInfo{}}
+	eng := volumesEngine(t)
 	url, srv := startServer(t, eng)
 	sdkEnv(t, url, true)
 	c := newSDK(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	app, err := c.Apps.FromName(ctx, "vol", &modal.AppFromNameParams{CreateIfMissing: true})
 	if err != nil {
@@ -69,8 +102,14 @@ func TestVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Create with a volume: %v", err)
 	}
-	if _, _, code := execOut(t, ctx, sb1, []string{"sh", "-c", "echo shared > /mnt/data/f"}, nil); code != 0 {
-		t.Fatalf("write to the volume = %d", code)
+	if _, errOut, code := execOut(t, ctx, sb1, []string{"sh", "-c", "echo shared > /mnt/data/f"}, nil); code != 0 {
+		t.Fatalf("write to the volume = %d: %s", code, errOut)
+	}
+	// The files API reads the volume too. (Writing into it through the files API is
+	// the local engine's WriteFile through the id-mapped mount, which it refuses with
+	// EOVERFLOW today; docs/modal.md says so.)
+	if text, err := sb1.Filesystem.ReadText(ctx, "/mnt/data/f", nil); text != "shared\n" || err != nil {
+		t.Errorf("ReadText from the volume = %q, %v", text, err)
 	}
 	readOnly := true
 	sb2, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{Volumes: map[string]*modal.Volume{"/v": vol.WithMountOptions(&modal.VolumeMountOptionsParams{ReadOnly: &readOnly})}})
@@ -90,120 +129,67 @@ func TestVolumes(t *testing.T) {
 	if err != nil || len(resp.GetItems()) != 1 || resp.GetItems()[0].GetLabel() != "data" {
 		t.Errorf("VolumeList = %v, %v; want the one named volume", resp, err)
 	}
+
+	// A snapshot holds the sandbox's own files, not the volume's.
+	if _, _, code := execOut(t, ctx, sb1, []string{"sh", "-c", "echo mine > /home/user/own"}, nil); code != 0 {
+		t.Fatal("write outside the volume failed")
+	}
+	snap, err := sb1.SnapshotFilesystem(ctx, nil)
+	if err != nil {
+		t.Fatalf("SnapshotFilesystem with a volume mounted: %v", err)
+	}
+	snapImg, err := c.Images.FromID(ctx, snap.ImageID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb3, err := c.Sandboxes.Create(ctx, app, snapImg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, code := execOut(t, ctx, sb3, []string{"sh", "-c", "cat /home/user/own; ls -A /mnt/data 2>/dev/null || true"}, nil); out != "mine\n" || code != 0 {
+		t.Errorf("a sandbox from the snapshot shows %q (exit %d); want its own file and nothing of the volume", out, code)
+	}
+
 	eph, err := c.Volumes.Ephemeral(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer eph.CloseEphemeral()
-	sb1.Terminate(ctx, nil)
-	sb2.Terminate(ctx, nil)
+	sb4, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{Volumes: map[string]*modal.Volume{"/scratch": eph}})
+	if err != nil {
+		t.Fatalf("Create with an ephemeral volume: %v", err)
+	}
+	if out, _, _ := execOut(t, ctx, sb4, []string{"sh", "-c", "echo e > /scratch/x && cat /scratch/x"}, nil); out != "e\n" {
+		t.Errorf("the ephemeral volume reads back %q", out)
+	}
+	if resp, err := srv.VolumeList(ctx, nil); err != nil || len(resp.GetItems()) != 1 {
+		t.Errorf("VolumeList = %v, %v; the ephemeral volume has no name and is not listed", resp, err)
+	}
+
+	for _, sb := range []*modal.Sandbox{sb1, sb2, sb3, sb4} {
+		if _, err := sb.Terminate(ctx, nil); err != nil {
+			t.Errorf("Terminate %s: %v", sb.SandboxID, err)
+		}
+	}
+	// The data outlives both sandboxes that used it.
+	again, err := c.Volumes.FromName(ctx, "data", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb5, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{Volumes: map[string]*modal.Volume{"/later": again}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := execOut(t, ctx, sb5, []string{"cat", "/later/f"}, nil); out != "shared\n" {
+		t.Errorf("after both sandboxes ended the volume holds %q", out)
+	}
+	if _, err := sb5.Terminate(ctx, nil); err != nil {
+		t.Error(err)
+	}
 	if err := c.Volumes.Delete(ctx, "data", nil); err != nil {
 		t.Errorf("Delete: %v", err)
 	}
 	if _, err := c.Volumes.FromName(ctx, "data", nil); err == nil {
 		t.Errorf("the deleted volume is still found")
 	}
-}
-
-// dirVolumes is the local engine with engine.Volumes as host directories, mounted
-// with Spec.Mounts.
-type dirVolumes struct {
-	*local.Engine
-	dir  string
-	mu   sync.Mutex
-	vols map[string]*engine.VolumeInfo
-	used map[string][]string // volume -> sandbox ids
-}
-
-func (d *dirVolumes) Capabilities() engine.Capabilities {
-	c := d.Engine.Capabilities()
-	c.Volumes = true
-	return c
-}
-
-func (d *dirVolumes) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
-	d.mu.Lock()
-	for _, v := range spec.Volumes {
-		if d.vols[v.Name] == nil {
-			d.mu.Unlock()
-			return engine.Info{}, fmt.Errorf("volume %s: %w", v.Name, engine.ErrNotFound)
-		}
-		spec.Mounts = append(spec.Mounts, engine.Mount{Source: filepath.Join(d.dir, v.Name), Target: v.Target, ReadOnly: v.ReadOnly})
-	}
-	d.mu.Unlock()
-	info, err := d.Engine.Create(ctx, spec)
-	if err != nil {
-		return info, err
-	}
-	d.mu.Lock()
-	if d.used == nil {
-		d.used = map[string][]string{}
-	}
-	for _, v := range spec.Volumes {
-		d.used[v.Name] = append(d.used[v.Name], info.ID)
-	}
-	d.mu.Unlock()
-	return info, nil
-}
-
-func (d *dirVolumes) usedBy(ctx context.Context, name string) []string {
-	var live []string
-	for _, id := range d.used[name] {
-		if info, err := d.Engine.Get(ctx, id); err == nil && info.State != engine.StateDead {
-			live = append(live, id)
-		}
-	}
-	return live
-}
-
-func (d *dirVolumes) CreateVolume(ctx context.Context, spec engine.VolumeSpec, ifMissing bool) (engine.VolumeInfo, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if v := d.vols[spec.Name]; v != nil {
-		if ifMissing {
-			return *v, nil
-		}
-		return engine.VolumeInfo{}, fmt.Errorf("volume %s exists: %w", spec.Name, engine.ErrNameTaken)
-	}
-	if err := os.Mkdir(filepath.Join(d.dir, spec.Name), 0o777); err != nil {
-		return engine.VolumeInfo{}, err
-	}
-	v := &engine.VolumeInfo{Name: spec.Name, Created: time.Now(), Labels: maps.Clone(spec.Labels)}
-	d.vols[spec.Name] = v
-	return *v, nil
-}
-
-func (d *dirVolumes) GetVolume(ctx context.Context, name string) (engine.VolumeInfo, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	v := d.vols[name]
-	if v == nil {
-		return engine.VolumeInfo{}, fmt.Errorf("volume %s: %w", name, engine.ErrNotFound)
-	}
-	out := *v
-	out.UsedBy = d.usedBy(ctx, name)
-	return out, nil
-}
-
-func (d *dirVolumes) ListVolumes(ctx context.Context) ([]engine.VolumeInfo, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []engine.VolumeInfo
-	for _, k := range slices.Sorted(maps.Keys(d.vols)) {
-		out = append(out, *d.vols[k])
-	}
-	return out, nil
-}
-
-func (d *dirVolumes) RemoveVolume(ctx context.Context, name string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.vols[name] == nil {
-		return fmt.Errorf("volume %s: %w", name, engine.ErrNotFound)
-	}
-	if ids := d.usedBy(ctx, name); len(ids) > 0 {
-		return fmt.Errorf("volume %s is mounted by %s: %w", name, strings.Join(ids, ", "), engine.ErrInUse)
-	}
-	delete(d.vols, name)
-	return os.RemoveAll(filepath.Join(d.dir, name))
 }
