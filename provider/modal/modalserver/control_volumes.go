@@ -3,6 +3,7 @@ package modalserver
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	pb "github.com/modal-labs/modal-client/go/proto/modal_proto"
@@ -129,13 +130,42 @@ func (s *Server) VolumeDelete(ctx context.Context, req *pb.VolumeDeleteRequest) 
 	if err != nil {
 		return nil, err
 	}
-	if err := vols.RemoveVolume(ctx, req.GetVolumeId()); err != nil {
+	if err := vols.RemoveVolume(ctx, req.GetVolumeId()); errors.Is(err, engine.ErrInUse) {
+		return nil, s.volumeInUse(ctx, vols, req.GetVolumeId())
+	} else if err != nil {
 		return nil, volumeError(req.GetVolumeId(), err)
 	}
 	s.mu.Lock()
 	delete(s.volumeBeats, req.GetVolumeId())
 	s.mu.Unlock()
 	return &emptypb.Empty{}, nil
+}
+
+// volumeInUse is the refusal to delete a mounted volume, naming it and the sandboxes
+// that mount it as the client knows them (Modal ids, not the engine's).
+func (s *Server) volumeInUse(ctx context.Context, vols engine.Volumes, id string) error {
+	info, err := vols.GetVolume(ctx, id)
+	if err != nil {
+		return volumeError(id, err)
+	}
+	name := info.Labels[labelVolumeName]
+	if name == "" {
+		name = id
+	}
+	users := make([]string, 0, len(info.UsedBy))
+	s.mu.Lock()
+	for _, eid := range info.UsedBy {
+		user := eid
+		for _, sb := range s.sandboxes {
+			if sb.engineID == eid {
+				user = sb.id
+				break
+			}
+		}
+		users = append(users, user)
+	}
+	s.mu.Unlock()
+	return status.Errorf(codes.FailedPrecondition, "Volume '%s' is in use by %s", name, strings.Join(users, ", "))
 }
 
 func (s *Server) VolumeList(ctx context.Context, req *pb.VolumeListRequest) (*pb.VolumeListResponse, error) {

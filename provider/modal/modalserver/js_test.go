@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 )
@@ -63,11 +64,10 @@ type jsStep struct {
 	UploadMBps             float64 `json:"uploadMBps"`
 }
 
-// runJS serves a fresh server on the isolated local engine and runs the conformance
-// script against it with extra environment.
-func runJS(t testing.TB, extra ...string) []jsStep {
+// runJS serves a fresh server on eng and runs the conformance script against it with
+// extra environment; ENGINE_VOLUMES tells the script whether eng has volumes.
+func runJS(t testing.TB, eng engine.Engine, extra ...string) []jsStep {
 	dir := jsDir(t)
-	eng := modaltest.Engine(t, local.EngineOptions{})
 	url, srv := startServer(t, eng)
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, srv.CACertPEM(), 0o644); err != nil {
@@ -78,7 +78,8 @@ func runJS(t testing.TB, extra ...string) []jsStep {
 	node := exec.CommandContext(ctx, "node", "conformance.mjs")
 	node.Dir = dir
 	node.Env = append(append(append(os.Environ(), modaltest.SDKEnv(t, url)...), "MODAL_TOKEN_ID="+testToken.ID,
-		"MODAL_TOKEN_SECRET="+testToken.Secret, "TUNNEL_PORT="+strconv.Itoa(tunnelPort), "NODE_EXTRA_CA_CERTS="+ca), extra...)
+		"MODAL_TOKEN_SECRET="+testToken.Secret, "TUNNEL_PORT="+strconv.Itoa(tunnelPort), "NODE_EXTRA_CA_CERTS="+ca,
+		fmt.Sprintf("ENGINE_VOLUMES=%v", eng.Capabilities().Volumes)), extra...)
 	var stderr bytes.Buffer
 	node.Stderr = &stderr
 	out, err := node.Output()
@@ -101,28 +102,50 @@ func runJS(t testing.TB, extra ...string) []jsStep {
 // exec with env, exit codes, streaming, stdin, timeout and a PTY, the files API, a
 // tunnel to an HTTP server inside, list with filters, fromName and fromId,
 // snapshotFilesystem → images.fromId → create, terminate → wait() 137, timeout →
-// wait() 124, a command's exit code; and the refusals (volumes on an engine without
-// them, RUN steps, GPUs, queues, …) are clear errors naming the local server, with the
-// text docs/modal.md gives for their method. It runs with the SDK's V2 sandbox calls
-// (its default) and its V1 ones. Skipped only without node or npm.
+// wait() 124, a command's exit code, a readiness probe; volumes (on the local engine,
+// which has them where loop devices and e2fsprogs exist: a named volume kept across
+// two sandboxes, left out of a snapshot, an ephemeral one, delete refused while
+// mounted and served after); and the refusals (RUN steps, GPUs, queues, …) are clear
+// errors naming the local server, with the text docs/modal.md gives for their method.
+// It runs with the SDK's V2 sandbox calls (its default) and its V1 ones, and runs the
+// volume steps once more on the engine with its volumes hidden (Capabilities().Volumes
+// false), where they are the refusals the docs give. Skipped only without node or npm.
 func TestJSSDK(t *testing.T) {
 	for _, v2 := range []bool{true, false} {
-		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) { testJSSDK(t, v2) })
+		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {
+			eng := modaltest.Engine(t, local.EngineOptions{})
+			testJSSDK(t, eng, v2, false, runJS(t, eng, fmt.Sprintf("MODAL_SANDBOX_V2=%v", v2)))
+		})
 	}
+	t.Run("engine without volumes", func(t *testing.T) {
+		eng := noVolumes{modaltest.Engine(t, local.EngineOptions{})}
+		testJSSDK(t, eng, true, true, runJS(t, eng, "ONLY=volumes"))
+	})
 }
 
-func testJSSDK(t *testing.T, v2 bool) {
-	steps := runJS(t, fmt.Sprintf("MODAL_SANDBOX_V2=%v", v2))
-	want := []string{"create with command, env, name, tags, timeout", "entrypoint stdin and stdout", "entrypoint stderr",
-		"exec with env", "exec exit code and stderr", "exec streaming", "exec stdin", "exec timeout", "exec with pty", "files",
-		"tunnel to an HTTP server inside", "list with filters, fromName, fromId", "snapshotFilesystem, images.fromId, create from it",
-		"terminate, then wait() is 137", "exec after terminate is refused", "timeout, then wait() is 124", "command's own exit code", "readiness probe, waitUntilReady",
-		"volumes", "image RUN steps"}
+// testJSSDK checks the steps of one run: every step passed, every step expected of the
+// engine ran (only the volume steps when onlyVolumes), and, for V2, the docs table.
+func testJSSDK(t *testing.T, eng engine.Engine, v2, onlyVolumes bool, steps []jsStep) {
+	volumes := eng.Capabilities().Volumes
+	var want []string
+	if !onlyVolumes {
+		want = []string{"create with command, env, name, tags, timeout", "entrypoint stdin and stdout", "entrypoint stderr",
+			"exec with env", "exec exit code and stderr", "exec streaming", "exec stdin", "exec timeout", "exec with pty", "files",
+			"tunnel to an HTTP server inside", "list with filters, fromName, fromId", "snapshotFilesystem, images.fromId, create from it",
+			"terminate, then wait() is 137", "exec after terminate is refused", "timeout, then wait() is 124", "command's own exit code", "readiness probe, waitUntilReady",
+			"image RUN steps"}
+	}
+	if volumes {
+		want = append(want, "volumes.fromName (createIfMissing) kept across two sandboxes", "snapshotFilesystem leaves the volume out",
+			"volumes.ephemeral mounted at create", "volumes.delete of a mounted volume is refused", "volumes.delete once no sandbox mounts it")
+	} else {
+		want = append(want, "volumes", "ephemeral volume", "volume delete")
+	}
 	got := map[string]jsStep{}
 	for _, s := range steps {
 		got[s.Step] = s
 		if s.OK {
-			t.Logf("ok   %-50s %5d ms %s%s", s.Step, s.Ms, s.Detail, s.Error)
+			t.Logf("ok   %-60s %5d ms %s%s", s.Step, s.Ms, s.Detail, s.Error)
 		} else {
 			t.Errorf("FAIL %s: %s", s.Step, s.Error)
 		}
@@ -135,27 +158,47 @@ func testJSSDK(t *testing.T, v2 bool) {
 	if !v2 {
 		return // the docs give the errors of the SDK's default, V2
 	}
+	checkDocs(t, steps, volumes, onlyVolumes)
+}
+
+// checkDocs checks the steps against docs/modal.md's table on an engine with volumes
+// or without: every method the table lists as refused there was checked refused, with
+// the table's error; every method a step shows served is listed served there. A run of
+// the volume steps alone checks only the rows that depend on volumes.
+func checkDocs(t *testing.T, steps []jsStep, volumes, onlyVolumes bool) {
 	table := docsTable(t)
-	exercised := map[string]bool{}
+	exercised := map[string]jsStep{}
 	for _, s := range steps {
-		exercised[s.Method] = true
+		if s.Method != "" {
+			exercised[s.Method] = s
+		}
 	}
 	for m, row := range table {
-		if row.status == "refused" && !exercised[m] {
-			t.Errorf("docs/modal.md lists %s as refused, but conformance.mjs does not check the error the SDK shows", m)
+		if onlyVolumes && !row.needsVolumes {
+			continue
+		}
+		s, ok := exercised[m]
+		switch want := row.expect(volumes); {
+		case want == "refused" && (!ok || !s.Refused):
+			t.Errorf("docs/modal.md lists %s as refused (engine volumes: %v), but conformance.mjs does not check the error the SDK shows", m, volumes)
+		case want == "served" && row.needsVolumes && (!ok || s.Refused):
+			t.Errorf("docs/modal.md lists %s as served on an engine with volumes, but conformance.mjs does not show it served", m)
 		}
 	}
 	for _, s := range steps {
-		if !s.Refused || s.Method == "" {
+		if s.Method == "" {
 			continue
 		}
 		row, ok := table[s.Method]
-		if !ok || row.status != "refused" {
-			t.Errorf("docs/modal.md does not list %s as refused (the SDK shows %q)", s.Method, s.Error)
-			continue
-		}
-		if row.err == "" || !strings.Contains(s.Error, row.err) {
+		switch {
+		case !ok:
+			t.Errorf("docs/modal.md does not list %s", s.Method)
+		case s.Refused && row.expect(volumes) != "refused":
+			t.Errorf("docs/modal.md does not list %s as refused (engine volumes: %v; the SDK shows %q)", s.Method, volumes, s.Error)
+		case s.Refused && (row.err == "" || !strings.Contains(s.Error, row.err)):
 			t.Errorf("docs/modal.md gives %s the error %q; the SDK shows %q", s.Method, row.err, s.Error)
+		case !s.Refused && row.expect(volumes) != "served":
+			t.Errorf("conformance.mjs shows %s served; docs/modal.md lists it as %s (engine volumes: %v)", s.Method, row.expect(volumes), volumes)
 		}
 	}
 }
@@ -165,7 +208,7 @@ func testJSSDK(t *testing.T, v2 bool) {
 // one command's round trip (exec `true`, wait), and an 8 MiB file upload in MB/s.
 func BenchmarkJSSDK(b *testing.B) {
 	for b.Loop() {
-		steps := runJS(b, "BENCH=20")
+		steps := runJS(b, modaltest.Engine(b, local.EngineOptions{}), "BENCH=20")
 		s := steps[len(steps)-1]
 		if !s.Bench {
 			b.Fatalf("bench printed %+v", steps)

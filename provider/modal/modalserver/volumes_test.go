@@ -122,8 +122,9 @@ func TestVolumes(t *testing.T) {
 	if _, _, code := execOut(t, ctx, sb2, []string{"sh", "-c", "echo x > /v/g"}, nil); code == 0 {
 		t.Errorf("a read-only mount was written")
 	}
-	if err := c.Volumes.Delete(ctx, "data", nil); err == nil || !strings.Contains(err.Error(), "in use") {
-		t.Errorf("Delete of a mounted volume = %v, want in use", err)
+	if err := c.Volumes.Delete(ctx, "data", nil); err == nil || !strings.Contains(err.Error(), "Volume 'data' is in use by") ||
+		!strings.Contains(err.Error(), sb1.SandboxID) || !strings.Contains(err.Error(), sb2.SandboxID) {
+		t.Errorf("Delete of a mounted volume = %v, want in use by %s and %s", err, sb1.SandboxID, sb2.SandboxID)
 	}
 	resp, err := srv.VolumeList(ctx, nil)
 	if err != nil || len(resp.GetItems()) != 1 || resp.GetItems()[0].GetLabel() != "data" {

@@ -5,7 +5,11 @@
 //
 // Prints one JSON line per step: {step, ok, ms, detail} or {step, ok, error}. A step
 // marked refused passes when the server refuses with a clear error (its text is in
-// `error`; `method` names the SDK method, which docs/modal.md lists as refused).
+// `error`; `method` names the SDK method, which docs/modal.md lists as refused). A
+// served step may name the method it exercises too.
+//
+// ENGINE_VOLUMES=true says the engine under the server has volumes (the volume steps
+// use them; otherwise they check the refusal); ONLY=volumes runs the volume steps alone.
 //
 // With BENCH=N it prints, instead, the medians of N runs: create → first command,
 // command round trip, and file upload MB/s.
@@ -14,6 +18,7 @@ import { ExperimentalOutboundPolicy, ModalClient, Probe } from "modal";
 const port = Number(process.env.TUNNEL_PORT || 8000);
 // V1 sandboxes (MODAL_SANDBOX_V2=false) take other calls for a few methods.
 const v1 = process.env.MODAL_SANDBOX_V2 === "false";
+const engineVolumes = process.env.ENGINE_VOLUMES === "true";
 const modal = new ModalClient();
 const app = await modal.apps.fromName("js-conformance", { createIfMissing: true });
 const image = modal.images.fromRegistry("debian:bookworm-slim");
@@ -27,14 +32,26 @@ function check(cond, detail) {
   return detail;
 }
 
-async function step(name, fn) {
+// step runs fn and passes when it returns; method (optional) names the SDK method the
+// step shows served.
+async function step(name, fn, method = "") {
   const t0 = performance.now();
   try {
     const detail = await fn();
-    emit({ step: name, ok: true, ms: Math.round(performance.now() - t0), detail });
+    emit({ step: name, ok: true, method, ms: Math.round(performance.now() - t0), detail });
   } catch (e) {
-    emit({ step: name, ok: false, error: String((e && e.stack) || e) });
+    emit({ step: name, ok: false, method, error: String((e && e.stack) || e) });
   }
+}
+
+// rejects runs fn and returns the name and message of the error it throws.
+async function rejects(fn) {
+  try {
+    await fn();
+  } catch (e) {
+    return { name: (e && e.name) || "", message: String((e && e.message) || e) };
+  }
+  throw new Error("no error");
 }
 
 // refused runs fn and passes when it throws an error whose text has want.
@@ -238,8 +255,7 @@ async function conformance() {
   });
   await sb2.terminate();
 
-  await refused("volumes", "VolumeService.fromName", "local Modal server: Volumes are not available",
-    () => modal.volumes.fromName("data", { createIfMissing: true }));
+  await volumeSteps();
   await refused("image RUN steps", "", "local Modal server: cannot run the image's build step",
     () => modal.sandboxes.create(app, modal.images.fromRegistry("debian:bookworm-slim").dockerfileCommands(["RUN echo hi"])));
   await refused("registry image the host cannot stand in for", "", "local Modal server: cannot pull registry image",
@@ -295,8 +311,6 @@ async function conformance() {
       modal.sandboxes.create(app, modal.images.fromAwsEcr("1.dkr.ecr.us-east-1.amazonaws.com/i:1", await modal.secrets.fromObject({ A: "b" })))],
     ["CloudBucketMountService.create", "local Modal server: NFS and cloud bucket mounts are not available", () =>
       modal.sandboxes.create(app, image, { cloudBucketMounts: { "/b": modal.cloudBucketMounts.create("bucket") } })],
-    ["VolumeService.ephemeral", "local Modal server: Volumes are not available", () => modal.volumes.ephemeral()],
-    ["VolumeService.delete", "local Modal server: Volumes are not available", () => modal.volumes.delete("data")],
     ["EnvironmentObjectsService.list", "local Modal server: EnvironmentList is not served", async () => {
       const got = await modal.environments.objects.list();
       if (got && got[Symbol.asyncIterator]) for await (const e of got) return e;
@@ -316,8 +330,65 @@ async function conformance() {
   await live.terminate();
 }
 
+// volumeSteps: on an engine with volumes, a named volume made with createIfMissing and
+// mounted at create keeps what one sandbox wrote for the next one, after the first is
+// terminated; a snapshot leaves it out; an ephemeral volume mounts; deleting a mounted
+// volume is refused and deleting it afterwards works. Without volumes each volume
+// method is the local server's refusal.
+async function volumeSteps() {
+  const noVolumes = "local Modal server: Volumes are not available";
+  if (!engineVolumes) {
+    await refused("volumes", "VolumeService.fromName", noVolumes, () => modal.volumes.fromName("data", { createIfMissing: true }));
+    await refused("ephemeral volume", "VolumeService.ephemeral", noVolumes, () => modal.volumes.ephemeral());
+    await refused("volume delete", "VolumeService.delete", noVolumes, () => modal.volumes.delete("data"));
+    return;
+  }
+  let b;
+  await step("volumes.fromName (createIfMissing) kept across two sandboxes", async () => {
+    const missing = await rejects(() => modal.volumes.fromName("conf-data"));
+    const vol = await modal.volumes.fromName("conf-data", { createIfMissing: true });
+    const a = await modal.sandboxes.create(app, image, { volumes: { "/mnt/data": vol } });
+    const w = await a.exec(["sh", "-c", "echo kept > /mnt/data/f && echo own > /home/user/own"]);
+    const wrote = await w.wait();
+    await a.terminate();
+    const again = await modal.volumes.fromName("conf-data");
+    b = await modal.sandboxes.create(app, image, { volumes: { "/work": again } });
+    const text = await b.filesystem.readText("/work/f");
+    return check(missing.name === "NotFoundError" && wrote === 0 && again.volumeId === vol.volumeId && text === "kept\n",
+      { missing, wrote, volumeId: vol.volumeId, text });
+  }, "VolumeService.fromName");
+  await step("snapshotFilesystem leaves the volume out", async () => {
+    const snap = await b.snapshotFilesystem();
+    const c = await modal.sandboxes.create(app, await modal.images.fromId(snap.imageId));
+    const p = await c.exec(["sh", "-c", "ls -A /work 2>/dev/null; echo end"]);
+    const out = await p.stdout.readText();
+    await c.terminate();
+    return check(out === "end\n", { out });
+  });
+  await step("volumes.ephemeral mounted at create", async () => {
+    const eph = await modal.volumes.ephemeral();
+    const s = await modal.sandboxes.create(app, image, { volumes: { "/scratch": eph } });
+    const p = await s.exec(["sh", "-c", "echo e > /scratch/x && cat /scratch/x"]);
+    const out = await p.stdout.readText();
+    await s.terminate();
+    eph.closeEphemeral();
+    return check(out === "e\n" && eph.volumeId.startsWith("vo-"), { out, volumeId: eph.volumeId });
+  }, "VolumeService.ephemeral");
+  await step("volumes.delete of a mounted volume is refused", async () => {
+    const e = await rejects(() => modal.volumes.delete("conf-data"));
+    return check(e.message.includes(`Volume 'conf-data' is in use by ${b.sandboxId}`), e);
+  });
+  await step("volumes.delete once no sandbox mounts it", async () => {
+    await b.terminate();
+    await modal.volumes.delete("conf-data");
+    const gone = await rejects(() => modal.volumes.fromName("conf-data"));
+    return check(gone.name === "NotFoundError", { gone });
+  }, "VolumeService.delete");
+}
+
 try {
-  if (process.env.BENCH) await bench(Number(process.env.BENCH));
+  if (process.env.ONLY === "volumes") await volumeSteps();
+  else if (process.env.BENCH) await bench(Number(process.env.BENCH));
   else await conformance();
 } catch (e) {
   emit({ step: "script", ok: false, error: String((e && e.stack) || e) });
