@@ -211,3 +211,24 @@ func BenchmarkCreateWithVolume(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// TestVolumeEngineFiles: the engine's file calls reach into a volume (an id-mapped
+// mount, where the host's root has no id) and what they write belongs to the sandbox.
+func TestVolumeEngineFiles(t *testing.T) {
+	e := newVolumeEngine(t)
+	createVolume(t, e, "files", 16<<20)
+	box := createBox(t, e, engine.Spec{Volumes: []engine.VolumeMount{{Name: "files", Target: "/data"}}})
+	if err := e.WriteFile(t.Context(), box.ID, "/data/sub/f", []byte("via engine"), 0o644); err != nil {
+		t.Fatalf("WriteFile into a volume: %v", err)
+	}
+	if err := e.WriteFile(t.Context(), box.ID, "/tmp/g", []byte("tmp"), 0o600); err != nil {
+		t.Fatalf("WriteFile into /tmp: %v", err)
+	}
+	if out, code := sh(t, e, box.ID, "sh", "-c", "cat /data/sub/f && stat -c '%u %n' /data/sub /data/sub/f /tmp/g"); code != 0 ||
+		out != "via engine1000 /data/sub\n1000 /data/sub/f\n0 /tmp/g\n" {
+		t.Fatalf("inside = %q, %d; want the text, the volume's files the user's (its root is), /tmp's root's", out, code)
+	}
+	if err := e.Remove(t.Context(), box.ID, "/data/sub"); err != nil {
+		t.Fatalf("Remove in a volume: %v", err)
+	}
+}
