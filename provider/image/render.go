@@ -35,6 +35,17 @@ func (s Step) Canonical() string {
 	return string(s.Kind)
 }
 
+// Shell is the shell command of a run or apt step ("" for other steps).
+func (s Step) Shell() string {
+	switch s.Kind {
+	case KindApt:
+		return strings.Join(aptCommands(s.Packages), " && ")
+	case KindRun:
+		return strings.Join(s.Commands, " && ")
+	}
+	return ""
+}
+
 func aptCommands(packages []string) []string {
 	return []string{"apt-get update",
 		"DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends " + strings.Join(packages, " "),

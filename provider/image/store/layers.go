@@ -113,10 +113,11 @@ func (s *Store) layerDescriptor(diffID string) (descriptor, error) {
 	return d, json.Unmarshal(data, &d)
 }
 
-// CommitLayer makes the overlayfs-form folder dir (a build sandbox's upper dir, or
-// files written directly) a layer: its tar becomes a blob, and dir itself is moved into
-// the store as the unpacked layer (dir is gone afterwards). ids maps host ids to the
-// layer's; nil keeps them. It returns the diff id.
+// CommitLayer makes the overlayfs-form folder dir a layer and returns its diff id: its
+// tar becomes a blob and its unpacked copy a layer folder. With nil ids (files the
+// caller wrote for the layer) dir itself is moved into the store and is gone
+// afterwards. With ids (a build sandbox's upper dir, owned by host ids) dir is only
+// read: the store unpacks its own copy with the layer's ids, and dir stays the caller's.
 func (s *Store) CommitLayer(ctx context.Context, dir string, ids IDMap) (string, error) {
 	f, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "blob-")
 	if err != nil {
@@ -142,11 +143,8 @@ func (s *Store) CommitLayer(ctx context.Context, dir string, ids IDMap) (string,
 	defer unlock()
 	d := descriptor{MediaType: mediaLayer, Digest: diffID, Size: hw.n}
 	if ids != nil {
-		// The folder keeps host ids; the store's copy must have the layer's ids.
-		if _, err := s.unpackBlob(d); err != nil {
-			return "", err
-		}
-		return diffID, os.RemoveAll(dir)
+		_, err := s.unpackBlob(d)
+		return diffID, err
 	}
 	if err := s.installLayer(dir, diffID, d); err != nil {
 		return "", err
