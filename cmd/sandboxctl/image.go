@@ -15,11 +15,14 @@ func newCmdImage(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "image",
 		Short: "Build, import, list and remove local images; print the image's Dockerfile",
-		Long: "The sandbox image is defined once, in Go (provider/image). `image dockerfile` prints\n" +
-			"it as a Dockerfile (deploy/Dockerfile is that output).",
+		Long: "The sandbox image is defined once, in Go (provider/image). `image build` builds it\n" +
+			"(or a JSON definition) into the local image store in the data dir, one cached layer\n" +
+			"per step; `image dockerfile` prints it as a Dockerfile (deploy/Dockerfile is that\n" +
+			"output). Sandboxes boot from stored images with `sandboxctl create --image REF`.",
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newCmdImageDockerfile(a))
+	cmd.AddCommand(newCmdImageBuild(a), newCmdImageList(a), newCmdImageRm(a), newCmdImageImport(a),
+		newCmdImagePull(a), newCmdImageDockerfile(a))
 	return cmd
 }
 

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,5 +50,81 @@ func TestImageDockerfileFromFile(t *testing.T) {
 	var stdout, stderr strings.Builder
 	if code := run(t.Context(), []string{"image", "dockerfile", "-f", def}, os.Getenv, strings.NewReader(""), &stdout, &stderr); code != 2 {
 		t.Errorf("image dockerfile -f invalid = %d, want 2; stderr %q", code, stderr.String())
+	}
+}
+
+// TestImageBuildListRm: build twice (the second does no work, same id), change a
+// step (only it and later rebuild), list, rm. It uses the shared test base.
+func TestImageBuildListRm(t *testing.T) {
+	imagetest.Base(t)
+	data := t.TempDir()
+	if err := os.Symlink(filepath.Join(imagetest.Dir(), "store"), filepath.Join(data, "images")); err != nil {
+		t.Fatal(err)
+	}
+	ctxDir := t.TempDir()
+	// The shared store outlives this test: content unique to this run keeps its keys
+	// out of earlier runs' cache.
+	os.WriteFile(filepath.Join(ctxDir, "hello.txt"), []byte(ctxDir), 0o644)
+	name := "sandboxctl-test:" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + filepath.Base(ctxDir)
+	def := func(greeting string) string {
+		p := filepath.Join(ctxDir, "image.json")
+		os.WriteFile(p, []byte(`{"from":"debian:bookworm-slim","steps":[
+			{"kind":"copy","src":"hello.txt","dst":"/opt/hello.txt"},
+			{"kind":"env","env":[{"key":"GREETING","value":"`+greeting+`"}]},
+			{"kind":"workdir","path":"/opt"}]}`), 0o644)
+		return p
+	}
+	getenv := func(k string) string {
+		if k == "SANDBOXCTL_DATA_DIR" {
+			return data
+		}
+		return os.Getenv(k)
+	}
+	buildJSON := func(greeting string) (res struct {
+		ID    string
+		Steps []struct {
+			ID     string
+			Cached bool
+		}
+	}) {
+		t.Helper()
+		out := runImage(t, getenv, "image", "build", "--json", "-f", def(greeting), "--context", ctxDir, "--tag", name)
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("image build --json: %v\n%s", err, out)
+		}
+		return res
+	}
+	first := buildJSON("hi")
+	second := buildJSON("hi")
+	if second.ID != first.ID {
+		t.Errorf("second build = %s, want %s", second.ID, first.ID)
+	}
+	for i, s := range second.Steps {
+		if !s.Cached {
+			t.Errorf("second build: step %d was not cached", i)
+		}
+	}
+	changed := buildJSON("hello")
+	var cached []bool
+	for _, s := range changed.Steps {
+		cached = append(cached, s.Cached)
+	}
+	if want := []bool{true, true, false, false}; fmt.Sprint(cached) != fmt.Sprint(want) {
+		t.Errorf("after changing the env step, cached = %v, want %v", cached, want)
+	}
+	if list := runImage(t, getenv, "image", "list"); !strings.Contains(list, changed.ID[:12]) || !strings.Contains(list, name) {
+		t.Errorf("image list lacks %s %s:\n%s", changed.ID[:12], name, list)
+	}
+	// The copy step's image is shared by both builds: the parent of both env steps.
+	var stdout, stderr strings.Builder
+	if code := run(t.Context(), []string{"image", "rm", changed.Steps[1].ID}, getenv, strings.NewReader(""), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "parent of") {
+		t.Errorf("image rm of a parent = %d, %q; want refused", code, stderr.String())
+	}
+	runImage(t, getenv, "image", "rm", name)
+	if out := runImage(t, getenv, "image", "rm", first.ID); strings.Count(out, "removed") != 3 {
+		t.Errorf("image rm of the first build removed:\n%s\nwant it and its env and copy step images (3 ids; the base is tagged)", out)
+	}
+	if list := runImage(t, getenv, "image", "list"); strings.Contains(list, changed.ID[:12]) {
+		t.Errorf("image list still has %s after rm:\n%s", changed.ID[:12], list)
 	}
 }

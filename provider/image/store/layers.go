@@ -257,19 +257,45 @@ func (s *Store) CachePut(key, id string) error {
 	return atomicfile.WriteFile(filepath.Join(s.dir, "cache", key), []byte(id+"\n"), 0o644)
 }
 
-// Remove removes an image's names and the image, and then every blob, layer and cache
-// entry nothing refers to any more. An image that is another's parent, or that a live
-// sandbox uses (Options.InUse), is refused with engine.ErrInUse.
-func (s *Store) Remove(ctx context.Context, ref string) error {
+// Remove removes an image (all its names), then its untagged ancestors that no other
+// image builds on (a build's intermediate images, as docker rmi does), and then every
+// blob, layer and cache entry nothing refers to any more. An image that is another's
+// parent, or that a live sandbox uses (Options.InUse), is refused with
+// engine.ErrInUse. It returns the ids removed.
+func (s *Store) Remove(ctx context.Context, ref string) ([]string, error) {
 	unlock, err := s.lock()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer unlock()
 	in, err := s.Get(ctx, ref)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var removed []string
+	for {
+		if err := s.removable(ctx, in); err != nil {
+			if len(removed) == 0 {
+				return nil, err
+			}
+			break // an ancestor still in use stays
+		}
+		if err := s.dropEntries(in.ID); err != nil {
+			return removed, err
+		}
+		removed = append(removed, in.ID)
+		if in.Parent == "" {
+			break
+		}
+		if in, err = s.Get(ctx, in.Parent); err != nil || len(in.Names) > 0 {
+			break
+		}
+	}
+	return removed, s.collect(ctx)
+}
+
+// removable says why image in cannot go: it has children, or live sandboxes use it.
+func (s *Store) removable(ctx context.Context, in Info) error {
 	list, err := s.List(ctx)
 	if err != nil {
 		return err
@@ -283,30 +309,33 @@ func (s *Store) Remove(ctx context.Context, ref string) error {
 	if len(children) > 0 {
 		return fmt.Errorf("image %s is the parent of %s: %w", short(in.ID), strings.Join(children, ", "), engine.ErrInUse)
 	}
-	if s.inUse != nil {
-		users, err := s.inUse(ctx, in.ID)
-		if err != nil {
-			return err
-		}
-		if len(users) > 0 {
-			return fmt.Errorf("image %s is used by sandbox %s: %w", short(in.ID), strings.Join(users, ", "), engine.ErrInUse)
-		}
+	if s.inUse == nil {
+		return nil
 	}
+	users, err := s.inUse(ctx, in.ID)
+	if err != nil {
+		return err
+	}
+	if len(users) > 0 {
+		return fmt.Errorf("image %s is used by sandbox %s: %w", short(in.ID), strings.Join(users, ", "), engine.ErrInUse)
+	}
+	return nil
+}
+
+// dropEntries removes id's entries from the index (under the lock).
+func (s *Store) dropEntries(id string) error {
 	idx, err := s.readIndex()
 	if err != nil {
 		return err
 	}
 	kept := idx.Manifests[:0]
 	for _, d := range idx.Manifests {
-		if o, err := s.info(d); err != nil || o.ID != in.ID {
+		if o, err := s.info(d); err != nil || o.ID != id {
 			kept = append(kept, d)
 		}
 	}
 	idx.Manifests = kept
-	if err := s.writeIndex(idx); err != nil {
-		return err
-	}
-	return s.collect(ctx)
+	return s.writeIndex(idx)
 }
 
 func short(id string) string { return id[:min(12, len(id))] }

@@ -181,16 +181,16 @@ func TestBuildChainAndRemove(t *testing.T) {
 	if id, ok := s.CacheGet(ctx, strings.Repeat("a", 64)); !ok || id != child {
 		t.Errorf("CacheGet = %q, %v", id, ok)
 	}
-	if err := s.Remove(ctx, "base:1"); !errors.Is(err, engine.ErrInUse) || !strings.Contains(err.Error(), child[:12]) {
+	if _, err := s.Remove(ctx, "base:1"); !errors.Is(err, engine.ErrInUse) || !strings.Contains(err.Error(), child[:12]) {
 		t.Errorf("Remove(parent) = %v, want ErrInUse naming the child", err)
 	}
 	users[child] = []string{"sb-1"}
-	if err := s.Remove(ctx, "child"); !errors.Is(err, engine.ErrInUse) || !strings.Contains(err.Error(), "sb-1") {
+	if _, err := s.Remove(ctx, "child"); !errors.Is(err, engine.ErrInUse) || !strings.Contains(err.Error(), "sb-1") {
 		t.Errorf("Remove(used image) = %v, want ErrInUse naming sb-1", err)
 	}
 	delete(users, child)
-	if err := s.Remove(ctx, "child"); err != nil {
-		t.Fatalf("Remove(child) = %v", err)
+	if ids, err := s.Remove(ctx, "child"); err != nil || len(ids) != 1 || ids[0] != child {
+		t.Fatalf("Remove(child) = %v, %v; want [%s] (its tagged parent stays)", ids, err, child)
 	}
 	if _, err := os.Stat(s.layerDir(diffID)); !os.IsNotExist(err) {
 		t.Errorf("the child's own layer survived its removal: %v", err)
@@ -198,7 +198,7 @@ func TestBuildChainAndRemove(t *testing.T) {
 	if _, ok := s.CacheGet(ctx, strings.Repeat("a", 64)); ok {
 		t.Errorf("the cache still points at a removed image")
 	}
-	if err := s.Remove(ctx, "base:1"); err != nil {
+	if _, err := s.Remove(ctx, "base:1"); err != nil {
 		t.Fatalf("Remove(base) = %v", err)
 	}
 	for _, sub := range []string{"layers", "oci/blobs/sha256", "cache"} {
@@ -233,5 +233,33 @@ func TestTag(t *testing.T) {
 func TestPull(t *testing.T) {
 	if _, err := openStore(t).Pull(context.Background(), "debian:bookworm"); !errors.Is(err, ErrPullUnsupported) {
 		t.Errorf("Pull = %v, want ErrPullUnsupported", err)
+	}
+}
+
+func TestRemoveTakesUntaggedAncestors(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	s := openStore(t)
+	base, _ := s.ImportRootFS(ctx, bytes.NewReader(layerTar(t, entry{name: "a", body: "a"})), "base", Config{}, "a")
+	mid, err := s.NewImage(ctx, ImageSpec{Parent: base, Config: Config{User: "1"}, CreatedBy: "USER 1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := s.NewImage(ctx, ImageSpec{Parent: mid, Config: Config{User: "2"}, CreatedBy: "USER 2", Name: "top"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	side, err := s.NewImage(ctx, ImageSpec{Parent: mid, Config: Config{User: "3"}, CreatedBy: "USER 3", Name: "side"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := s.Remove(ctx, "top"); err != nil || strings.Join(ids, ",") != top {
+		t.Errorf("Remove(top) = %v, %v; want only top (mid still has side)", ids, err)
+	}
+	if ids, err := s.Remove(ctx, "side"); err != nil || strings.Join(ids, ",") != side+","+mid {
+		t.Errorf("Remove(side) = %v, %v; want side and mid", ids, err)
+	}
+	if _, err := s.Get(ctx, "base"); err != nil {
+		t.Errorf("the tagged base went too: %v", err)
 	}
 }
