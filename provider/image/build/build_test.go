@@ -210,3 +210,39 @@ func TestBuildErrors(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCachedBuild measures a build whose every step is cached: the cost of
+// `sandboxctl image build` when nothing changed (keys, cache lookups, tagging).
+func BenchmarkCachedBuild(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("the image store needs root")
+	}
+	s, err := store.Open(store.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.Close()
+	if _, err := s.ImportRootFS(b.Context(), &buf, "test:base", store.Config{}, "tiny"); err != nil {
+		b.Fatal(err)
+	}
+	ctx := b.TempDir()
+	os.WriteFile(filepath.Join(ctx, "f"), []byte("x"), 0o644)
+	runner := &writeRunner{temp: b.TempDir()}
+	img := image.Image{Name: "bench", From: "test:base", Steps: []image.Step{
+		image.Env("A", "1"), image.Copy("f", "/f"), image.Run("a"), image.Run("b"), image.WorkDir("/w"),
+	}}
+	opts := build.Options{Store: s, Runner: runner, Sources: image.Sources{Context: ctx}}
+	first, err := build.Build(b.Context(), img, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		res, err := build.Build(b.Context(), img, opts)
+		if err != nil || res.ID != first.ID || res.Built() != 0 {
+			b.Fatalf("cached build = %s, %d steps built, %v", res.ID, res.Built(), err)
+		}
+	}
+}
