@@ -118,8 +118,9 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		}
 	}
 	e.cg = detectCgroups()
-	e.caps = engine.Capabilities{Isolated: !o.Unisolated, Snapshot: true,
-		Pause: e.cg.freezer(), Limits: e.cg.limits()}
+	e.caps = engine.Capabilities{Isolated: !o.Unisolated, Snapshot: true, DialPort: true,
+		Volumes: !o.Unisolated && volumesUsable(),
+		Pause:   e.cg.freezer(), Limits: e.cg.limits()}
 	if err := e.adopt(); err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
 	}

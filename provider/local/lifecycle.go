@@ -103,8 +103,13 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 			}
 			cfg.Binds = append(cfg.Binds, bindMount{Source: m.Source, Target: filepath.Clean(m.Target), ReadOnly: m.ReadOnly})
 		}
-	} else if len(spec.Mounts) > 0 {
-		return engine.Info{}, fmt.Errorf("mounts need an isolated sandbox: %w", engine.ErrUnsupported)
+		vols, err := e.mountVolumes(spec)
+		if err != nil {
+			return engine.Info{}, err
+		}
+		cfg.Binds = append(cfg.Binds, vols...)
+	} else if len(spec.Mounts) > 0 || len(spec.Volumes) > 0 {
+		return engine.Info{}, fmt.Errorf("mounts and volumes need an isolated sandbox: %w", engine.ErrUnsupported)
 	}
 	// The tunnels' host listeners are made here, on the host's network, and handed to
 	// init, which serves them from inside: they live exactly as long as the sandbox.
@@ -280,6 +285,7 @@ func (e *Engine) destroy(bx *box) error {
 	if err := os.RemoveAll(e.sandboxDir(st.ID)); err != nil {
 		return err
 	}
+	e.releaseVolumes(st.Spec)
 	return nil
 }
 

@@ -96,7 +96,8 @@ func (e *Engine) info(bx *box) engine.Info {
 	st := bx.st
 	return engine.Info{ID: st.ID, Name: st.Name, State: state, Created: st.Created,
 		Tunnels: slices.Clone(st.Tunnels), Labels: st.Spec.Labels, Isolated: st.Isolated,
-		Home: filepath.Join(e.sandboxDir(st.ID), dirHome), Applied: st.Applied, ExitCode: st.ExitCode}
+		Home: filepath.Join(e.sandboxDir(st.ID), dirHome), Applied: st.Applied, ExitCode: st.ExitCode,
+		Volumes: slices.Clone(st.Spec.Volumes)}
 }
 
 // lookup finds a sandbox in memory or, made by another Engine on the same data dir,
