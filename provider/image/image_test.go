@@ -49,6 +49,8 @@ func TestPathsMatchProvider(t *testing.T) {
 		{"tools", rules.PreinstalledToolsDir, p.PreinstalledToolsDir()},
 		{"caddy admin", rules.CaddyAdminDir, p.CaddyAdminDir()},
 		{"caddy socket", rules.CaddyAdminSocket, p.CaddyAdminSocket()},
+		{"sandbox-mcp", image.BinaryPath("sandbox-mcp"), rules.SandboxMCPBin},
+		{"proliferate", image.BinaryPath("proliferate"), rules.ProliferateBin},
 	} {
 		if tc.rule != tc.host {
 			t.Errorf("%s: rules %q, provider.Paths %q", tc.name, tc.rule, tc.host)
