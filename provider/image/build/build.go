@@ -36,7 +36,8 @@ type RunRequest struct {
 }
 
 // Layer is what a Runner made: an overlayfs-form folder (whiteouts as 0/0 character
-// devices) and how its owners map to the layer's ids.
+// devices), which stays the runner's (the store copies it), and how its owners map to
+// the layer's ids.
 type Layer struct {
 	Dir string
 	IDs store.IDMap
@@ -272,7 +273,11 @@ func (b *builder) run(ctx context.Context, parent string, s image.Step) (string,
 	if layer.Done != nil {
 		defer layer.Done()
 	}
-	return b.o.Store.CommitLayer(ctx, layer.Dir, layer.IDs)
+	ids := layer.IDs
+	if ids == nil {
+		ids = func(id int) int { return id } // non-nil: the store copies, the runner keeps Dir
+	}
+	return b.o.Store.CommitLayer(ctx, layer.Dir, ids)
 }
 
 // setEnv sets key in env (KEY=VALUE entries). Values are literal: the Dockerfile
