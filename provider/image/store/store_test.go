@@ -25,7 +25,7 @@ func digestOf(b []byte) string {
 
 // ociArchive is an OCI image layout tar of one image whose layers are the given layer
 // tars (gzipped), named name (an index annotation) when set.
-func ociArchive(t *testing.T, name string, cfg Config, layers ...[]byte) []byte {
+func ociArchive(t testing.TB, name string, cfg Config, layers ...[]byte) []byte {
 	t.Helper()
 	blobs := map[string][]byte{}
 	ic := imageConfig{Architecture: runtime.GOARCH, OS: "linux", Config: cfg, RootFS: rootfs{Type: "layers"}}
@@ -262,4 +262,37 @@ func TestRemoveTakesUntaggedAncestors(t *testing.T) {
 	if _, err := s.Get(ctx, "base"); err != nil {
 		t.Errorf("the tagged base went too: %v", err)
 	}
+}
+
+// FuzzImport: whatever the tarball, Import fails or stores images whose layers are
+// inside the store, and never writes outside its data dir.
+func FuzzImport(f *testing.F) {
+	f.Add(ociArchive(f, "x:1", Config{}, layerTar(f, entry{name: "a", body: "a"}, entry{name: ".wh.b"})))
+	f.Add(ociArchive(f, "", Config{}, layerTar(f, entry{name: "l", typ: tar.TypeSymlink, link: "/"}, entry{name: "l/x", body: "x"})))
+	f.Add([]byte{0x1f, 0x8b, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		root := t.TempDir()
+		s, err := Open(Options{Dir: filepath.Join(root, "store")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := s.Import(context.Background(), bytes.NewReader(data), "")
+		if ents, _ := os.ReadDir(root); len(ents) != 1 {
+			t.Fatalf("Import wrote next to the store: %v", ents)
+		}
+		if err != nil {
+			return
+		}
+		for _, id := range ids {
+			fs, err := s.ResolveImage(context.Background(), id)
+			if err != nil {
+				t.Fatalf("ResolveImage(%s) of an imported image = %v", id, err)
+			}
+			for _, l := range fs.Layers {
+				if !strings.HasPrefix(l, filepath.Join(root, "store", "layers")+"/") {
+					t.Fatalf("layer %s is outside the store", l)
+				}
+			}
+		}
+	})
 }
