@@ -18,6 +18,9 @@ func (b *builder) files(ctx context.Context, s image.Step) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(dir) // gone already when the store took it
+	if err := os.Chmod(dir, 0o755); err != nil { // MkdirTemp's 0700; a layer's root is 0755
+		return "", err
+	}
 	switch s.Kind {
 	case image.KindBinary:
 		src := b.o.Sources.Binaries[s.Name]

@@ -71,6 +71,9 @@ func (s *Store) addLayer(r io.Reader, desc func(diffID string) descriptor) (stri
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp's 0700; a layer's root is 0755
+		return "", err
+	}
 	hw := newHashWriter()
 	tee := io.TeeReader(r, hw)
 	if err := unpackLayer(tee, tmp); err != nil {

@@ -98,6 +98,11 @@ func TestImportResolve(t *testing.T) {
 		if fs.ID != ids[0] || len(fs.Layers) != 2 || fs.WorkDir != "/w" || fs.User != "1000" || fs.Env[0] != "PATH=/usr/bin" {
 			t.Errorf("ResolveImage(%q) = %+v", ref, fs)
 		}
+		for _, l := range fs.Layers {
+			if st, err := os.Stat(l); err != nil || st.Mode().Perm() != 0o755 {
+				t.Errorf("layer folder %s: %v, mode %v; want 0755", l, err, st.Mode())
+			}
+		}
 		if b, err := os.ReadFile(filepath.Join(fs.Layers[0], "etc/os-release")); err != nil || string(b) != "test\n" {
 			t.Errorf("lower layer etc/os-release = %q, %v", b, err)
 		}
