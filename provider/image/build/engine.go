@@ -71,3 +71,14 @@ func (r EngineRunner) Run(ctx context.Context, req RunRequest) (Layer, error) {
 	}
 	return Layer{Dir: upper, IDs: r.IDs, Done: done}, nil
 }
+
+// ShiftedIDs maps host ids base … base+count-1 (a user namespace's range) back to
+// 0 … count-1; other ids are kept.
+func ShiftedIDs(base, count int) store.IDMap {
+	return func(id int) int {
+		if id >= base && id < base+count {
+			return id - base
+		}
+		return id
+	}
+}
