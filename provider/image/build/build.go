@@ -41,6 +41,8 @@ type RunRequest struct {
 type Layer struct {
 	Dir string
 	IDs store.IDMap
+	// Skip leaves out what is not the step's (what the sandbox's engine made at boot).
+	Skip store.SkipFunc
 	// Done releases what the runner still holds (the build sandbox); called after the
 	// layer is stored. Nil: nothing.
 	Done func()
@@ -273,11 +275,7 @@ func (b *builder) run(ctx context.Context, parent string, s image.Step) (string,
 	if layer.Done != nil {
 		defer layer.Done()
 	}
-	ids := layer.IDs
-	if ids == nil {
-		ids = func(id int) int { return id } // non-nil: the store copies, the runner keeps Dir
-	}
-	return b.o.Store.CommitLayer(ctx, layer.Dir, ids)
+	return b.o.Store.CommitLayer(ctx, layer.Dir, store.CommitOptions{IDs: layer.IDs, Skip: layer.Skip})
 }
 
 // setEnv sets key in env (KEY=VALUE entries). Values are literal: the Dockerfile

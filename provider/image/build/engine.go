@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
+	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -44,6 +47,16 @@ func (r EngineRunner) Run(ctx context.Context, req RunRequest) (Layer, error) {
 		return Layer{}, fmt.Errorf("build sandbox: %w", err)
 	}
 	done := func() { _ = r.Engine.Terminate(context.WithoutCancel(ctx), info.ID) }
+	upper, err := r.Engine.UpperDir(info.ID)
+	if err != nil {
+		done()
+		return Layer{}, err
+	}
+	booted, err := snapshotDir(upper)
+	if err != nil {
+		done()
+		return Layer{}, err
+	}
 	log := req.Log
 	if log == nil {
 		log = io.Discard
@@ -64,12 +77,39 @@ func (r EngineRunner) Run(ctx context.Context, req RunRequest) (Layer, error) {
 		done()
 		return Layer{}, err
 	}
-	upper, err := r.Engine.UpperDir(info.ID)
+	return Layer{Dir: upper, IDs: r.IDs, Skip: booted.unchanged, Done: done}, nil
+}
+
+// dirSnapshot is the change time of every entry of a folder.
+type dirSnapshot map[string]syscall.Timespec
+
+// snapshotDir records what the engine put in the upper layer at boot (mount points,
+// the home and state folders), so that only the step's changes become its layer.
+func snapshotDir(dir string) (dirSnapshot, error) {
+	snap := dirSnapshot{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		snap[filepath.ToSlash(rel)] = st.Ctim
+		return nil
+	})
 	if err != nil {
-		done()
-		return Layer{}, err
+		return nil, fmt.Errorf("read the build sandbox's upper layer: %w", err)
 	}
-	return Layer{Dir: upper, IDs: r.IDs, Done: done}, nil
+	return snap, nil
+}
+
+// unchanged is a store.SkipFunc: the entry was there at boot and has not changed since
+// (a folder the step added to has a new change time).
+func (s dirSnapshot) unchanged(rel string, st *syscall.Stat_t) bool {
+	t, ok := s[rel]
+	return ok && t == st.Ctim
 }
 
 // ShiftedIDs maps host ids base … base+count-1 (a user namespace's range) back to

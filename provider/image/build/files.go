@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/image"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 )
 
 // files writes a copy or binary step's files into a new layer folder and stores it.
@@ -17,7 +18,7 @@ func (b *builder) files(ctx context.Context, s image.Step) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(dir) // gone already when the store took it
+	defer os.RemoveAll(dir)                      // gone already when the store took it
 	if err := os.Chmod(dir, 0o755); err != nil { // MkdirTemp's 0700; a layer's root is 0755
 		return "", err
 	}
@@ -38,7 +39,7 @@ func (b *builder) files(ctx context.Context, s image.Step) (string, error) {
 			return "", err
 		}
 	}
-	return b.o.Store.CommitLayer(ctx, dir, nil)
+	return b.o.Store.CommitLayer(ctx, dir, store.CommitOptions{Move: true})
 }
 
 // layerPath is the host path of the absolute image path p in the layer folder dir,

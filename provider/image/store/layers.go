@@ -116,12 +116,25 @@ func (s *Store) layerDescriptor(diffID string) (descriptor, error) {
 	return d, json.Unmarshal(data, &d)
 }
 
+// CommitOptions say how CommitLayer reads its folder.
+type CommitOptions struct {
+	// Move hands the folder over: it is renamed into the store (files the caller wrote
+	// for the layer). Otherwise the folder is only read and stays the caller's (a build
+	// sandbox's upper layer), and the store unpacks its own copy.
+	Move bool
+	// IDs maps the folder's host ids to the layer's; nil keeps them. Not with Move.
+	IDs IDMap
+	// Skip leaves an entry out of the layer (what a build sandbox's engine made at boot);
+	// entries under a skipped folder are still read. Not with Move.
+	Skip SkipFunc
+}
+
 // CommitLayer makes the overlayfs-form folder dir a layer and returns its diff id: its
-// tar becomes a blob and its unpacked copy a layer folder. With nil ids (files the
-// caller wrote for the layer) dir itself is moved into the store and is gone
-// afterwards. With ids (a build sandbox's upper dir, owned by host ids) dir is only
-// read: the store unpacks its own copy with the layer's ids, and dir stays the caller's.
-func (s *Store) CommitLayer(ctx context.Context, dir string, ids IDMap) (string, error) {
+// tar becomes a blob and its unpacked copy a layer folder (see CommitOptions).
+func (s *Store) CommitLayer(ctx context.Context, dir string, o CommitOptions) (string, error) {
+	if o.Move && (o.IDs != nil || o.Skip != nil) {
+		return "", errors.New("commit layer: a moved folder is taken as it is (no ids, no skips)")
+	}
 	f, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "blob-")
 	if err != nil {
 		return "", err
@@ -129,7 +142,7 @@ func (s *Store) CommitLayer(ctx context.Context, dir string, ids IDMap) (string,
 	defer os.Remove(f.Name())
 	defer f.Close()
 	hw := newHashWriter()
-	if err := packLayer(dir, io.MultiWriter(f, hw), ids); err != nil {
+	if err := packLayer(dir, io.MultiWriter(f, hw), o.IDs, o.Skip); err != nil {
 		return "", err
 	}
 	if err := f.Sync(); err != nil {
@@ -145,7 +158,7 @@ func (s *Store) CommitLayer(ctx context.Context, dir string, ids IDMap) (string,
 	}
 	defer unlock()
 	d := descriptor{MediaType: mediaLayer, Digest: diffID, Size: hw.n}
-	if ids != nil {
+	if !o.Move {
 		_, err := s.unpackBlob(d)
 		return diffID, err
 	}

@@ -17,11 +17,15 @@ import (
 // written by a sandbox whose ids are mapped to a host range); nil keeps ids.
 type IDMap func(id int) int
 
+// SkipFunc reports whether packLayer leaves out the entry rel (slash-separated,
+// relative to the folder) with stat st.
+type SkipFunc func(rel string, st *syscall.Stat_t) bool
+
 // packLayer writes the overlayfs-form folder dir as an OCI layer tar to w, in lexical
 // order: a 0/0 character device becomes a .wh.<name> whiteout, a directory with
 // trusted.overlay.opaque=y gets a .wh..wh..opq entry, hard links within dir become
 // link entries.
-func packLayer(dir string, w io.Writer, ids IDMap) error {
+func packLayer(dir string, w io.Writer, ids IDMap, skip SkipFunc) error {
 	if ids == nil {
 		ids = func(id int) int { return id }
 	}
@@ -43,6 +47,9 @@ func packLayer(dir string, w io.Writer, ids IDMap) error {
 		st, ok := info.Sys().(*syscall.Stat_t)
 		if !ok {
 			return fmt.Errorf("stat %s: no unix stat", rel)
+		}
+		if skip != nil && skip(rel, st) {
+			return nil
 		}
 		if info.Mode()&fs.ModeCharDevice != 0 && st.Rdev == 0 {
 			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: whiteoutName(rel), Mode: 0o600,

@@ -158,7 +158,7 @@ func TestBuildChainAndRemove(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "upper")
 	os.MkdirAll(filepath.Join(dir, "opt"), 0o755)
 	os.WriteFile(filepath.Join(dir, "opt", "tool"), []byte("tool"), 0o755)
-	diffID, err := s.CommitLayer(ctx, dir, nil)
+	diffID, err := s.CommitLayer(ctx, dir, CommitOptions{Move: true})
 	if err != nil {
 		t.Fatal(err)
 	}

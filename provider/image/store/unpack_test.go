@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -153,7 +155,7 @@ func TestPackUnpackRoundTrip(t *testing.T) {
 	must(os.Mkdir(filepath.Join(src, "opaque"), 0o755))
 	must(unix.Setxattr(filepath.Join(src, "opaque"), opaqueXattr, []byte("y"), 0))
 	var buf bytes.Buffer
-	must(packLayer(src, &buf, nil))
+	must(packLayer(src, &buf, nil, nil))
 	dst := filepath.Join(t.TempDir(), "l")
 	must(os.Mkdir(dst, 0o755))
 	must(unpackLayer(&buf, dst))
@@ -201,4 +203,28 @@ func FuzzUnpackLayer(f *testing.F) {
 			t.Fatalf("the layer folder was replaced: %v", err)
 		}
 	})
+}
+
+func TestPackSkip(t *testing.T) {
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "boot/dir"), 0o755)
+	os.WriteFile(filepath.Join(src, "boot/dir/new"), []byte("n"), 0o644)
+	os.WriteFile(filepath.Join(src, "boot/mountpoint"), nil, 0o644)
+	var buf bytes.Buffer
+	skip := func(rel string, st *syscall.Stat_t) bool { return rel == "boot" || rel == "boot/mountpoint" || rel == "boot/dir" }
+	if err := packLayer(src, &buf, nil, skip); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	tr := tar.NewReader(&buf)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			break
+		}
+		names = append(names, hdr.Name)
+	}
+	if got := strings.Join(names, " "); got != "boot/dir/new" {
+		t.Errorf("packed %q, want only boot/dir/new", got)
+	}
 }
