@@ -144,10 +144,13 @@ func (a *app) buildSources(img image.Image, contextDir string, binaries []string
 }
 
 func newCmdImageList(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "list [--all]",
 		Short: "List the images in the local image store",
-		Args:  cobra.NoArgs,
+		Long: "List the images in the local image store: named images and unnamed ones nothing\n" +
+			"builds on; --all adds a build's intermediate images (one per step).",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := a.openImageStore()
 			if err != nil {
@@ -156,6 +159,9 @@ func newCmdImageList(a *app) *cobra.Command {
 			list, err := s.List(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if !all {
+				list = withoutIntermediates(list)
 			}
 			if a.json {
 				if list == nil {
@@ -171,6 +177,23 @@ func newCmdImageList(a *app) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "also list intermediate images")
+	return cmd
+}
+
+// withoutIntermediates drops unnamed images that other images build on.
+func withoutIntermediates(list []store.Info) []store.Info {
+	parents := map[string]bool{}
+	for _, in := range list {
+		parents[in.Parent] = true
+	}
+	out := list[:0]
+	for _, in := range list {
+		if len(in.Names) > 0 || !parents[in.ID] {
+			out = append(out, in)
+		}
+	}
+	return out
 }
 
 func humanBytes(n int64) string {

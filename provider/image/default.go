@@ -29,9 +29,10 @@ func Default() Image {
 			With("What the boot plan runs: git, Caddy, sshd and the shell tools of its steps."),
 		Run(
 			fmt.Sprintf("useradd --create-home --uid %d --home-dir %s --shell /bin/bash %s", rules.SandboxUID, home, u),
+			"cp -rT /etc/skel "+home,
 			fmt.Sprintf("echo '%s ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/%s", u, u),
 			"chmod 0440 /etc/sudoers.d/"+u,
-		).With("The sandbox user, with passwordless sudo."),
+		).With("The sandbox user, with passwordless sudo. (The skeleton is copied again: a build\nsandbox of the local engine has the home folder already.)"),
 		Run(
 			"mkdir -p "+strings.Join([]string{rules.WorkspaceDir, rules.CaddyAdminDir, rules.GlobalPluginDir, rules.PreinstalledToolsDir}, " "),
 			"chmod 0700 "+rules.CaddyAdminDir,

@@ -17,8 +17,10 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bash ca-certificates caddy coreutils curl findutils git jq openssh-server procps sudo \
  && rm -rf /var/lib/apt/lists/*
 
-# The sandbox user, with passwordless sudo.
+# The sandbox user, with passwordless sudo. (The skeleton is copied again: a build
+# sandbox of the local engine has the home folder already.)
 RUN useradd --create-home --uid 1000 --home-dir /home/user --shell /bin/bash user \
+ && cp -rT /etc/skel /home/user \
  && echo 'user ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/user \
  && chmod 0440 /etc/sudoers.d/user
 
