@@ -137,6 +137,10 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 		bx.st.Tunnels = append(bx.st.Tunnels, engine.Tunnel{Port: p, Host: "127.0.0.1", HostPort: ln.Addr().(*net.TCPAddr).Port})
 	}
 	if spec.Egress && bx.st.NetNS {
+		if _, err := newEgressPolicy(spec.EgressHosts); err != nil {
+			return engine.Info{}, fmt.Errorf("egress: %w", err)
+		}
+		cfg.EgressHosts = spec.EgressHosts
 		f, err := os.Open("/proc/self/ns/net")
 		if err != nil {
 			return engine.Info{}, fmt.Errorf("egress: %w", err)
