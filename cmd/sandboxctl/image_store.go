@@ -283,15 +283,24 @@ func newCmdImageImport(a *app) *cobra.Command {
 func newCmdImagePull(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "pull REF",
-		Short: "Pull an image from a registry (not supported: import a tarball)",
-		Args:  cobra.ExactArgs(1),
+		Short: "Pull an image from a registry into the local image store",
+		Long: "Pull an image (anonymously) from its registry, Docker Hub unless the reference names\n" +
+			"another, and print its id. Where no registry is reachable, build a debian base\n" +
+			"(image build) or import an OCI tarball made elsewhere (image import).",
+		Example: "  sandboxctl image pull debian:bookworm-slim\n  sandboxctl image pull ghcr.io/org/image:1.0",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := a.openImageStore()
 			if err != nil {
 				return err
 			}
-			_, err = s.Pull(cmd.Context(), args[0])
-			return err
+			a.progress("pulling %s", args[0])
+			id, err := s.Pull(cmd.Context(), args[0], nil)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, id)
+			return nil
 		},
 	}
 }

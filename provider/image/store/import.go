@@ -15,16 +15,6 @@ import (
 	"strings"
 )
 
-// ErrPullUnsupported is returned by Pull: this store reads images from files only.
-var ErrPullUnsupported = errors.New("pulling from a registry is not supported; import an OCI tarball instead " +
-	"(skopeo copy docker://REF oci-archive:image.tar, or docker save on Docker 25+)")
-
-// Pull would fetch ref from a registry. It is not implemented: the machines this runs
-// on reach no registry, and an OCI tarball made elsewhere imports the same image.
-func (s *Store) Pull(ctx context.Context, ref string) (string, error) {
-	return "", fmt.Errorf("pull %s: %w", ref, ErrPullUnsupported)
-}
-
 // Import reads an OCI image layout as a tar (optionally gzip-compressed: an OCI
 // tarball, `docker save` of Docker 25+, `skopeo copy … oci-archive:`), stores its blobs
 // after checking their digests, unpacks its layers and returns the ids of the images it

@@ -27,6 +27,24 @@ func digestOf(b []byte) string {
 // tars (gzipped), named name (an index annotation) when set.
 func ociArchive(t testing.TB, name string, cfg Config, layers ...[]byte) []byte {
 	t.Helper()
+	blobs, ib := ociBlobs(name, cfg, layers...)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	add := func(n string, b []byte) {
+		tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg})
+		tw.Write(b)
+	}
+	add("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`))
+	for d, b := range blobs {
+		add("blobs/sha256/"+strings.TrimPrefix(d, "sha256:"), b)
+	}
+	add("index.json", ib)
+	tw.Close()
+	return buf.Bytes()
+}
+
+// ociBlobs are the blobs (by digest) and the index.json of one image.
+func ociBlobs(name string, cfg Config, layers ...[]byte) (map[string][]byte, []byte) {
 	blobs := map[string][]byte{}
 	ic := imageConfig{Architecture: runtime.GOARCH, OS: "linux", Config: cfg, RootFS: rootfs{Type: "layers"}}
 	m := manifest{SchemaVersion: 2, MediaType: mediaManifest}
@@ -50,19 +68,7 @@ func ociArchive(t testing.TB, name string, cfg Config, layers ...[]byte) []byte 
 		md.Annotations = map[string]string{annotationName: name}
 	}
 	ib, _ := json.Marshal(index{SchemaVersion: 2, MediaType: mediaIndex, Manifests: []descriptor{md}})
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	add := func(n string, b []byte) {
-		tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg})
-		tw.Write(b)
-	}
-	add("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`))
-	for d, b := range blobs {
-		add("blobs/sha256/"+strings.TrimPrefix(d, "sha256:"), b)
-	}
-	add("index.json", ib)
-	tw.Close()
-	return buf.Bytes()
+	return blobs, ib
 }
 
 func openStore(t *testing.T) *Store {
@@ -232,40 +238,6 @@ func TestTag(t *testing.T) {
 		if err := s.Tag(ctx, b, bad); err == nil {
 			t.Errorf("Tag(%q) = nil error", bad)
 		}
-	}
-}
-
-func TestPull(t *testing.T) {
-	if _, err := openStore(t).Pull(context.Background(), "debian:bookworm"); !errors.Is(err, ErrPullUnsupported) {
-		t.Errorf("Pull = %v, want ErrPullUnsupported", err)
-	}
-}
-
-func TestRemoveTakesUntaggedAncestors(t *testing.T) {
-	requireRoot(t)
-	ctx := context.Background()
-	s := openStore(t)
-	base, _ := s.ImportRootFS(ctx, bytes.NewReader(layerTar(t, entry{name: "a", body: "a"})), "base", Config{}, "a")
-	mid, err := s.NewImage(ctx, ImageSpec{Parent: base, Config: Config{User: "1"}, CreatedBy: "USER 1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := s.NewImage(ctx, ImageSpec{Parent: mid, Config: Config{User: "2"}, CreatedBy: "USER 2", Name: "top"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	side, err := s.NewImage(ctx, ImageSpec{Parent: mid, Config: Config{User: "3"}, CreatedBy: "USER 3", Name: "side"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ids, err := s.Remove(ctx, "top"); err != nil || strings.Join(ids, ",") != top {
-		t.Errorf("Remove(top) = %v, %v; want only top (mid still has side)", ids, err)
-	}
-	if ids, err := s.Remove(ctx, "side"); err != nil || strings.Join(ids, ",") != side+","+mid {
-		t.Errorf("Remove(side) = %v, %v; want side and mid", ids, err)
-	}
-	if _, err := s.Get(ctx, "base"); err != nil {
-		t.Errorf("the tagged base went too: %v", err)
 	}
 }
 

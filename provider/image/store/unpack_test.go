@@ -211,7 +211,9 @@ func TestPackSkip(t *testing.T) {
 	os.WriteFile(filepath.Join(src, "boot/dir/new"), []byte("n"), 0o644)
 	os.WriteFile(filepath.Join(src, "boot/mountpoint"), nil, 0o644)
 	var buf bytes.Buffer
-	skip := func(rel string, st *syscall.Stat_t) bool { return rel == "boot" || rel == "boot/mountpoint" || rel == "boot/dir" }
+	skip := func(rel string, st *syscall.Stat_t) bool {
+		return rel == "boot" || rel == "boot/mountpoint" || rel == "boot/dir"
+	}
 	if err := packLayer(src, &buf, nil, skip); err != nil {
 		t.Fatal(err)
 	}
