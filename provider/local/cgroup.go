@@ -50,7 +50,7 @@ func detectCgroups() cgroups {
 		}
 		for _, c := range strings.Split(parts[1], ",") {
 			switch c {
-			case "freezer", "memory", "pids":
+			case "freezer", "memory", "pids", "devices", "cpu":
 				if d := filepath.Join(cgroupRoot, c, parts[2]); usableCgroup(d) {
 					cg.v1[c] = d
 				}
@@ -74,7 +74,9 @@ func usableCgroup(d string) bool {
 }
 
 func (c cgroups) freezer() bool { return c.v1["freezer"] != "" || c.v2 != "" }
-func (c cgroups) limits() bool  { return c.v1["memory"] != "" || c.v1["pids"] != "" || c.v2 != "" }
+func (c cgroups) limits() bool {
+	return c.v1["memory"] != "" || c.v1["pids"] != "" || c.v1["cpu"] != "" || c.v2 != ""
+}
 
 func writeCg(dir, file, value string) error {
 	return os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644)
@@ -93,9 +95,10 @@ func (c cgroups) join(id string, pid int, l engine.Limits) (engine.Limits, []str
 		groups = append(groups, dir)
 		return true
 	}
-	if c.v2 != "" && (c.v1["freezer"] == "" || c.v1["memory"] == "" && l.MemoryBytes > 0 || c.v1["pids"] == "" && l.Pids > 0) {
+	if c.v2 != "" && (c.v1["freezer"] == "" || c.v1["memory"] == "" && l.MemoryBytes > 0 || c.v1["pids"] == "" && l.Pids > 0 ||
+		c.v1["cpu"] == "" && l.CPUMillis > 0) {
 		// Controllers for the children, where the parent allows it.
-		for _, ctl := range []string{"+memory", "+pids"} {
+		for _, ctl := range []string{"+memory", "+pids", "+cpu"} {
 			_ = writeCg(c.v2, "cgroup.subtree_control", ctl)
 		}
 		d := filepath.Join(c.v2, name)
@@ -107,6 +110,9 @@ func (c cgroups) join(id string, pid int, l engine.Limits) (engine.Limits, []str
 			if l.Pids > 0 && c.v1["pids"] == "" && writeCg(d, "pids.max", strconv.FormatInt(l.Pids, 10)) == nil {
 				applied.Pids = l.Pids
 			}
+			if l.CPUMillis > 0 && c.v1["cpu"] == "" && writeCg(d, "cpu.max", strconv.FormatInt(l.CPUMillis*100, 10)+" 100000") == nil {
+				applied.CPUMillis = l.CPUMillis
+			}
 			_ = writeCg(d, "cgroup.procs", procs)
 		}
 	}
@@ -115,11 +121,27 @@ func (c cgroups) join(id string, pid int, l engine.Limits) (engine.Limits, []str
 			_ = writeCg(d, "cgroup.procs", procs)
 		}
 	}
+	if base := c.v1["devices"]; base != "" {
+		// No block device, whatever a process inside creates or is handed.
+		if d := filepath.Join(base, name); add(d) {
+			_ = writeCg(d, "devices.deny", "b *:* rwm")
+			_ = writeCg(d, "cgroup.procs", procs)
+		}
+	}
 	if base := c.v1["memory"]; base != "" && l.MemoryBytes > 0 {
 		if d := filepath.Join(base, name); add(d) {
 			if writeCg(d, "memory.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)) == nil {
 				_ = writeCg(d, "memory.memsw.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10))
 				applied.MemoryBytes = l.MemoryBytes
+			}
+			_ = writeCg(d, "cgroup.procs", procs)
+		}
+	}
+	if base := c.v1["cpu"]; base != "" && l.CPUMillis > 0 {
+		if d := filepath.Join(base, name); add(d) {
+			if writeCg(d, "cpu.cfs_period_us", "100000") == nil &&
+				writeCg(d, "cpu.cfs_quota_us", strconv.FormatInt(l.CPUMillis*100, 10)) == nil {
+				applied.CPUMillis = l.CPUMillis
 			}
 			_ = writeCg(d, "cgroup.procs", procs)
 		}

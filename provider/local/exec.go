@@ -30,7 +30,11 @@ func (e *Engine) environ(st boxState, extra []string) []string {
 		m["HOME"] = filepath.Join(e.sandboxDir(st.ID), dirHome)
 	}
 	var keys []string
-	for _, list := range [][]string{st.Spec.Env, extra} {
+	var imageEnv []string
+	if st.Image != nil {
+		imageEnv = st.Image.Env
+	}
+	for _, list := range [][]string{imageEnv, st.Spec.Env, extra} {
 		for _, kv := range list {
 			k, v, _ := strings.Cut(kv, "=")
 			if k != "" {

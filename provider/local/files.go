@@ -126,6 +126,7 @@ func (e *Engine) WriteFile(ctx context.Context, id, p string, data []byte, mode 
 			return &fs.PathError{Op: "write", Path: p, Err: err}
 		}
 		f := os.NewFile(uintptr(fd), tmp)
+		inheritOwner(dfd, tmp)
 		_, werr := f.Write(data)
 		if werr == nil {
 			werr = unix.Fchmod(fd, mode&0o7777)
@@ -161,10 +162,25 @@ func mkdirAllIn(root int, p string) error {
 		return err
 	}
 	defer parent.Close()
-	if err := unix.Mkdirat(int(parent.Fd()), path.Base(p), 0o755); err != nil && err != unix.EEXIST {
+	if err := unix.Mkdirat(int(parent.Fd()), path.Base(p), 0o755); err != nil {
+		if err == unix.EEXIST {
+			return nil
+		}
 		return &fs.PathError{Op: "mkdir", Path: p, Err: err}
 	}
+	inheritOwner(int(parent.Fd()), path.Base(p))
 	return nil
+}
+
+// inheritOwner gives name in dirfd the owner of dirfd when that is an id of the
+// sandbox's range: what the engine writes (as the host's root) belongs to the
+// sandbox's user of that directory, never to a host id it could not change.
+func inheritOwner(dirfd int, name string) {
+	var st unix.Stat_t
+	if unix.Fstat(dirfd, &st) != nil || !inSandboxRange(st.Uid) || !inSandboxRange(st.Gid) {
+		return
+	}
+	_ = unix.Fchownat(dirfd, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // MkdirAll creates a directory and its parents.

@@ -32,6 +32,9 @@ type initConfig struct {
 	// Hide are host directories covered with an empty tmpfs inside (the data dir).
 	Hide  []string    `json:"hide,omitempty"`
 	Binds []bindMount `json:"binds,omitempty"`
+	// Layers are the image's layer directories on the host, lowest first; empty
+	// means the host's system directories.
+	Layers []string `json:"layers,omitempty"`
 	// Tunnels are the sandbox ports served by the host listeners on fds 5, 6, ….
 	Tunnels []int `json:"tunnels,omitempty"`
 	// HostNetFd, when not zero, is the host's network namespace: init serves the
@@ -51,10 +54,10 @@ type bindMount struct {
 
 // Names of a sandbox's directory entries on the host.
 const (
-	dirHome    = "home"
-	dirTmp     = "tmp"
-	dirVarTmp  = "vartmp"
-	dirRun     = "run"
+	dirHome    = "disk/home" // the writable directories are on the sandbox's disk (disk.go)
+	dirTmp     = "disk/tmp"
+	dirVarTmp  = "disk/vartmp"
+	dirRun     = "disk/run"
 	dirRoot    = "root"  // the mount point of the sandbox's root, only used inside
 	dirStage   = "stage" // overlay upper dirs, only used inside
 	fileCtl    = "control.sock"
@@ -69,6 +72,10 @@ func init() {
 		return
 	case "probe":
 		os.Exit(0)
+	case "spawner":
+		os.Unsetenv(initEnv)
+		unix.CloseOnExec(3)
+		os.Exit(spawnerMain())
 	default:
 		os.Exit(sandboxInit())
 	}
@@ -103,6 +110,7 @@ func sandboxInit() int {
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	// Signals from inside the sandbox do not end it; the engine ends it with SIGKILL.
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
+	var sp *spawnClient
 	if cfg.Isolated {
 		// Not dumpable: its /proc/1/fd, /proc/1/root and /proc/1/environ need
 		// CAP_SYS_PTRACE, which no process inside has (an open descriptor of init's
@@ -113,7 +121,21 @@ func sandboxInit() int {
 		if cfg.HostNetFd > 0 {
 			unix.CloseOnExec(cfg.HostNetFd)
 		}
-		if err := setupRoot(cfg); err != nil {
+		if err := privateProc(); err != nil {
+			return fail(err)
+		}
+		sp = newSpawnClient()
+		spPid, err := sp.start()
+		if err != nil {
+			return fail(err)
+		}
+		userns, err := unix.Open("/proc/"+strconv.Itoa(spPid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fail(fmt.Errorf("the spawner's user namespace: %w", err))
+		}
+		err = setupRoot(cfg, userns)
+		unix.Close(userns)
+		if err != nil {
 			return fail(fmt.Errorf("set up the sandbox root: %w", err))
 		}
 		if err := unix.Sethostname([]byte(cfg.ID)); err != nil {
@@ -134,8 +156,7 @@ func sandboxInit() int {
 			}
 		}
 	}
-	in := &initServer{cfg: cfg, waiters: map[int]chan syscall.WaitStatus{}, spawn: make(chan spawnReq)}
-	go in.spawner(cfg.Isolated)
+	in := &initServer{cfg: cfg, waiters: map[int]chan syscall.WaitStatus{}, sp: sp}
 	go in.reaper()
 	for i, port := range cfg.Tunnels {
 		f := os.NewFile(uintptr(5+i), "tunnel")
@@ -158,6 +179,10 @@ func sandboxInit() int {
 		c, err := ln.Accept()
 		if err != nil {
 			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if !trustedPeer(c, cfg.Isolated) {
+			c.Close()
 			continue
 		}
 		go in.serve(c)

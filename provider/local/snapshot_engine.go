@@ -31,6 +31,9 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if st.Image != nil {
+		return "", fmt.Errorf("snapshot %s: a sandbox from an image keeps its changes in its upper layer (UpperDir): %w", id, engine.ErrUnsupported)
+	}
 	if e.caps.Pause && !st.Paused {
 		if err := e.cg.setFrozen(st.Cgroups, true); err == nil {
 			defer func() {
@@ -49,7 +52,7 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	for _, d := range snapshotDirs {
-		if err := copyDir(ctx, filepath.Join(e.sandboxDir(id), d), filepath.Join(dst, d)); err != nil {
+		if err := copyDir(ctx, filepath.Join(e.sandboxDir(id), d), filepath.Join(dst, filepath.Base(d))); err != nil {
 			os.RemoveAll(dst)
 			return "", fmt.Errorf("snapshot %s: %w", id, err)
 		}
@@ -86,7 +89,7 @@ func (e *Engine) restoreSnapshot(ctx context.Context, sid, sd string) error {
 		if err := os.RemoveAll(filepath.Join(sd, d)); err != nil {
 			return err
 		}
-		if err := copyDir(ctx, filepath.Join(src, d), filepath.Join(sd, d)); err != nil {
+		if err := copyDir(ctx, filepath.Join(src, filepath.Base(d)), filepath.Join(sd, d)); err != nil {
 			return fmt.Errorf("restore snapshot %s: %w", sid, err)
 		}
 	}

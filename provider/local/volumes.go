@@ -26,9 +26,13 @@ import (
 // capacity and the difference is reserved for the host's root, which no sandbox is
 // (user namespaces map sandbox root elsewhere), so the sandbox gets ENOSPC at exactly
 // the capacity and the host disk is never written past it. The engine loop-mounts it at
-// DataDir/volumes/<name>/mnt (nodev, nosuid) while live sandboxes use it, and each
-// sandbox binds that mount at its target: several sandboxes share one mount, so they
-// see each other's writes at once, and files keep the owner they were written with.
+// DataDir/volumes/<name>/mnt (nodev, nosuid) at its first use and keeps it mounted
+// until the volume is removed — one superblock for the file, whatever the order in
+// which sandboxes' mount namespaces go away (two mounts of one image through two loop
+// devices would corrupt it) — and each
+// sandbox binds that mount at its target with its id mapping: several sandboxes share
+// one mount, so they see each other's writes at once, and a file's owner is the same
+// from every sandbox.
 const (
 	volumeMeta  = "volume.json"
 	volumeImage = "data.img"
@@ -398,24 +402,6 @@ func (e *Engine) mountVolumes(spec engine.Spec) ([]bindMount, error) {
 	return binds, err
 }
 
-// releaseVolumes unmounts, from the host, the volumes of spec that no live sandbox
-// uses any more. Sandboxes still running keep their own reference to the mount, and the
-// loop device goes with the last one.
-func (e *Engine) releaseVolumes(spec engine.Spec) {
-	if len(spec.Volumes) == 0 {
-		return
-	}
-	_ = e.withVolumesLock(func() error {
-		users := e.volumeUsers()
-		for _, v := range spec.Volumes {
-			if len(users[v.Name]) == 0 && rules.ValidateVolumeName(v.Name) == nil {
-				unmountVolume(filepath.Join(e.volumeDir(v.Name), volumeMnt))
-			}
-		}
-		return nil
-	})
-}
-
 func unmountVolume(mnt string) {
 	for isMountPoint(mnt) {
 		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
@@ -433,9 +419,10 @@ func isMountPoint(p string) bool {
 	return st.Dev != parent.Dev
 }
 
-// volumeOwnerIDs are the host ids the sandbox user (uid 1000 inside) has under the
-// engine's user-namespace mapping: a new volume's root belongs to it.
-func volumeOwnerIDs() (uid, gid int) { return 101000, 101000 }
+// volumeOwnerIDs own a new volume's root: the sandbox user. Sandboxes bind volumes
+// with their id mapping (idmapBind), so a volume holds the ids as a sandbox sees them
+// and every sandbox that mounts it sees the same owners, whatever its runtime.
+func volumeOwnerIDs() (uid, gid int) { return rules.UserID, rules.UserID }
 
 // volumesUsable reports whether this machine can make and mount volumes: loop
 // devices and mkfs.ext4/tune2fs.

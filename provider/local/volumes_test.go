@@ -51,19 +51,20 @@ func TestVolumeSharedAndKept(t *testing.T) {
 		t.Fatalf("CreateVolume(ifMissing) = %+v, %v; want the existing volume", again, err)
 	}
 
-	a, err := e.Create(t.Context(), engine.Spec{Volumes: []engine.VolumeMount{{Name: "shared", Target: "/data"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := e.Create(t.Context(), engine.Spec{Volumes: []engine.VolumeMount{{Name: "shared", Target: "/mnt/ro", ReadOnly: true}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := createBox(t, e, engine.Spec{Volumes: []engine.VolumeMount{{Name: "shared", Target: "/data"}}})
+	b := createBox(t, e, engine.Spec{Volumes: []engine.VolumeMount{{Name: "shared", Target: "/mnt/ro", ReadOnly: true}}})
 	if len(a.Volumes) != 1 || a.Volumes[0].Target != "/data" {
 		t.Errorf("Info.Volumes = %+v, want the /data mount", a.Volumes)
 	}
 	if out, code := sh(t, e, a.ID, "sh", "-c", "echo hello > /data/f && cat /data/f"); code != 0 || out != "hello\n" {
 		t.Fatalf("write in A = %q, %d", out, code)
+	}
+	// Ownership as any sandbox sees it: root's file is root's, the user's is the user's.
+	if out, code := sh(t, e, a.ID, "sh", "-c", "setpriv --reuid=1000 --regid=1000 --clear-groups touch /data/u && stat -c '%u %n' /data/f /data/u"); code != 0 || out != "0 /data/f\n1000 /data/u\n" {
+		t.Fatalf("owners in A = %q, %d; want 0 and 1000", out, code)
+	}
+	if out, code := sh(t, e, b.ID, "stat", "-c", "%u %U", "/mnt/ro/u"); code != 0 || out != "1000 user\n" {
+		t.Fatalf("owner in B = %q, %d; want 1000 user", out, code)
 	}
 	if out, code := sh(t, e, b.ID, "cat", "/mnt/ro/f"); code != 0 || out != "hello\n" {
 		t.Fatalf("read in B while A runs = %q, %d; want hello", out, code)
@@ -86,9 +87,6 @@ func TestVolumeSharedAndKept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if isMountPoint(filepath.Join(e.volumeDir("shared"), volumeMnt)) {
-		t.Error("the volume stays mounted on the host with no sandbox using it")
-	}
 	c := createBox(t, e, engine.Spec{Volumes: []engine.VolumeMount{{Name: "shared", Target: "/home/user/data"}}})
 	if out, code := sh(t, e, c.ID, "cat", "/home/user/data/f"); code != 0 || out != "hello\n" {
 		t.Fatalf("read after both sandboxes ended = %q, %d; want hello", out, code)
@@ -100,11 +98,8 @@ func TestVolumeSharedAndKept(t *testing.T) {
 func TestVolumeRemoveInUse(t *testing.T) {
 	e := newVolumeEngine(t)
 	createVolume(t, e, "busy", 16<<20)
-	box, err := e.Create(t.Context(), engine.Spec{Volumes: []engine.VolumeMount{{Name: "busy", Target: "/data"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = e.RemoveVolume(t.Context(), "busy")
+	box := createBox(t, e, engine.Spec{Volumes: []engine.VolumeMount{{Name: "busy", Target: "/data"}}})
+	err := e.RemoveVolume(t.Context(), "busy")
 	if !errors.Is(err, engine.ErrInUse) || !strings.Contains(err.Error(), box.ID) {
 		t.Fatalf("RemoveVolume in use = %v, want ErrInUse naming %s", err, box.ID)
 	}
@@ -113,6 +108,9 @@ func TestVolumeRemoveInUse(t *testing.T) {
 	}
 	if err := e.RemoveVolume(t.Context(), "busy"); err != nil {
 		t.Fatalf("RemoveVolume after terminate: %v", err)
+	}
+	if isMountPoint(filepath.Join(e.volumeDir("busy"), volumeMnt)) {
+		t.Error("a removed volume stays mounted on the host")
 	}
 	if _, err := os.Stat(e.volumeDir("busy")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("volume directory left after remove: %v", err)
@@ -136,10 +134,9 @@ func TestVolumeCapacity(t *testing.T) {
 	const capacity = 100 << 20
 	createVolume(t, e, "cap", capacity)
 	box := createBox(t, e, engine.Spec{Volumes: []engine.VolumeMount{{Name: "cap", Target: "/data"}}})
-	// A non-root writer of the host: the reserve is for the host's root only.
-	script := `chmod 0777 /data && setpriv --reuid=1000 --regid=1000 --clear-groups sh -c '
-dd if=/dev/zero of=/data/a bs=1M count=100 status=none && echo first100ok
-dd if=/dev/zero of=/data/b bs=1M count=1 status=none 2>&1'`
+	// Root inside is not root on the host: the reserve holds for it too.
+	script := `dd if=/dev/zero of=/data/a bs=1M count=100 status=none && echo first100ok
+dd if=/dev/zero of=/data/b bs=1M count=1 status=none 2>&1`
 	out, _ := sh(t, e, box.ID, "sh", "-c", script)
 	if !strings.Contains(out, "first100ok") {
 		t.Fatalf("writing the first 100 MB failed: %s", out)
