@@ -71,7 +71,8 @@ func TestImageBuildListRm(t *testing.T) {
 		os.WriteFile(p, []byte(`{"from":"debian:bookworm-slim","steps":[
 			{"kind":"copy","src":"hello.txt","dst":"/opt/hello.txt"},
 			{"kind":"env","env":[{"key":"GREETING","value":"`+greeting+`"}]},
-			{"kind":"workdir","path":"/opt"}]}`), 0o644)
+			{"kind":"workdir","path":"/opt"},
+			{"kind":"run","commands":["echo $GREETING > ran"]}]}`), 0o644)
 		return p
 	}
 	getenv := func(k string) string {
@@ -109,8 +110,16 @@ func TestImageBuildListRm(t *testing.T) {
 	for _, s := range changed.Steps {
 		cached = append(cached, s.Cached)
 	}
-	if want := []bool{true, true, false, false}; fmt.Sprint(cached) != fmt.Sprint(want) {
+	if want := []bool{true, true, false, false, false}; fmt.Sprint(cached) != fmt.Sprint(want) {
 		t.Errorf("after changing the env step, cached = %v, want %v", cached, want)
+	}
+	// The run step ran in a build sandbox of the local engine, in the workdir, with the env.
+	fs, err := imagetest.Store(t).ResolveImage(t.Context(), changed.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(fs.Layers[len(fs.Layers)-1], "opt/ran")); err != nil || string(b) != "hello\n" {
+		t.Errorf("the run step's layer opt/ran = %q, %v", b, err)
 	}
 	if list := runImage(t, getenv, "image", "list"); !strings.Contains(list, changed.ID[:12]) || !strings.Contains(list, name) {
 		t.Errorf("image list lacks %s %s:\n%s", changed.ID[:12], name, list)
@@ -121,8 +130,8 @@ func TestImageBuildListRm(t *testing.T) {
 		t.Errorf("image rm of a parent = %d, %q; want refused", code, stderr.String())
 	}
 	runImage(t, getenv, "image", "rm", name)
-	if out := runImage(t, getenv, "image", "rm", first.ID); strings.Count(out, "removed") != 3 {
-		t.Errorf("image rm of the first build removed:\n%s\nwant it and its env and copy step images (3 ids; the base is tagged)", out)
+	if out := runImage(t, getenv, "image", "rm", first.ID); strings.Count(out, "removed") != 4 {
+		t.Errorf("image rm of the first build removed:\n%s\nwant it and its workdir, env and copy step images (4 ids; the base is tagged)", out)
 	}
 	if list := runImage(t, getenv, "image", "list"); strings.Contains(list, changed.ID[:12]) {
 		t.Errorf("image list still has %s after rm:\n%s", changed.ID[:12], list)

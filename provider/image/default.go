@@ -23,12 +23,12 @@ var Binaries = []string{"sandbox-mcp", "proliferate"}
 // Modal runs it.
 func Default() Image {
 	home := rules.HomeDir
-	u := rules.SandboxUser
+	u := rules.UserName
 	steps := []Step{
 		Apt("bash", "ca-certificates", "caddy", "coreutils", "curl", "findutils", "git", "jq", "openssh-server", "procps", "sudo").
 			With("What the boot plan runs: git, Caddy, sshd and the shell tools of its steps."),
 		Run(
-			fmt.Sprintf("useradd --create-home --uid %d --home-dir %s --shell /bin/bash %s", rules.SandboxUID, home, u),
+			fmt.Sprintf("useradd --create-home --uid %d --home-dir %s --shell /bin/bash %s", rules.UserID, home, u),
 			"cp -rT /etc/skel "+home,
 			fmt.Sprintf("echo '%s ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/%s", u, u),
 			"chmod 0440 /etc/sudoers.d/"+u,
