@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,6 +130,24 @@ func TestImageBuildListRm(t *testing.T) {
 	var stdout, stderr strings.Builder
 	if code := run(t.Context(), []string{"image", "rm", changed.Steps[1].ID}, getenv, strings.NewReader(""), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "parent of") {
 		t.Errorf("image rm of a parent = %d, %q; want refused", code, stderr.String())
+	}
+	// A live sandbox booted from the image holds it.
+	e, err := local.NewEngine(local.EngineOptions{DataDir: data, Images: imagetest.Store(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	box, err := e.Create(t.Context(), engine.Spec{Image: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := run(t.Context(), []string{"image", "rm", name}, getenv, strings.NewReader(""), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), box.ID) {
+		t.Errorf("image rm of an image a live sandbox uses = %d, %q; want refused naming %s", code, stderr.String(), box.ID)
+	}
+	if err := e.Terminate(t.Context(), box.ID); err != nil {
+		t.Fatal(err)
 	}
 	runImage(t, getenv, "image", "rm", name)
 	if out := runImage(t, getenv, "image", "rm", first.ID); strings.Count(out, "removed") != 4 {
