@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
@@ -394,8 +395,18 @@ func (s *Store) collect(ctx context.Context) error {
 			}
 		}
 	}
-	remove(filepath.Join(s.dir, "oci", "blobs", "sha256"), func(n string) bool { return blobs["sha256:"+n] })
-	remove(filepath.Join(s.dir, "layers"), func(n string) bool { return layers[strings.TrimSuffix(n, ".json")] })
+	// Blobs and layers younger than the grace period may belong to an import, pull or
+	// build step of another process that has not named them in the index yet.
+	recent := func(p string) bool {
+		st, err := os.Stat(p)
+		return err == nil && time.Since(st.ModTime()) < s.grace
+	}
+	blobDir, layerDir := filepath.Join(s.dir, "oci", "blobs", "sha256"), filepath.Join(s.dir, "layers")
+	remove(blobDir, func(n string) bool { return blobs["sha256:"+n] || recent(filepath.Join(blobDir, n)) })
+	remove(layerDir, func(n string) bool {
+		id := strings.TrimSuffix(n, ".json")
+		return layers[id] || recent(filepath.Join(layerDir, id+".json"))
+	})
 	remove(filepath.Join(s.dir, "cache"), func(n string) bool {
 		data, err := os.ReadFile(filepath.Join(s.dir, "cache", n))
 		return err == nil && ids[strings.TrimSpace(string(data))]

@@ -27,6 +27,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -40,6 +41,10 @@ type Options struct {
 	// InUse returns the live sandboxes that boot from image id; Remove refuses an image
 	// in use. Nil: no engine is asked.
 	InUse func(ctx context.Context, id string) ([]string, error)
+	// GCGrace: Remove's clean-up leaves blobs and layers younger than this, which an
+	// import, pull or build in another process may be about to name. Zero means 10
+	// minutes; negative means none.
+	GCGrace time.Duration
 }
 
 // Store is a local image store. Its methods are safe for concurrent use, also by
@@ -47,6 +52,7 @@ type Options struct {
 type Store struct {
 	dir   string
 	inUse func(ctx context.Context, id string) ([]string, error)
+	grace time.Duration
 }
 
 var _ engine.ImageResolver = (*Store)(nil)
@@ -81,7 +87,13 @@ func Open(o Options) (*Store, error) {
 			return nil, fmt.Errorf("image store: %w", err)
 		}
 	}
-	return &Store{dir: o.Dir, inUse: o.InUse}, nil
+	switch {
+	case o.GCGrace == 0:
+		o.GCGrace = 10 * time.Minute
+	case o.GCGrace < 0:
+		o.GCGrace = 0
+	}
+	return &Store{dir: o.Dir, inUse: o.InUse, grace: o.GCGrace}, nil
 }
 
 // Dir is the store's data dir.

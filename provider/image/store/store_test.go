@@ -73,7 +73,7 @@ func ociBlobs(name string, cfg Config, layers ...[]byte) (map[string][]byte, []b
 
 func openStore(t *testing.T) *Store {
 	t.Helper()
-	s, err := Open(Options{Dir: t.TempDir()})
+	s, err := Open(Options{Dir: t.TempDir(), GCGrace: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,6 +205,24 @@ func TestBuildChainAndRemove(t *testing.T) {
 	}
 	if _, err := os.Stat(s.layerDir(diffID)); !os.IsNotExist(err) {
 		t.Errorf("the child's own layer survived its removal: %v", err)
+	}
+	// With a grace period, a young unreferenced layer is kept (another process's build
+	// step may be about to name it).
+	graced, _ := Open(Options{Dir: s.Dir()})
+	young := filepath.Join(t.TempDir(), "young")
+	os.MkdirAll(filepath.Join(young, "y"), 0o755)
+	youngID, err := graced.CommitLayer(ctx, young, CommitOptions{Move: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := graced.collect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(graced.layerDir(youngID)); err != nil {
+		t.Errorf("collect removed a layer younger than the grace period: %v", err)
+	}
+	if err := s.collect(ctx); err != nil {
+		t.Fatal(err)
 	}
 	if _, ok := s.CacheGet(ctx, strings.Repeat("a", 64)); ok {
 		t.Errorf("the cache still points at a removed image")
