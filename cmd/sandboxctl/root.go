@@ -114,6 +114,7 @@ func newCmdRoot(a *app) *cobra.Command {
 	root.AddCommand(newCmdCreate(a), newCmdList(a), newCmdExec(a), newCmdCp(a), newCmdSnapshot(a),
 		newCmdPause(a, true), newCmdPause(a, false), newCmdTerminate(a), newCmdTunnels(a),
 		newCmdTerminal(a), newCmdServe(a), newCmdPush(a), newCmdSync(a))
+	root.AddCommand(newCmdImage(a))
 	return root
 }
 

@@ -65,7 +65,10 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	if err != nil {
 		return engine.Info{}, err
 	}
-	img := e.p.image.Image(c)
+	img, err := e.p.image.Image(c)
+	if err != nil {
+		return engine.Info{}, err
+	}
 	if spec.Snapshot != "" {
 		if img, err = c.Images.FromID(ctx, spec.Snapshot, nil); err != nil {
 			return engine.Info{}, notFound(err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image"
 	"io"
 	"io/fs"
 	"maps"
@@ -31,7 +32,7 @@ func TestEngine(t *testing.T) {
 	// after Create.
 	const port = 8000
 
-	img := BaseImage{From: "debian:bookworm-slim"}
+	img := BaseImage{Def: image.Image{From: "debian:bookworm-slim"}}
 	e.p.image = img
 	info, err := e.Create(ctx, engine.Spec{Name: "eng-1", Env: []string{"A=1"}, Ports: []int{port}, Network: true,
 		Labels: map[string]string{"owner": "test"}})
