@@ -99,16 +99,20 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 	if err != nil {
 		return engine.Info{}, err
 	}
-	img, err := e.resolveImage(ctx, spec.Image, sd)
+	imageRef, snapshot, err := e.snapshotImage(spec)
+	if err != nil {
+		return engine.Info{}, err
+	}
+	img, err := e.resolveImage(ctx, imageRef, sd)
 	if err != nil {
 		return engine.Info{}, err
 	}
 	bx.st.Runtime, bx.st.Image = rt, img
-	if spec.Snapshot != "" {
+	if snapshot != "" {
 		if img != nil {
-			return engine.Info{}, fmt.Errorf("snapshot of an image sandbox: %w", engine.ErrUnsupported)
+			return engine.Info{}, fmt.Errorf("a copied snapshot over an image: %w", engine.ErrUnsupported)
 		}
-		if err := e.restoreSnapshot(ctx, spec.Snapshot, sd); err != nil {
+		if err := e.restoreSnapshot(ctx, snapshot, sd); err != nil {
 			return engine.Info{}, err
 		}
 	}
