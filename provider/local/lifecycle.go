@@ -30,6 +30,10 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		e.mu.Unlock()
 		return engine.Info{}, errors.New("create sandbox: engine is closed")
 	}
+	if err := e.claimKind(); err != nil {
+		e.mu.Unlock()
+		return engine.Info{}, fmt.Errorf("create sandbox: %w", err)
+	}
 	if spec.Name != "" {
 		for _, o := range e.boxes {
 			o.mu.Lock()
