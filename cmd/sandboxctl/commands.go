@@ -76,6 +76,9 @@ func newCmdCreate(a *app) *cobra.Command {
 				return err
 			}
 			a.progress("created %s in %v", res.SandboxID, time.Since(start).Round(time.Millisecond))
+			if err := writeGitRecord(a.dataDir, res.SandboxID, opts.Repos); err != nil {
+				a.progress("warning: %v (push and sync will need --remote)", err)
+			}
 			if a.json {
 				return a.printJSON(res)
 			}
@@ -305,6 +308,7 @@ func newCmdTerminate(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				removeGitRecord(a.dataDir, id)
 				if !a.json {
 					fmt.Fprintf(a.stdout, "%s terminated\n", id)
 				}

@@ -129,7 +129,8 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	}
 	e.cg = detectCgroups()
 	e.caps = engine.Capabilities{Isolated: !o.Unisolated, Snapshot: true,
-		Pause: e.cg.freezer(), Limits: e.cg.limits(), DialPort: true, Images: o.Images != nil && !o.Unisolated,
+		Pause: e.cg.freezer(), Limits: e.cg.limits(), DialPort: true,
+		Volumes: !o.Unisolated && volumesUsable(), Images: o.Images != nil && !o.Unisolated,
 		Runtimes: []string{runtimeUserns}}
 	if o.Unisolated {
 		e.caps.Runtimes = []string{runtimeNone}

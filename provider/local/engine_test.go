@@ -637,7 +637,12 @@ func TestEngineEgress(t *testing.T) {
 	}
 	outside := serve(net.JoinHostPort(ip, "0"))
 	loopback := serve("127.0.0.1:0")
-	info := createBox(t, e, engine.Spec{Egress: true, Ports: []int{4000}})
+	// The host's own addresses are out of reach unless EgressHosts lists them.
+	unlisted := createBox(t, e, engine.Spec{Egress: true})
+	if out, code := sh(t, e, unlisted.ID, "curl", "-sS", "--max-time", "10", "http://"+outside+"/plain"); code == 0 && strings.Contains(out, "outside") {
+		t.Errorf("the egress proxy reached the host's address %s: %q", ip, out)
+	}
+	info := createBox(t, e, engine.Spec{Egress: true, EgressHosts: []string{ip}, Ports: []int{4000}})
 	out, code := sh(t, e, info.ID, "curl", "-sS", "--max-time", "10", "http://"+outside+"/plain")
 	if code != 0 || out != "outside /plain" {
 		t.Errorf("http through the egress proxy = %d %q", code, out)

@@ -18,11 +18,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // environ is the environment of an exec: defaults, the spec's env, then the request's.
 func (e *Engine) environ(st boxState, extra []string) []string {
-	m := map[string]string{"PATH": sandboxPATH, "HOME": "/home/user", "USER": "root", "LANG": "C.UTF-8",
+	m := map[string]string{"PATH": sandboxPATH, "HOME": rules.HomeDir, "USER": "root", "LANG": "C.UTF-8",
 		"HOSTNAME": st.ID}
 	if !st.Isolated {
 		m["PATH"] = os.Getenv("PATH")
@@ -202,7 +203,7 @@ func (e *Engine) ctlRequest(st boxState, req engine.ExecRequest, detach bool) ct
 		cwd = st.Image.WorkDir
 	}
 	if cwd == "" {
-		cwd = "/home/user"
+		cwd = rules.HomeDir
 		if !st.Isolated {
 			cwd = filepath.Join(e.sandboxDir(st.ID), dirHome)
 		}

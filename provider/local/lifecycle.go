@@ -90,8 +90,13 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 			}
 			cfg.Binds = append(cfg.Binds, bindMount{Source: m.Source, Target: filepath.Clean(m.Target), ReadOnly: m.ReadOnly})
 		}
-	} else if len(spec.Mounts) > 0 {
-		return engine.Info{}, fmt.Errorf("mounts need an isolated sandbox: %w", engine.ErrUnsupported)
+		vols, err := e.mountVolumes(spec)
+		if err != nil {
+			return engine.Info{}, err
+		}
+		cfg.Binds = append(cfg.Binds, vols...)
+	} else if len(spec.Mounts) > 0 || len(spec.Volumes) > 0 {
+		return engine.Info{}, fmt.Errorf("mounts and volumes need an isolated sandbox: %w", engine.ErrUnsupported)
 	}
 	// The tunnels' host listeners are made here, on the host's network, and handed to
 	// init, which serves them from inside: they live exactly as long as the sandbox.
@@ -119,6 +124,10 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 		bx.st.Tunnels = append(bx.st.Tunnels, engine.Tunnel{Port: p, Host: "127.0.0.1", HostPort: ln.Addr().(*net.TCPAddr).Port})
 	}
 	if spec.Egress && bx.st.NetNS {
+		if _, err := newEgressPolicy(spec.EgressHosts); err != nil {
+			return engine.Info{}, fmt.Errorf("egress: %w", err)
+		}
+		cfg.EgressHosts = spec.EgressHosts
 		f, err := os.Open("/proc/self/ns/net")
 		if err != nil {
 			return engine.Info{}, fmt.Errorf("egress: %w", err)

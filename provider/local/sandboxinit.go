@@ -40,6 +40,8 @@ type initConfig struct {
 	// HostNetFd, when not zero, is the host's network namespace: init serves the
 	// egress proxy.
 	HostNetFd int `json:"hostNetFd,omitempty"`
+	// EgressHosts is the sandbox's Spec.EgressHosts, for the egress proxy.
+	EgressHosts []string `json:"egressHosts,omitempty"`
 	// DeadlineMs ends the sandbox (exit 124) at this Unix time in ms; 0 means never.
 	DeadlineMs int64 `json:"deadlineMs,omitempty"`
 }
@@ -193,7 +195,7 @@ func isolate(cfg initConfig) (*spawnClient, error) {
 			return nil, fmt.Errorf("loopback: %w", err)
 		}
 		if cfg.HostNetFd > 0 {
-			g, err := newEgress(cfg.HostNetFd)
+			g, err := newEgress(cfg.HostNetFd, cfg.EgressHosts)
 			if err == nil {
 				err = g.serve()
 			}

@@ -96,7 +96,8 @@ func (e *Engine) info(bx *box) engine.Info {
 	st := bx.st
 	info := engine.Info{ID: st.ID, Name: st.Name, State: state, Created: st.Created,
 		Tunnels: slices.Clone(st.Tunnels), Labels: st.Spec.Labels, Isolated: st.Isolated,
-		Home: e.homeOf(st), Applied: st.Applied, ExitCode: st.ExitCode, Runtime: st.Runtime}
+		Home: e.homeOf(st), Applied: st.Applied, ExitCode: st.ExitCode, Runtime: st.Runtime,
+		Volumes: slices.Clone(st.Spec.Volumes)}
 	if st.Image != nil {
 		info.Image = st.Image.ID
 	}

@@ -22,7 +22,8 @@ import (
 // environment) at it. It returns the server and the provider's settings.
 func localServer(t testing.TB, eng engine.Engine) (*modalserver.Server, map[string]string) {
 	t.Helper()
-	srv, err := modalserver.New(modalserver.Options{Engine: eng})
+	srv, err := modalserver.New(modalserver.Options{Engine: eng, Token: modalserver.Token{ID: "ak-local", Secret: "as-local"},
+		SkipRunSteps: true}) // the base image's RUN steps: the host has its packages
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,8 @@
-// Package caddy renders the sandbox's Caddy configuration (the main Caddyfile
-// and the user snippet it imports) from typed values, writes the snippet
-// atomically, and loads it through Caddy's admin endpoint. cmd/sandbox-mcp uses
-// it to route the preview site to the sidecar's preview proxy; the host-side
-// provider package uses RenderMain to boot sandboxes.
-package caddy
+// Package caddyfile renders the sandbox's Caddy configuration (the main Caddyfile
+// and the user snippet it imports) from typed values. It is neutral ground: the
+// sidecar (internal/caddy writes and loads the snippet) and the host-side provider
+// package (RenderMain, to boot sandboxes) both import it.
+package caddyfile
 
 import (
 	"bytes"
@@ -17,20 +16,20 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// DefaultFallbackPorts are the dev-server ports the preview site falls back
-// to, tried in this order.
-var DefaultFallbackPorts = rules.FallbackPorts()
+// Sandbox defaults of the main Caddyfile, spelled from package rules.
+var (
+	DefaultSite    = ":" + strconv.Itoa(rules.PortPreview)
+	DefaultAPI     = "localhost:" + strconv.Itoa(rules.PortSidecar)
+	DefaultVSCode  = "localhost:" + strconv.Itoa(rules.PortVSCode)
+	DefaultPreview = "127.0.0.1:" + strconv.Itoa(rules.PortPreviewProxy)
+)
 
-// Sandbox defaults of the main Caddyfile.
+// Paths of the main Caddyfile.
 const (
-	DefaultSite        = ":20000"
-	DefaultAPI         = "localhost:4000"
-	DefaultVSCode      = "localhost:3901"
-	DefaultPreview     = "127.0.0.1:4001"
-	DefaultSnippetPath = "/home/user/.proliferate/caddy/user.caddy"
+	DefaultSnippetPath = rules.CaddySnippet
 	// DefaultAdminSocket sits in a directory only the sandbox user can enter,
 	// so only that user can reconfigure Caddy.
-	DefaultAdminSocket = "/home/user/.proliferate/caddy/admin/admin.sock"
+	DefaultAdminSocket = rules.CaddyAdminSocket
 )
 
 // Snippet is the user snippet: a bare handle block, imported by the main
@@ -40,7 +39,7 @@ type Snippet struct {
 	// Preview is the dial address (host:port) of the preview proxy.
 	Preview string
 	// FallbackPorts are tried on localhost, in order, when the proxy does not
-	// accept connections; nil means DefaultFallbackPorts.
+	// accept connections; nil means rules.FallbackPorts().
 	FallbackPorts []int
 }
 
@@ -83,7 +82,7 @@ type MainOptions struct {
 	SnippetPath string
 	// Preview is the preview proxy's dial address (host:port).
 	Preview string
-	// FallbackPorts are tried after the preview proxy; nil means DefaultFallbackPorts.
+	// FallbackPorts are tried after the preview proxy; nil means rules.FallbackPorts().
 	FallbackPorts []int
 }
 
@@ -193,7 +192,7 @@ func writeStripHeaders(b *bytes.Buffer, indent string) {
 
 func fallbackPorts(ports []int) ([]int, error) {
 	if ports == nil {
-		return DefaultFallbackPorts, nil
+		return rules.FallbackPorts(), nil
 	}
 	for _, p := range ports {
 		if p < 1 || p > 65535 {

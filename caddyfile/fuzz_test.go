@@ -1,4 +1,4 @@
-package caddy
+package caddyfile
 
 import (
 	"strings"

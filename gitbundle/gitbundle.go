@@ -1,7 +1,20 @@
-// Package gitbundle reads the header of a git bundle (v2 and v3): the commits
-// it requires the receiver to have and the refs it carries. The host reads
-// bundles that come out of a sandbox, so the parser treats its input as
-// hostile: bounded size, strict syntax, no trust in ref names.
+// Package gitbundle takes in git bundles that come from the other side: the
+// host reads bundles out of a sandbox (provider/gitpush), the sidecar reads
+// bundles POSTed to it (internal/gitrepo), and both treat them as hostile.
+//
+//   - Parse reads the header (v2 and v3): the commits it requires and the
+//     refs it carries; bounded size, strict syntax, no trust in ref names.
+//   - ScanPack checks the pack's declared object sizes against Limits before
+//     git inflates anything (a zip bomb is refused on its declarations).
+//   - Receive writes the objects with index-pack --strict (fsck, .gitmodules
+//     included) into a quarantine object directory of the repository; the
+//     objects join the repository on Accept and vanish on Drop, so a refused
+//     bundle leaves nothing behind.
+//   - CheckPath refuses the paths no checkout should hold (".git" as any
+//     file system may spell it).
+//
+// It is a leaf both sides import: stdlib, internal/gitexec and nothing of
+// provider.
 package gitbundle
 
 import (

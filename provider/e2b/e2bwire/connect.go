@@ -1,4 +1,4 @@
-package e2b
+package e2bwire
 
 // The Connect protocol (connectrpc.com/docs/protocol) as envd speaks it with the JSON
 // codec: unary calls are a plain JSON POST; server-streaming calls put every message

@@ -1,4 +1,4 @@
-package e2b
+package e2bwire
 
 // The envd messages of the process and filesystem services in the protobuf JSON
 // mapping (lowerCamelCase names, bytes as base64, enums as their names, 64-bit
@@ -21,11 +21,13 @@ const (
 	PathProcessSendInput  = "/process.Process/SendInput"
 	PathProcessSendSignal = "/process.Process/SendSignal"
 	PathProcessCloseStdin = "/process.Process/CloseStdin"
+	PathProcessUpdate     = "/process.Process/Update"
 	PathFilesystemStat    = "/filesystem.Filesystem/Stat"
 	PathFilesystemListDir = "/filesystem.Filesystem/ListDir"
 	PathFilesystemMakeDir = "/filesystem.Filesystem/MakeDir"
 	PathFilesystemRemove  = "/filesystem.Filesystem/Remove"
 	PathFilesystemMove    = "/filesystem.Filesystem/Move"
+	PathFilesystemWatch   = "/filesystem.Filesystem/WatchDir"
 )
 
 // ProcessConfig is what to run.
@@ -41,7 +43,24 @@ type StartRequest struct {
 	Process ProcessConfig `json:"process"`
 	Tag     *string       `json:"tag,omitempty"`
 	Stdin   *bool         `json:"stdin,omitempty"`
-	PTY     *struct{}     `json:"pty,omitempty"`
+	PTY     *PTY          `json:"pty,omitempty"`
+}
+
+// PTY asks for a pseudo-terminal of Size.
+type PTY struct {
+	Size PTYSize `json:"size"`
+}
+
+// PTYSize is a terminal's size.
+type PTYSize struct {
+	Cols uint32 `json:"cols"`
+	Rows uint32 `json:"rows"`
+}
+
+// UpdateRequest is process.Update's request: a new terminal size.
+type UpdateRequest struct {
+	Process ProcessSelector `json:"process"`
+	PTY     *PTY            `json:"pty,omitempty"`
 }
 
 // ProcessSelector picks a process by pid or tag.
@@ -215,7 +234,13 @@ type ListDirRequest struct {
 	Depth uint32 `json:"depth,omitempty"`
 }
 
-// EntryResponse is the response of Stat and MakeDir.
+// MoveRequest is filesystem.Move's request.
+type MoveRequest struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+}
+
+// EntryResponse is the response of Stat, MakeDir and Move.
 type EntryResponse struct {
 	Entry *EntryInfo `json:"entry,omitempty"`
 }
@@ -230,4 +255,32 @@ type FileEntry struct {
 	Path string `json:"path"`
 	Name string `json:"name"`
 	Type string `json:"type"`
+}
+
+// WatchDirRequest is filesystem.WatchDir's request.
+type WatchDirRequest struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// Filesystem event types.
+const (
+	EventCreate = "EVENT_TYPE_CREATE"
+	EventWrite  = "EVENT_TYPE_WRITE"
+	EventRemove = "EVENT_TYPE_REMOVE"
+	EventRename = "EVENT_TYPE_RENAME"
+	EventChmod  = "EVENT_TYPE_CHMOD"
+)
+
+// FilesystemEvent is one change under a watched directory; Name is relative to it.
+type FilesystemEvent struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// WatchDirResponse is one message of a WatchDir stream; exactly one field is set.
+type WatchDirResponse struct {
+	Start      *struct{}        `json:"start,omitempty"`
+	Filesystem *FilesystemEvent `json:"filesystem,omitempty"`
+	Keepalive  *struct{}        `json:"keepalive,omitempty"`
 }
