@@ -115,7 +115,7 @@ func (d dirImages) ResolveImage(ctx context.Context, ref string) (engine.RootFS,
 }
 
 // copyWithLibs copies the host programs progs and the libraries they load into dir.
-func copyWithLibs(t *testing.T, dir string, progs ...string) {
+func copyWithLibs(t testing.TB, dir string, progs ...string) {
 	t.Helper()
 	files := map[string]bool{}
 	for _, p := range progs {
