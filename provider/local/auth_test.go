@@ -15,7 +15,7 @@ import (
 func TestControlSocketRefusesStrangers(t *testing.T) {
 	e := newTestEngine(t)
 	a := createBox(t, e, engine.Spec{})
-	b := createBox(t, e, engine.Spec{Mounts: []engine.Mount{{Source: e.sandboxDir(a.ID), Target: "/a"}}})
+	b := createBox(t, e, engine.Spec{Mounts: []engine.Mount{{Source: e.sandboxDir(a.ID), Target: "/a", ReadOnly: true}}})
 	script := `use IO::Socket::UNIX; $SIG{PIPE} = "IGNORE";
 		my $s = IO::Socket::UNIX->new(Peer => "/a/control.sock") or die "connect: $!\n";
 		print $s "{\"op\":\"exec\",\"argv\":[\"touch\",\"/tmp/pwned\"],\"cwd\":\"/\"}\n";

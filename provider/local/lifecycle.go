@@ -88,7 +88,7 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 			if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) {
 				return engine.Info{}, fmt.Errorf("mount %s -> %s: paths must be absolute", m.Source, m.Target)
 			}
-			cfg.Binds = append(cfg.Binds, bindMount{Source: m.Source, Target: filepath.Clean(m.Target), ReadOnly: m.ReadOnly})
+			cfg.Binds = append(cfg.Binds, bindMount{Source: m.Source, Target: filepath.Clean(m.Target), ReadOnly: m.ReadOnly, Host: true})
 		}
 		vols, err := e.mountVolumes(spec)
 		if err != nil {

@@ -50,6 +50,9 @@ type bindMount struct {
 	Source   string `json:"source"`
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"readOnly,omitempty"`
+	// Host marks a host directory of Spec.Mounts: read-write, it is bound as it is,
+	// never id-mapped (see setupRoot).
+	Host bool `json:"host,omitempty"`
 }
 
 // Names of a sandbox's directory entries on the host.
