@@ -41,12 +41,12 @@ const replStartTimeout = 30 * time.Second
 // it returns its pid inside the sandbox. The secrets are in the environment of that
 // process only: setsid forks and execs it through sh's exec, so no other process of
 // the sandbox has them.
-func (r *Runner) startREPL(ctx context.Context, sandbox string) (int, error) {
-	_, secrets := r.cfg.secretEnv()
+// cwd is /workspace in a session (relative paths in code mean the workspace).
+func (r *Runner) startREPL(ctx context.Context, sandbox, cwd string, secrets []string) (int, error) {
 	argv := append([]string{"setsid", "-f", "sh", "-c", `exec "$@" </dev/null >` + rules.CoderunREPLLog + ` 2>&1`, "sh"}, r.denoArgv()...)
 	env := append([]string{"DENO_DIR=" + rules.CoderunDenoDir, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}, secrets...)
 	var out bytes.Buffer
-	code, err := r.eng.Exec(ctx, sandbox, engine.ExecRequest{Argv: argv, Cwd: rules.CoderunWorkspace, Env: env,
+	code, err := r.eng.Exec(ctx, sandbox, engine.ExecRequest{Argv: argv, Cwd: cwd, Env: env,
 		Timeout: 30 * time.Second, Stdout: &out, Stderr: &out})
 	if err != nil {
 		return 0, fmt.Errorf("start the REPL: %w", err)

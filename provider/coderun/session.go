@@ -11,6 +11,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Session is one model session: a sandbox (booted from the dependency snapshot when
@@ -107,7 +108,8 @@ func (s *Session) ready(ctx context.Context) (sessionState, error) {
 		}
 	}
 	if st.Pid == 0 {
-		if st.Pid, err = s.r.startREPL(ctx, st.Sandbox); err != nil {
+		_, secrets := s.r.cfg.secretEnv()
+		if st.Pid, err = s.r.startREPL(ctx, st.Sandbox, rules.CoderunWorkspace, secrets); err != nil {
 			return st, err
 		}
 		if err := s.update(func(p *sessionState) { p.Pid = st.Pid }); err != nil {
