@@ -35,7 +35,7 @@ type SearchDocsInput struct {
 // SaveModulesInput is the input of save_code_modules.
 type SaveModulesInput struct {
 	Modules moduleList `json:"modules"`
-	Session string             `json:"session,omitempty" jsonschema:"session id (default: this MCP session)"`
+	Session string     `json:"session,omitempty" jsonschema:"session id (default: this MCP session)"`
 }
 
 // moduleList is save_code_modules' list, also accepted as a JSON string (clients
