@@ -44,7 +44,8 @@ func newCmdCode(a *app) *cobra.Command {
 
 // openRunner loads the config and opens the runner on the provider's engine. The
 // close ends both.
-func (o *codeOptions) openRunner(cmd *cobra.Command, a *app, reap time.Duration) (*coderun.Runner, func(), error) {
+// reap is Options.ReapEvery and spares Options.Spares.
+func (o *codeOptions) openRunner(cmd *cobra.Command, a *app, reap time.Duration, spares int) (*coderun.Runner, func(), error) {
 	cfg, err := coderun.LoadFile(o.config, a.getenv)
 	if err != nil {
 		return nil, nil, err
@@ -61,7 +62,7 @@ func (o *codeOptions) openRunner(cmd *cobra.Command, a *app, reap time.Duration)
 		return nil, nil, err
 	}
 	r, err := coderun.New(cmd.Context(), coderun.Options{Config: cfg, Engine: eng, DataDir: filepath.Join(a.dataDir, "coderun"),
-		Progress: a.stderr, Logger: a.logger(), ReapEvery: reap})
+		Progress: a.stderr, Logger: a.logger(), ReapEvery: reap, Spares: spares})
 	if err != nil {
 		closeEng()
 		return nil, nil, err
@@ -100,7 +101,7 @@ func newCmdCodeRun(a *app, o *codeOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, done, err := o.openRunner(cmd, a, -1)
+			r, done, err := o.openRunner(cmd, a, -1, 0)
 			if err != nil {
 				return err
 			}
@@ -153,7 +154,7 @@ func newCmdCodeClose(a *app, o *codeOptions) *cobra.Command {
 		Short: "Destroy a session's sandbox; its volume stays until gc",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, done, err := o.openRunner(cmd, a, -1)
+			r, done, err := o.openRunner(cmd, a, -1, 0)
 			if err != nil {
 				return err
 			}
@@ -179,7 +180,7 @@ func newCmdCodeSearch(a *app, o *codeOptions) *cobra.Command {
 		Short: "Search the packages' docs (and a session's code modules); print JSON, best first",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, done, err := o.openRunner(cmd, a, -1)
+			r, done, err := o.openRunner(cmd, a, -1, 0)
 			if err != nil {
 				return err
 			}
@@ -222,7 +223,7 @@ func newCmdCodeSnapshot(a *app, o *codeOptions) *cobra.Command {
 		Short: "Build the dependency snapshot, or show it when it exists; index the docs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, done, err := o.openRunner(cmd, a, -1)
+			r, done, err := o.openRunner(cmd, a, -1, 0)
 			if err != nil {
 				return err
 			}
@@ -249,7 +250,7 @@ func newCmdCodeGC(a *app, o *codeOptions) *cobra.Command {
 			if ttl < 0 {
 				return usageError{errors.New("--ttl must not be negative")}
 			}
-			r, done, err := o.openRunner(cmd, a, -1)
+			r, done, err := o.openRunner(cmd, a, -1, 0)
 			if err != nil {
 				return err
 			}
@@ -271,7 +272,7 @@ func newCmdCodeMCP(a *app, o *codeOptions) *cobra.Command {
 		Short: "Serve run_code, search_docs and save_code_modules as an MCP server over stdio",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, done, err := o.openRunner(cmd, a, 0)
+			r, done, err := o.openRunner(cmd, a, 0, 1)
 			if err != nil {
 				return err
 			}

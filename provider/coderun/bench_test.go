@@ -91,3 +91,39 @@ func BenchmarkSnapshotReuse(b *testing.B) {
 	}
 	p50(b, lat)
 }
+
+// BenchmarkFirstRunCodeSpare is the first run_code of a new session when a spare
+// sandbox is ready (Options.Spares): adopt it, register its volume, eval.
+func BenchmarkFirstRunCodeSpare(b *testing.B) {
+	r, _ := newRunner(b, testConfig(b, ""), Options{ReapEvery: -1, Spares: 1})
+	ctx := context.Background()
+	b.Cleanup(func() { r.DropSpares(context.Background()) })
+	var lat []time.Duration
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		r.wg.Wait()
+		if err := r.FillSpares(ctx); err != nil {
+			b.Fatal(err)
+		}
+		i++
+		s, err := r.Session(fmt.Sprintf("bench-spare-%d-%d", time.Now().UnixNano(), i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		res, err := s.RunCode(ctx, "1+1", "bench")
+		lat = append(lat, time.Since(start))
+		if err != nil || !res.Success {
+			b.Fatal(res, err)
+		}
+		b.StopTimer()
+		r.wg.Wait()
+		if err := s.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	p50(b, lat)
+}

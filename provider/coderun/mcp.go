@@ -109,6 +109,7 @@ func (r *Runner) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteClo
 	}
 	mcp.AddTool(s, &mcp.Tool{Name: "save_code_modules", InputSchema: schema, Description: "Declare reusable modules you saved under /workspace " +
 		"(path, description, exports, usage) so search_docs finds them later in this session. The source stays in /workspace."}, t.saveModules)
+	r.refillSpares()
 	err = s.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
 	t.wg.Wait()
 	t.closeAll()

@@ -49,6 +49,9 @@ type Options struct {
 	DenoVersion string
 	// NPM is the npm binary the host fetches Deno with (default "npm" on PATH).
 	NPM string
+	// Spares is how many sandboxes to keep booted for new sessions (default 0); see
+	// spare.go.
+	Spares int
 }
 
 // DefaultDenoVersion is the Deno the dependency snapshot gets.
@@ -66,9 +69,14 @@ type Runner struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
+	filling  bool // a refill of spares runs
+	closed   bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// ctx ends with Close: background work (spares) stops.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // ErrOff: the configuration does not enable code execution.
@@ -125,6 +133,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	}
 	r := &Runner{o: o, cfg: o.Config, eng: o.Engine, store: store, log: o.Logger.With("component", "coderun"),
 		sessions: map[string]*Session{}, stop: make(chan struct{})}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
 	if o.ReapEvery > 0 {
 		r.wg.Add(1)
 		go r.reapLoop()
@@ -135,6 +144,10 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 // Close stops the background loop and closes the index. Session sandboxes keep
 // running (a later Runner on the same DataDir finds them); Session.Close ends them.
 func (r *Runner) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.cancel()
 	close(r.stop)
 	r.wg.Wait()
 	return r.store.Close()

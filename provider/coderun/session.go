@@ -49,8 +49,14 @@ func (r *Runner) Session(id string) (*Session, error) {
 // ID is the session's id.
 func (s *Session) ID() string { return s.id }
 
-// Volume is the name of the session's volume.
-func (s *Session) Volume() string { return volumeName(s.id) }
+// Volume is the name of the session's volume: the one it got with a spare sandbox,
+// else a hash of its id.
+func (s *Session) Volume() string {
+	if st, err := s.state(); err == nil && st.Volume != "" {
+		return st.Volume
+	}
+	return volumeName(s.id)
+}
 
 // state returns a copy of the session's saved state.
 func (s *Session) state() (sessionState, error) {
@@ -69,10 +75,13 @@ func (s *Session) update(f func(st *sessionState)) error {
 	return s.r.withState(func(m map[string]*sessionState) error {
 		p := m[s.id]
 		if p == nil {
-			p = &sessionState{Volume: s.Volume()}
+			p = &sessionState{}
 			m[s.id] = p
 		}
 		f(p)
+		if p.Volume == "" {
+			p.Volume = volumeName(s.id)
+		}
 		return nil
 	})
 }
@@ -99,6 +108,9 @@ func (s *Session) ready(ctx context.Context) (sessionState, error) {
 		}
 	}
 	if st.Sandbox == "" {
+		if claimed, ok := s.r.claimSpare(ctx, s); ok {
+			return claimed, nil
+		}
 		if st.Sandbox, err = s.createSandbox(ctx); err != nil {
 			return st, err
 		}
@@ -255,6 +267,17 @@ func (r *Runner) ReapIdle(ctx context.Context, now time.Time) ([]string, error) 
 			if st.Sandbox == "" || now.Sub(st.LastUsed) < r.o.IdleTimeout {
 				continue
 			}
+			if isSpare(id) {
+				// An unclaimed spare idles out too; the next claim boots another.
+				if err := r.eng.Terminate(ctx, st.Sandbox); err != nil {
+					return err
+				}
+				if err := r.removeVolume(ctx, st.Volume); err != nil {
+					return err
+				}
+				delete(m, id)
+				continue
+			}
 			if err := r.eng.Terminate(ctx, st.Sandbox); err != nil {
 				return err
 			}
@@ -293,6 +316,11 @@ func (r *Runner) Cleanup(ctx context.Context, now time.Time, ttl time.Duration) 
 				inUse[st.Volume] = true
 			}
 		}
+		for id, st := range m {
+			if isSpare(id) {
+				inUse[st.Volume] = true
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -314,6 +342,17 @@ func (r *Runner) Cleanup(ctx context.Context, now time.Time, ttl time.Duration) 
 			return rep, err
 		}
 		if err := r.store.DeleteVolume(ctx, v.Name); err != nil {
+			return rep, err
+		}
+		err = r.withState(func(m map[string]*sessionState) error {
+			for _, st := range m {
+				if st.Volume == v.Name {
+					st.Volume = "" // the next sandbox gets a new volume
+				}
+			}
+			return nil
+		})
+		if err != nil {
 			return rep, err
 		}
 		rep.Volumes = append(rep.Volumes, v.Name)

@@ -2,6 +2,7 @@ package coderun
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -186,5 +187,47 @@ func TestFailuresKeepTheSessionUsable(t *testing.T) {
 				t.Errorf("the call after %s = %+v", tt.name, res)
 			}
 		})
+	}
+}
+
+// A new session adopts a spare sandbox (REPL up, fresh volume); a replacement boots in
+// the background; a session with a volume of its own does not take one.
+func TestSpareSandbox(t *testing.T) {
+	r, _ := newRunner(t, testConfig(t, ""), Options{Spares: 1, ReapEvery: -1})
+	ctx := t.Context()
+	t.Cleanup(func() { r.DropSpares(context.Background()) })
+	if err := r.FillSpares(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := session(t, r, "spare-user")
+	if res := run(t, s, `await Deno.writeTextFile("/workspace/f", "x"); 40 + 2`); !res.Success || string(res.Result) != "42" {
+		t.Fatalf("first run on a spare = %+v", res)
+	}
+	if !strings.HasPrefix(s.Volume(), "coderun-") || s.Volume() == volumeName(s.ID()) {
+		t.Errorf("volume = %q, want the spare's", s.Volume())
+	}
+	vols, _ := r.store.Volumes(ctx)
+	if !slices.ContainsFunc(vols, func(v docsearch.Volume) bool { return v.Name == s.Volume() && v.Session == "spare-user" }) {
+		t.Errorf("the adopted volume is not registered: %+v", vols)
+	}
+	// The file survives a new sandbox (not a spare: the session has its volume).
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := run(t, s, `Deno.readTextFileSync("/workspace/f")`); !res.Success || string(res.Result) != `"x"` {
+		t.Errorf("after close = %+v", res)
+	}
+	r.wg.Wait() // the refill
+	n := 0
+	r.withState(func(m map[string]*sessionState) error {
+		for k := range m {
+			if isSpare(k) {
+				n++
+			}
+		}
+		return nil
+	})
+	if n != 1 {
+		t.Errorf("%d spares after the refill, want 1", n)
 	}
 }
