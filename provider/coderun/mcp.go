@@ -82,9 +82,8 @@ type mcpTools struct {
 }
 
 // ServeMCP serves run_code, search_docs and save_code_modules over one MCP
-// connection until it ends, then closes the sandboxes of the sessions it used (their
-// volumes stay). In warm mode the connection's session boots when the client has
-// initialized.
+// connection until it ends, then closes the sandbox of the connection's own session
+// (its volume stays). In warm mode that session boots as the connection starts.
 func (r *Runner) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteCloser, version string) error {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -92,11 +91,6 @@ func (r *Runner) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteClo
 	s := mcp.NewServer(&mcp.Implementation{Name: "sandboxctl-code", Version: version}, &mcp.ServerOptions{
 		Instructions: r.PromptAddendum(),
 		Logger:       r.o.Logger.With("component", "coderun_mcp"),
-		InitializedHandler: func(ctx context.Context, req *mcp.InitializedRequest) {
-			if r.cfg.Mode == "warm" {
-				t.warm(context.WithoutCancel(ctx), req.Session)
-			}
-		},
 	})
 	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: "Run TypeScript (Deno) in this session's sandbox, like a REPL: " +
 		"variables persist between calls, the last expression's value is returned as JSON (promises are awaited), console output is in stdout. " +
@@ -110,6 +104,10 @@ func (r *Runner) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteClo
 	mcp.AddTool(s, &mcp.Tool{Name: "save_code_modules", InputSchema: schema, Description: "Declare reusable modules you saved under /workspace " +
 		"(path, description, exports, usage) so search_docs finds them later in this session. The source stays in /workspace."}, t.saveModules)
 	r.refillSpares()
+	if r.cfg.Mode == "warm" {
+		// One stdio connection is one session: warm mode boots it now.
+		t.warm(ctx, nil)
+	}
 	err = s.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
 	t.wg.Wait()
 	t.closeAll()
@@ -153,7 +151,7 @@ func (t *mcpTools) warm(ctx context.Context, ss *mcp.ServerSession) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 		defer cancel()
 		if err := s.Start(ctx); err != nil {
 			t.r.log.Warn("warm session", "session", s.ID(), "err", err)
