@@ -425,3 +425,39 @@ func BenchmarkSearch10k(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 }
+
+// Words in more than half of the chunks leave the query (their BM25 weight is nearly
+// zero); the ranking stays, and a query of only common words keeps its rarest.
+func TestSelectiveQuery(t *testing.T) {
+	s := openStore(t, nil)
+	var md strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&md, "## Section %d\nthe client does things", i)
+		if i%3 == 0 {
+			md.WriteString(" and also more")
+		}
+		if i == 42 {
+			md.WriteString(" with a webhook")
+		}
+		md.WriteString("\n")
+	}
+	if _, err := s.IndexDocs(t.Context(), "p", "mem://p", md.String()); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ text, want string }{
+		{"the webhook", `"webhook"`},
+		{"the client", `"the"`}, // all common, equally: the first stays
+		{"the also", `"also"`},
+		{"webhook", `"webhook"`},
+	}
+	for _, tt := range tests {
+		got, err := s.selectiveQuery(t.Context(), tt.text)
+		if err != nil || got != tt.want {
+			t.Errorf("selectiveQuery(%q) = %q, %v; want %q", tt.text, got, err, tt.want)
+		}
+	}
+	res, err := s.Search(t.Context(), Query{Text: "how does the client handle a webhook", K: 1})
+	if err != nil || len(res.Results) != 1 || res.Results[0].Title != "Section 42" {
+		t.Errorf("Search = %+v, %v; want Section 42", res.Results, err)
+	}
+}

@@ -67,6 +67,41 @@ func ftsQuery(text string) string {
 	return strings.Join(words, " OR ")
 }
 
+// selectiveQuery is ftsQuery without the words found in more than half of the doc
+// chunks ("how", "the", …): their BM25 weight is nearly zero, yet scoring every chunk
+// they match is most of a search's time. The rarest word stays when all are common.
+func (s *Store) selectiveQuery(ctx context.Context, text string) (string, error) {
+	words := strings.Split(ftsQuery(text), " OR ")
+	if len(words) < 2 {
+		return ftsQuery(text), nil
+	}
+	var total int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM doc_chunks`).Scan(&total); err != nil {
+		return "", err
+	}
+	if total < 100 {
+		return strings.Join(words, " OR "), nil
+	}
+	var keep []string
+	rarest, rarestDF := "", total+1
+	for _, w := range words {
+		var df int
+		if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM doc_chunks_fts WHERE doc_chunks_fts MATCH ?`, w).Scan(&df); err != nil {
+			return "", err
+		}
+		if df < rarestDF {
+			rarest, rarestDF = w, df
+		}
+		if 2*df <= total {
+			keep = append(keep, w)
+		}
+	}
+	if len(keep) == 0 {
+		keep = []string{rarest}
+	}
+	return strings.Join(keep, " OR "), nil
+}
+
 // Search ranks doc chunks (and the volume's modules) for q.
 func (s *Store) Search(ctx context.Context, q Query) (Results, error) {
 	k := q.K
@@ -112,9 +147,9 @@ func (s *Store) Search(ctx context.Context, q Query) (Results, error) {
 
 // keyword is the BM25 ranking (titles weigh 3x); doc chunks win ties.
 func (s *Store) keyword(ctx context.Context, q Query, withModules bool, n int) ([]candidate, error) {
-	fq := ftsQuery(q.Text)
-	if fq == "" {
-		return nil, nil
+	fq, err := s.selectiveQuery(ctx, q.Text)
+	if err != nil || fq == "" {
+		return nil, err
 	}
 	docSQL := `SELECT f.rowid, bm25(doc_chunks_fts, 3.0, 1.0) FROM doc_chunks_fts f`
 	args := []any{fq}
