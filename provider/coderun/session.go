@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch"
@@ -86,12 +89,40 @@ func (s *Session) update(f func(st *sessionState)) error {
 	})
 }
 
+// lock serializes the session's calls in this process and across processes on the
+// same DataDir (two CLI calls of one session must not boot two sandboxes).
+func (s *Session) lock() (func(), error) {
+	s.mu.Lock()
+	dir := filepath.Join(s.r.o.DataDir, "locks")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	fd, err := syscall.Open(filepath.Join(dir, volumeName(s.id)+".lock"), syscall.O_CREAT|syscall.O_RDWR|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("lock session %s: %w", s.id, err)
+	}
+	if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
+		syscall.Close(fd)
+		s.mu.Unlock()
+		return nil, fmt.Errorf("lock session %s: %w", s.id, err)
+	}
+	return func() {
+		syscall.Close(fd)
+		s.mu.Unlock()
+	}, nil
+}
+
 // Start boots the session's sandbox and REPL now (warm mode) instead of on the first
 // RunCode.
 func (s *Session) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, err := s.ready(ctx)
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	_, err = s.ready(ctx)
 	return err
 }
 
@@ -174,8 +205,11 @@ func (s *Session) RunCode(ctx context.Context, code, description string) (RunRes
 	if len(code) > maxCode {
 		return RunResult{Error: fmt.Sprintf("code is %d bytes, over the limit of %d", len(code), maxCode)}, nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	unlock, err := s.lock()
+	if err != nil {
+		return RunResult{}, err
+	}
+	defer unlock()
 	st, err := s.ready(ctx)
 	if err != nil {
 		return RunResult{}, err
@@ -234,8 +268,11 @@ func (s *Session) SaveModules(ctx context.Context, mods []docsearch.Module) erro
 
 // Close destroys the session's sandbox; its volume stays until Cleanup.
 func (s *Session) Close(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	st, err := s.state()
 	if err != nil || st.Sandbox == "" {
 		return err

@@ -231,3 +231,44 @@ func TestSpareSandbox(t *testing.T) {
 		t.Errorf("%d spares after the refill, want 1", n)
 	}
 }
+
+// Two runners on one data dir (two CLI calls at once) share a session's sandbox
+// instead of booting two.
+func TestConcurrentCallsShareTheSandbox(t *testing.T) {
+	c := testConfig(t, "")
+	r1, _ := newRunner(t, c, Options{ReapEvery: -1})
+	r2, _ := newRunner(t, c, Options{ReapEvery: -1})
+	if _, err := r1.EnsureSnapshot(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s1, s2 := session(t, r1, "concurrent"), session(t, r2, "concurrent")
+	results := make(chan RunResult, 2)
+	for _, s := range []*Session{s1, s2} {
+		go func() {
+			res, err := s.RunCode(context.Background(), "globalThis.n = (globalThis.n ?? 0) + 1", "")
+			if err != nil {
+				res.Error = err.Error()
+			}
+			results <- res
+		}()
+	}
+	var got []string
+	for range 2 {
+		res := <-results
+		got = append(got, string(res.Result)+res.Error)
+	}
+	slices.Sort(got)
+	if strings.Join(got, " ") != "1 2" {
+		t.Errorf("results = %q, want 1 and 2 (one REPL, one sandbox)", got)
+	}
+	list, _ := r1.eng.List(t.Context())
+	n := 0
+	for _, i := range list {
+		if i.State == engine.StateRunning && i.Labels["coderun-session"] == "concurrent" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d running sandboxes for the session, want 1", n)
+	}
+}
