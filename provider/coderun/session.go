@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -252,9 +253,9 @@ func (s *Session) SearchDocs(ctx context.Context, query, pkg string, k int) (doc
 // the volume is the truth). Paths are relative to /workspace or absolute under it.
 func (s *Session) SaveModules(ctx context.Context, mods []docsearch.Module) error {
 	for i, m := range mods {
-		p := strings.TrimPrefix(m.Path, "/workspace/")
-		if p == "" || strings.HasPrefix(p, "/") || strings.Contains("/"+p+"/", "/../") {
-			return fmt.Errorf("module path %q: want a path under /workspace", m.Path)
+		p, err := modulePath(m.Path)
+		if err != nil {
+			return err
 		}
 		mods[i].Path = p
 	}
@@ -264,6 +265,24 @@ func (s *Session) SaveModules(ctx context.Context, mods []docsearch.Module) erro
 		return fmt.Errorf("save modules: the session has no volume yet (run code first)")
 	}
 	return s.r.store.SaveModules(ctx, s.Volume(), mods)
+}
+
+// modulePath is a module's path relative to /workspace: absolute paths must be under
+// it, and no path may leave it.
+func modulePath(p string) (string, error) {
+	rel := p
+	if strings.HasPrefix(p, "/") {
+		rel = strings.TrimPrefix(p, rules.CoderunWorkspace+"/")
+		if rel == p {
+			return "", fmt.Errorf("module path %q: want a path under %s", p, rules.CoderunWorkspace)
+		}
+	}
+	clean := path.Clean(rel)
+	if rel == "" || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") || strings.HasPrefix(clean, "/") ||
+		strings.ContainsAny(rel, "\x00") {
+		return "", fmt.Errorf("module path %q: want a file under %s", p, rules.CoderunWorkspace)
+	}
+	return clean, nil
 }
 
 // Close destroys the session's sandbox; its volume stays until Cleanup.
