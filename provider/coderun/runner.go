@@ -42,8 +42,9 @@ type Options struct {
 	// IdleTimeout: a session's sandbox unused this long is destroyed, its volume kept
 	// (default 5 min).
 	IdleTimeout time.Duration
-	// ReapEvery is how often a background loop destroys idle sandboxes (default 30 s);
-	// negative means never (short-lived processes call ReapIdle themselves).
+	// ReapEvery is how often a background loop runs Cleanup: idle sandboxes and
+	// volumes past volume_ttl_minutes (default 30 s); negative means never
+	// (short-lived processes call ReapIdle or Cleanup themselves).
 	ReapEvery time.Duration
 	// DenoVersion is the version of the npm package `deno` (default DefaultDenoVersion).
 	DenoVersion string
@@ -168,9 +169,12 @@ func (r *Runner) reapLoop() {
 		case <-r.stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if _, err := r.ReapIdle(ctx, r.o.Now()); err != nil {
-				r.log.Warn("reap idle sandboxes", "err", err)
+			ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+			rep, err := r.Cleanup(ctx, r.o.Now(), 0)
+			if err != nil {
+				r.log.Warn("cleanup", "err", err)
+			} else if len(rep.Sandboxes)+len(rep.Volumes) > 0 {
+				r.log.Info("cleanup", "idle_sessions", len(rep.Sandboxes), "volumes_deleted", len(rep.Volumes))
 			}
 			cancel()
 		}

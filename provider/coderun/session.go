@@ -83,9 +83,6 @@ func (s *Session) update(f func(st *sessionState)) error {
 			m[s.id] = p
 		}
 		f(p)
-		if p.Volume == "" {
-			p.Volume = volumeName(s.id)
-		}
 		return nil
 	})
 }
@@ -94,25 +91,40 @@ func (s *Session) update(f func(st *sessionState)) error {
 // same DataDir (two CLI calls of one session must not boot two sandboxes).
 func (s *Session) lock() (func(), error) {
 	s.mu.Lock()
-	dir := filepath.Join(s.r.o.DataDir, "locks")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	unlock, err := s.r.lockSession(s.id, true)
+	if err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
-	fd, err := syscall.Open(filepath.Join(dir, volumeName(s.id)+".lock"), syscall.O_CREAT|syscall.O_RDWR|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("lock session %s: %w", s.id, err)
-	}
-	if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
-		syscall.Close(fd)
-		s.mu.Unlock()
-		return nil, fmt.Errorf("lock session %s: %w", s.id, err)
-	}
 	return func() {
-		syscall.Close(fd)
+		unlock()
 		s.mu.Unlock()
 	}, nil
+}
+
+// lockSession takes the session's lock file; without wait, a busy session is
+// (nil, nil).
+func (r *Runner) lockSession(id string, wait bool) (func(), error) {
+	dir := filepath.Join(r.o.DataDir, "locks")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	fd, err := syscall.Open(filepath.Join(dir, volumeName(id)+".lock"), syscall.O_CREAT|syscall.O_RDWR|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock session %s: %w", id, err)
+	}
+	how := syscall.LOCK_EX
+	if !wait {
+		how |= syscall.LOCK_NB
+	}
+	if err := syscall.Flock(fd, how); err != nil {
+		syscall.Close(fd)
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("lock session %s: %w", id, err)
+	}
+	return func() { syscall.Close(fd) }, nil
 }
 
 // Start boots the session's sandbox and REPL now (warm mode) instead of on the first
@@ -129,6 +141,11 @@ func (s *Session) Start(ctx context.Context) error {
 
 // ready returns the session's live sandbox with a REPL, creating what is missing.
 func (s *Session) ready(ctx context.Context) (sessionState, error) {
+	// A call in progress is not idle.
+	now := s.r.o.Now()
+	if err := s.update(func(p *sessionState) { p.LastUsed = now }); err != nil {
+		return sessionState{}, err
+	}
 	st, err := s.state()
 	if err != nil {
 		return st, err
@@ -146,8 +163,8 @@ func (s *Session) ready(ctx context.Context) (sessionState, error) {
 		if st.Sandbox, err = s.createSandbox(ctx); err != nil {
 			return st, err
 		}
-		st.Pid = 0
-		if err := s.update(func(p *sessionState) { p.Sandbox, p.Pid = st.Sandbox, 0 }); err != nil {
+		st.Pid, st.Volume = 0, s.Volume()
+		if err := s.update(func(p *sessionState) { p.Sandbox, p.Pid, p.Volume = st.Sandbox, 0, st.Volume }); err != nil {
 			return st, err
 		}
 	}
@@ -323,6 +340,17 @@ func (r *Runner) ReapIdle(ctx context.Context, now time.Time) ([]string, error) 
 			if st.Sandbox == "" || now.Sub(st.LastUsed) < r.o.IdleTimeout {
 				continue
 			}
+			if !isSpare(id) {
+				// A session with a call in progress is busy, not idle.
+				unlock, err := r.lockSession(id, false)
+				if err != nil {
+					return err
+				}
+				if unlock == nil {
+					continue
+				}
+				unlock()
+			}
 			if isSpare(id) {
 				// An unclaimed spare idles out too; the next claim boots another.
 				if err := r.eng.Terminate(ctx, st.Sandbox); err != nil {
@@ -373,6 +401,17 @@ func (r *Runner) Cleanup(ctx context.Context, now time.Time, ttl time.Duration) 
 			}
 		}
 		for id, st := range m {
+			if !isSpare(id) {
+				// A session with a call in progress is busy, not idle.
+				unlock, err := r.lockSession(id, false)
+				if err != nil {
+					return err
+				}
+				if unlock == nil {
+					continue
+				}
+				unlock()
+			}
 			if isSpare(id) {
 				inUse[st.Volume] = true
 			}

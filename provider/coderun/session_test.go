@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -275,4 +276,27 @@ func TestConcurrentCallsShareTheSandbox(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d running sandboxes for the session, want 1", n)
 	}
+}
+
+// The background loop of a long-lived runner reaps idle sandboxes and expired volumes.
+func TestBackgroundCleanup(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	r, _ := newRunner(t, testConfig(t, "volume_ttl_minutes = 1\n"), Options{Now: clock, ReapEvery: 20 * time.Millisecond})
+	s := session(t, r, "background")
+	if res := run(t, s, "1"); !res.Success {
+		t.Fatal(res)
+	}
+	mu.Lock()
+	now = now.Add(10 * time.Minute)
+	mu.Unlock()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		alive, err := r.volumeAlive(t.Context(), s.Volume())
+		sb, _ := s.Sandbox(t.Context())
+		if err == nil && !alive && sb == "" {
+			return
+		}
+	}
+	t.Error("the background loop left the idle sandbox or the expired volume")
 }
