@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Config is the `[sandbox]` section of the platform's TOML configuration. The zero
@@ -25,7 +27,8 @@ type Config struct {
 	Mode string
 	// VolumeTTL: a session volume unused this long is deleted (default 30 min).
 	VolumeTTL time.Duration
-	// VolumeCapacityMB is a session volume's capacity (default 300).
+	// VolumeCapacityMB is a session volume's capacity (default 300; 16 MB to 1 TB, the
+	// engines' bounds). A host-directory volume (an engine without volumes) has none.
 	VolumeCapacityMB int
 	// Timeout bounds one run_code (default 300 s).
 	Timeout time.Duration
@@ -213,6 +216,9 @@ func (c Config) validate() []error {
 	}
 	if c.MemoryMB < 128 {
 		errs = append(errs, fmt.Errorf("memory_mb = %d: at least 128", c.MemoryMB))
+	}
+	if lo, hi := rules.MinVolumeBytes>>20, rules.MaxVolumeBytes>>20; c.VolumeCapacityMB < lo || c.VolumeCapacityMB > hi {
+		errs = append(errs, fmt.Errorf("volume_capacity_mb = %d: want %d..%d", c.VolumeCapacityMB, lo, hi))
 	}
 	seen := map[string]bool{}
 	for i, d := range c.Dependencies {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 const issueConfig = `
@@ -91,6 +93,8 @@ func TestParseErrors(t *testing.T) {
 		{"mode", "[sandbox]\nenabled = true\nmode = 'hot'\n", `mode "hot"`},
 		{"ttl", "[sandbox]\nenabled = true\nvolume_ttl_minutes = 0\n", "volume_ttl_minutes = 0: must be positive"},
 		{"timeout", "[sandbox]\nenabled = true\ntimeout_seconds = -5\n", "timeout_seconds = -5"},
+		{"capacity small", "[sandbox]\nenabled = true\nvolume_capacity_mb = 8\n", "volume_capacity_mb = 8: want 16..1048576"},
+		{"capacity large", "[sandbox]\nenabled = true\nvolume_capacity_mb = 2000000\n", "volume_capacity_mb = 2000000: want 16..1048576"},
 		{"memory small", "[sandbox]\nenabled = true\nmemory_mb = 64\n", "memory_mb = 64: at least 128"},
 		{"type", "[sandbox]\nenabled = true\nmemory_mb = 'lots'\n", "parse sandbox config"},
 		{"no package", dep("hosts = ['a.b']\n"), "package is required"},
@@ -154,7 +158,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if c.Enabled && (c.MemoryMB < 128 || c.Timeout <= 0 || c.VolumeTTL <= 0) {
+		if c.Enabled && (c.MemoryMB < 128 || c.Timeout <= 0 || c.VolumeTTL <= 0 || int64(c.VolumeCapacityMB)<<20 < rules.MinVolumeBytes) {
 			t.Fatalf("accepted an invalid config: %+v", c)
 		}
 		if !c.Enabled && c.PromptAddendum() != "" {

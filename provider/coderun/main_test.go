@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -46,9 +47,23 @@ func TestMain(m *testing.M) {
 			}
 			_ = fixtureEng.Terminate(ctx, i.ID)
 		}
+		// Volumes stay mounted on the host until removed: remove every one, so the
+		// data dir can go, and fail if a test left any.
+		vols, _ := fixtureEng.ListVolumes(ctx)
+		var leftVols []string
+		for _, v := range vols {
+			leftVols = append(leftVols, v.Name)
+			if err := fixtureEng.RemoveVolume(ctx, v.Name); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		}
 		fixtureEng.Close()
 		if len(left) > 0 {
 			fmt.Fprintf(os.Stderr, "sandboxes left running by the tests: %v\n", left)
+			code = 1
+		}
+		if len(leftVols) > 0 {
+			fmt.Fprintf(os.Stderr, "volumes left by the tests: %v\n", leftVols)
 			code = 1
 		}
 	}
@@ -116,13 +131,16 @@ hosts = ["api.example.test"]
 
 const testSecret = "tok-7f3a9c1e5b"
 
-// newRunner makes a Runner on the shared engine and data dir; progress and logs go
-// to buffers the caller may inspect.
+// newRunner makes a Runner on the shared engine (unless o.Engine wraps it) and data
+// dir; progress and logs go to buffers the caller may inspect.
 func newRunner(t testing.TB, c Config, o Options) (*Runner, *strings.Builder) {
 	t.Helper()
 	eng := needRuntime(t)
 	var progress strings.Builder
-	o.Config, o.Engine, o.DataDir = c, eng, filepath.Join(fixtureDir, "runner")
+	o.Config, o.DataDir = c, filepath.Join(fixtureDir, "runner")
+	if o.Engine == nil {
+		o.Engine = eng
+	}
 	if o.Progress == nil {
 		o.Progress = &syncWriter{w: &progress}
 	}
@@ -131,7 +149,18 @@ func newRunner(t testing.TB, c Config, o Options) (*Runner, *strings.Builder) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
+	t.Cleanup(func() { sweep(t, r) })
 	return r, &progress
+}
+
+// sweep runs Cleanup as if everything were long unused: the runner's idle sandboxes,
+// spares and volumes go, with their registry rows. It runs before the runner closes
+// (and after the sessions' own cleanups), so every test removes the volumes it made.
+func sweep(t testing.TB, r *Runner) {
+	t.Helper()
+	if _, err := r.Cleanup(context.Background(), time.Now().Add(24*time.Hour), time.Nanosecond); err != nil {
+		t.Errorf("sweep: %v", err)
+	}
 }
 
 type syncWriter struct {
@@ -169,4 +198,29 @@ func itoa(n int) string { return fmt.Sprint(n) }
 
 func newTestLogger(w *bytes.Buffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// volumeFile reads a file of a session volume through a sandbox of its own that
+// mounts the volume (not the session's): what the engine holds, whatever the host
+// layout.
+func volumeFile(t *testing.T, r *Runner, vol, name string) (string, error) {
+	t.Helper()
+	ctx := context.Background()
+	spec := engine.Spec{Labels: map[string]string{"coderun-test": "probe"}}
+	if r.volumes() != nil {
+		spec.Volumes = []engine.VolumeMount{{Name: vol, Target: "/probe"}}
+	} else {
+		spec.Mounts = []engine.Mount{{Source: r.hostVolume(vol), Target: "/probe"}}
+	}
+	info, err := r.eng.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("probe sandbox for volume %s: %v", vol, err)
+	}
+	defer func() {
+		if err := r.eng.Terminate(ctx, info.ID); err != nil {
+			t.Errorf("terminate the probe: %v", err)
+		}
+	}()
+	b, err := r.eng.ReadFile(ctx, info.ID, "/probe/"+name)
+	return string(b), err
 }

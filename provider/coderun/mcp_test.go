@@ -14,11 +14,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
-// recordingEngine is the real engine, with the specs it was asked to create kept.
+// recordingEngine is the real engine (volumes too), with the specs it was asked to
+// create kept.
 type recordingEngine struct {
-	engine.Engine
+	*local.Engine
 	mu    sync.Mutex
 	specs []engine.Spec
 }
@@ -83,7 +85,6 @@ func TestMCPWarmSession(t *testing.T) {
 			t.Log(logs.String())
 		}
 	})
-	r.eng = eng
 	if _, err := r.EnsureSnapshot(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,11 @@ func TestMCPWarmSession(t *testing.T) {
 			t.Errorf("the secret is in the sandbox's environment: %q", kv)
 		}
 	}
-	if len(session.Mounts)+len(session.Volumes) != 1 {
-		t.Errorf("session spec mounts %+v volumes %+v, want the volume at /workspace", session.Mounts, session.Volumes)
+	if !eng.Capabilities().Volumes {
+		if len(session.Mounts) != 1 || len(session.Volumes) != 0 || session.Mounts[0].Target != "/workspace" {
+			t.Errorf("session spec mounts %+v volumes %+v, want a host directory at /workspace", session.Mounts, session.Volumes)
+		}
+	} else if len(session.Mounts) != 0 || len(session.Volumes) != 1 || session.Volumes[0].Target != "/workspace" {
+		t.Errorf("session spec mounts %+v volumes %+v, want the engine volume at /workspace", session.Mounts, session.Volumes)
 	}
 }

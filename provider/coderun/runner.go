@@ -29,7 +29,8 @@ type Options struct {
 	// Engine runs the sandboxes. Required.
 	Engine engine.Engine
 	// DataDir holds the search index, the snapshot registry, the sessions' sandbox
-	// ids (so a session outlives the process) and host-directory volumes. Required.
+	// ids (so a session outlives the process) and, on an engine without volumes,
+	// host-directory volumes. Required.
 	DataDir string
 	// Progress receives progress lines (snapshot builds, docs indexing); nil discards.
 	Progress io.Writer
@@ -91,6 +92,9 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	}
 	if o.Engine == nil || o.DataDir == "" {
 		return nil, errors.New("new coderun: Engine and DataDir are required")
+	}
+	if err := checkVolumes(o.Engine); err != nil {
+		return nil, fmt.Errorf("new coderun: %w", err)
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard

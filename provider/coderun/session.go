@@ -192,6 +192,11 @@ func (s *Session) createSandbox(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Registered before the sandbox boots: a volume whose sandbox fails to boot still
+	// has a row, so Cleanup deletes it after the TTL.
+	if err := s.r.store.TouchVolume(ctx, vol, s.id, s.r.o.Now()); err != nil {
+		return "", err
+	}
 	info, err := s.r.eng.Create(ctx, spec)
 	if errors.Is(err, engine.ErrNotFound) {
 		// The engine lost the snapshot: forget it and build again.
@@ -206,9 +211,6 @@ func (s *Session) createSandbox(ctx context.Context) (string, error) {
 	}
 	if err != nil {
 		return "", fmt.Errorf("create session sandbox: %w", err)
-	}
-	if err := s.r.store.TouchVolume(ctx, vol, s.id, s.r.o.Now()); err != nil {
-		return "", err
 	}
 	return info.ID, nil
 }
@@ -426,31 +428,48 @@ func (r *Runner) Cleanup(ctx context.Context, now time.Time, ttl time.Duration) 
 		return rep, err
 	}
 	for _, v := range vols {
-		alive, err := r.volumeAlive(ctx, v.Name)
+		gone, err := r.expireVolume(ctx, v, now, ttl, inUse[v.Name])
 		if err != nil {
 			return rep, err
 		}
-		if alive && (inUse[v.Name] || now.Sub(v.LastAccessed) < ttl) {
-			continue
+		if gone {
+			rep.Volumes = append(rep.Volumes, v.Name)
 		}
-		if err := r.removeVolume(ctx, v.Name); err != nil {
-			return rep, err
-		}
-		if err := r.store.DeleteVolume(ctx, v.Name); err != nil {
-			return rep, err
-		}
-		err = r.withState(func(m map[string]*sessionState) error {
-			for _, st := range m {
-				if st.Volume == v.Name {
-					st.Volume = "" // the next sandbox gets a new volume
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return rep, err
-		}
-		rep.Volumes = append(rep.Volumes, v.Name)
 	}
 	return rep, nil
+}
+
+// expireVolume deletes a registered volume, its registry row and its code modules
+// when the volume is gone or unused for ttl: its last access is the later of the
+// registry's (every run_code) and the engine's (every mount). A volume that a session
+// holds (inUse) or a live sandbox mounts stays.
+func (r *Runner) expireVolume(ctx context.Context, v docsearch.Volume, now time.Time, ttl time.Duration, inUse bool) (bool, error) {
+	vs, err := r.volume(ctx, v.Name)
+	if err != nil {
+		return false, err
+	}
+	last := v.LastAccessed
+	if vs.lastAccessed.After(last) {
+		last = vs.lastAccessed
+	}
+	if vs.exists && (inUse || len(vs.usedBy) > 0 || now.Sub(last) < ttl) {
+		return false, nil
+	}
+	if err := r.removeVolume(ctx, v.Name); errors.Is(err, engine.ErrInUse) {
+		return false, nil // a sandbox mounted it since
+	} else if err != nil {
+		return false, err
+	}
+	if err := r.store.DeleteVolume(ctx, v.Name); err != nil {
+		return false, err
+	}
+	err = r.withState(func(m map[string]*sessionState) error {
+		for _, st := range m {
+			if st.Volume == v.Name {
+				st.Volume = "" // the next sandbox gets a new volume
+			}
+		}
+		return nil
+	})
+	return err == nil, err
 }
