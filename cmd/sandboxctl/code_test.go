@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
 const codeDocs = `# Tiny SDK
@@ -45,7 +49,11 @@ func codeSetup(t *testing.T) (config, dataDir string, getenv func(string) string
 		t.Fatal(err)
 	}
 	dataDir = filepath.Join(dir, "data")
-	t.Cleanup(func() { _ = cleanupSandboxes(dataDir) })
+	t.Cleanup(func() {
+		if err := cleanupCode(dataDir); err != nil {
+			t.Errorf("clean up the engine: %v", err)
+		}
+	})
 	env := map[string]string{"HOME": dir, "TINY_TOKEN": "tiny-secret-0042", "PATH": os.Getenv("PATH")}
 	return config, dataDir, func(k string) string { return env[k] }
 }
@@ -107,9 +115,16 @@ func TestCodeCLI(t *testing.T) {
 		t.Errorf("code close = %d %s", code, errOut)
 	}
 	// The volume outlives the sandbox until gc with a short TTL.
+	vols := codeVolumes(t, dataDir)
+	if len(vols) != 1 || vols[0].Labels["coderun-session"] != "s1" || len(vols[0].UsedBy) != 0 || vols[0].CapacityBytes != 300<<20 {
+		t.Errorf("engine volumes after close = %+v, want the session's, unused, of 300 MB", vols)
+	}
 	out, _, code = cli("", "gc", "--ttl", "1ns")
-	if code != 0 || !strings.Contains(out, "coderun-") {
+	if code != 0 || len(vols) == 0 || !strings.Contains(out, vols[0].Name) {
 		t.Errorf("code gc = %d %s, want the session's volume deleted", code, out)
+	}
+	if vols := codeVolumes(t, dataDir); len(vols) != 0 {
+		t.Errorf("engine volumes after gc = %+v, want none", vols)
 	}
 	if strings.Contains(logs.String(), "tiny-secret-0042") {
 		t.Error("the secret shows in sandboxctl's logs")
@@ -183,4 +198,51 @@ func installInspector(t *testing.T) string {
 		t.Fatalf("npm install @modelcontextprotocol/inspector: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// cleanupCode ends every sandbox of the test's engine, then removes every volume:
+// they stay mounted on the host until removed, and TempDir's cleanup could not
+// remove the data dir.
+func cleanupCode(dataDir string) error {
+	ctx := context.Background()
+	e, err := local.NewEngine(local.EngineOptions{DataDir: dataDir})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	list, err := e.List(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, i := range list {
+		if err := e.Terminate(ctx, i.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	vols, err := e.ListVolumes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, v := range vols {
+		if err := e.RemoveVolume(ctx, v.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// codeVolumes lists the engine's volumes of the test's data dir.
+func codeVolumes(t *testing.T, dataDir string) []engine.VolumeInfo {
+	t.Helper()
+	e, err := local.NewEngine(local.EngineOptions{DataDir: dataDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	vols, err := e.ListVolumes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vols
 }
