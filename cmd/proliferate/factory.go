@@ -106,7 +106,9 @@ func (t *sidecarTarget) explain(err error) error {
 	var ae *sidecar.APIError
 	switch {
 	case errors.As(err, &ae) && ae.Status == http.StatusUnauthorized:
-		return fmt.Errorf("%w (the sidecar at %s rejected the token from %s)", err, t.url, t.tokenFrom)
+		// The last line stays the contract's "Error: Unauthorized", which agents
+		// match on; the hint goes on its own line before it.
+		return &hintedError{err: err, hint: fmt.Sprintf("the sidecar at %s rejected the token from %s", t.url, t.tokenFrom)}
 	case errors.As(err, &ae):
 		return err
 	}

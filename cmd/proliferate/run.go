@@ -56,6 +56,10 @@ func exitCode(stderr io.Writer, ctx context.Context, err error) int {
 		}
 		return exitInterrupted
 	}
+	var he *hintedError
+	if errors.As(err, &he) {
+		fmt.Fprintln(stderr, he.hint)
+	}
 	fmt.Fprintf(stderr, "Error: %s\n", err.Error())
 	var ue *usageError
 	if errors.As(err, &ue) {
@@ -63,3 +67,13 @@ func exitCode(stderr io.Writer, ctx context.Context, err error) int {
 	}
 	return exitFailure
 }
+
+// hintedError is an error whose message is the contract's (the sidecar's own
+// "Unauthorized") and a hint for the human, printed on the line before it.
+type hintedError struct {
+	err  error
+	hint string
+}
+
+func (e *hintedError) Error() string { return e.err.Error() }
+func (e *hintedError) Unwrap() error { return e.err }

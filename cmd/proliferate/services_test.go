@@ -99,7 +99,7 @@ func TestServicesEndToEnd(t *testing.T) {
 	}
 
 	r = cli(t, ctx, map[string]string{"PROLIFERATE_SANDBOX_MCP_URL": env["PROLIFERATE_SANDBOX_MCP_URL"], "SANDBOX_MCP_AUTH_TOKEN": "wrong"}, fast, "services", "list")
-	if r.code != 1 || !strings.HasPrefix(r.stderr, "Error: Unauthorized (the sidecar at ") || !strings.Contains(r.stderr, "token from SANDBOX_MCP_AUTH_TOKEN") {
+	if r.code != 1 || !strings.HasSuffix(r.stderr, "token from SANDBOX_MCP_AUTH_TOKEN\nError: Unauthorized\n") {
 		t.Errorf("list with a wrong token = %d %q, want 1 Unauthorized", r.code, r.stderr)
 	}
 }
@@ -352,14 +352,15 @@ func TestWaitInterrupted(t *testing.T) {
 	}
 }
 
-// A rejected token keeps the sidecar's message and names the variable the
-// token came from, the fallback variable included.
+// A rejected token ends with the contract's "Error: Unauthorized" as the last
+// line of stderr, exit 1; the line before names the variable the token came
+// from, the fallback variable included.
 func TestRejectedTokenNamesItsVariable(t *testing.T) {
 	s, _ := newSidecar(t)
 	url := s.serve()
 	for _, name := range []string{"SANDBOX_MCP_AUTH_TOKEN", "SERVICE_TO_SERVICE_AUTH_TOKEN"} {
 		r := cli(t, t.Context(), map[string]string{"PROLIFERATE_SANDBOX_MCP_URL": url, name: "wrong"}, fast, "services", "list")
-		want := "Error: Unauthorized (the sidecar at " + url + " rejected the token from " + name + ")\n"
+		want := "the sidecar at " + url + " rejected the token from " + name + "\nError: Unauthorized\n"
 		if r.code != 1 || r.stderr != want {
 			t.Errorf("list with a wrong %s = %d %q, want 1 %q", name, r.code, r.stderr, want)
 		}
