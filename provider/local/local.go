@@ -64,8 +64,8 @@ type Options struct {
 	// when installed.
 	RunOpenCode bool
 	RunCaddy    bool
-	// SidecarTimeout bounds the wait for sandbox-mcp's health; zero means 60s (a
-	// loaded machine can take tens of seconds to start a process).
+	// SidecarTimeout bounds the wait for sandbox-mcp's health; zero means
+	// provider.SidecarWaitTimeout.
 	SidecarTimeout time.Duration
 	// KillGrace is unused since sandboxes run under the engine; kept for callers.
 	KillGrace time.Duration
@@ -77,6 +77,20 @@ type Options struct {
 	// sandboxes, docs/git-bundle.md); nil means a gitpush.Mirrors under
 	// Root/git-mirrors.
 	GitMirrors provider.GitBundler
+	// Image, Runtime, Limits and Volumes go into the engine.Spec of every sandbox
+	// the provider creates (sandboxctl create --image, --runtime, --memory, …).
+	// Zero values are the engine's defaults; an engine that cannot honour one
+	// refuses the create (engine.ErrLimit, engine.ErrUnsupported).
+	Image   string
+	Runtime string
+	Limits  engine.Limits
+	Volumes []engine.VolumeMount
+}
+
+// spec is the part of every sandbox's engine.Spec that comes from the options.
+func (p *Provider) spec() engine.Spec {
+	return engine.Spec{Image: p.o.Image, Runtime: p.o.Runtime, Limits: p.o.Limits,
+		Volumes: append([]engine.VolumeMount(nil), p.o.Volumes...)}
 }
 
 // Provider is the local SandboxProvider.
@@ -129,7 +143,7 @@ func New(o Options) (*Provider, error) {
 		o.LookPath = exec.LookPath
 	}
 	if o.SidecarTimeout <= 0 {
-		o.SidecarTimeout = 60 * time.Second
+		o.SidecarTimeout = provider.SidecarWaitTimeout
 	}
 	log := o.Logger
 	if log == nil {
@@ -187,25 +201,6 @@ func (p *Provider) Health(ctx context.Context) bool {
 	return true
 }
 
-// StepReport is the outcome of one boot step.
-type StepReport struct {
-	Name   string `json:"name"`
-	Phase  string `json:"phase"`  // blocking | background
-	Status string `json:"status"` // ok | skipped | failed
-	// Reason says why a step was skipped or failed.
-	Reason string `json:"reason,omitempty"`
-	// Output is the command's capped, redacted output.
-	Output     string `json:"output,omitempty"`
-	DurationMs int64  `json:"durationMs"`
-}
-
-// Step statuses.
-const (
-	StatusOK      = "ok"
-	StatusSkipped = "skipped"
-	StatusFailed  = "failed"
-)
-
 // Boot is everything a local boot produced.
 type Boot struct {
 	provider.CreateResult
@@ -216,7 +211,7 @@ type Boot struct {
 	// SidecarToken authenticates calls to SandboxMCPURL.
 	SidecarToken string
 	Plan         provider.Plan
-	Report       []StepReport
+	Report       []provider.StepReport
 }
 
 // state is what Root/state/<id>.json keeps about a sandbox.
@@ -227,7 +222,7 @@ type state struct {
 	Paths        provider.Paths        `json:"paths"`
 	SidecarToken string                `json:"sidecarToken"`
 	Result       provider.CreateResult `json:"result"`
-	Report       []StepReport          `json:"report"`
+	Report       []provider.StepReport `json:"report"`
 }
 
 func (p *Provider) statePath(id string) string {
