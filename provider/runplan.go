@@ -108,6 +108,10 @@ type RunOptions struct {
 	Skip func(Step) string
 	// OnStep, when set, is told every step's outcome as it happens (logs, progress).
 	OnStep func(Step, StepReport)
+	// Ended, when set, is asked about once a second while the runner waits for the
+	// sidecar whether the sandbox has ended (terminated while it booted); an error
+	// ends the wait with it.
+	Ended func(context.Context) error
 }
 
 // Runner runs the steps of one plan in one Target and remembers their outcomes. A
@@ -416,6 +420,7 @@ func (r *Runner) waitSidecar(ctx context.Context) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, r.o.SidecarTimeout)
 	defer cancel()
+	lastCheck := time.Now()
 	for {
 		pctx, pcancel := context.WithTimeout(wctx, sidecarProbeTimeout)
 		_, err := cl.Health(pctx)
@@ -423,6 +428,12 @@ func (r *Runner) waitSidecar(ctx context.Context) error {
 		if err == nil {
 			r.sidecarUp = true
 			return nil
+		}
+		if r.o.Ended != nil && time.Since(lastCheck) >= time.Second {
+			lastCheck = time.Now()
+			if err := r.o.Ended(wctx); err != nil {
+				return fmt.Errorf("wait for sandbox-mcp: %w", err)
+			}
 		}
 		select {
 		case <-wctx.Done():

@@ -155,3 +155,17 @@ func (t *target) chmod(ctx context.Context, p string, mode, def fs.FileMode) err
 func readMetadata(ctx context.Context, e *Envd) *provider.SessionMetadata {
 	return provider.ParseSessionMetadata(e.ReadFile(ctx, provider.DefaultPaths().MetadataFile()))
 }
+
+// Target is the provider.Target of a running sandbox, with token for its sidecar:
+// what the boot runs its plan in, to run another plan the same way.
+func (p *Provider) Target(ctx context.Context, sandboxID, token string) (provider.Target, error) {
+	e, err := p.envd(ctx, sandboxID)
+	if err != nil {
+		return nil, p.fail(provider.OpExecCommand, err)
+	}
+	mcpURL, err := p.tunnel(ctx, sandboxID, provider.PortSandboxMCP)
+	if err != nil {
+		return nil, p.fail(provider.OpExecCommand, err)
+	}
+	return &target{p: p, e: e, mcpURL: mcpURL, token: token}, nil
+}

@@ -111,7 +111,7 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 		p.log.Warn("boot plan", "sandbox_id", id, "warning", w)
 	}
 	r := provider.NewRunner(plan, t, provider.RunOptions{SidecarTimeout: p.o.SidecarTimeout,
-		SidecarLog: t.paths.SandboxMCPLog(), GitMirrors: p.o.GitMirrors, Skip: p.skip, OnStep: t.onStep})
+		SidecarLog: t.paths.SandboxMCPLog(), GitMirrors: p.o.GitMirrors, Skip: p.skip, OnStep: t.onStep, Ended: t.ended})
 	bootErr := r.RunPhase(ctx, provider.PhaseBlocking)
 	if bootErr == nil {
 		bootErr = r.RunPhase(ctx, provider.PhaseBackground)
@@ -318,6 +318,28 @@ func (t *target) MkdirAll(ctx context.Context, p string, mode fs.FileMode) error
 
 func (t *target) Sidecar() (*sidecar.Client, error) {
 	return sidecarClient(t.p.client, t.sidecarURL, t.token)
+}
+
+// Target is the provider.Target of a running sandbox: what the boot runs its plan
+// in, to run another plan the same way.
+func (p *Provider) Target(ctx context.Context, sandboxID string) (provider.Target, error) {
+	st, ok := p.alive(ctx, sandboxID)
+	if !ok {
+		return nil, provider.NewProviderError(provider.KindLocal, provider.OpExecCommand, fmt.Sprintf("sandbox %s not found", sandboxID), false, nil)
+	}
+	return &target{p: p, id: sandboxID, paths: st.Paths, sidecarURL: st.Result.SandboxMCPURL, token: st.SidecarToken}, nil
+}
+
+// ended says whether the sandbox has ended (terminated during its boot).
+func (t *target) ended(ctx context.Context) error {
+	info, err := t.p.eng.Get(ctx, t.id)
+	if err != nil {
+		return err
+	}
+	if info.State == engine.StateDead {
+		return fmt.Errorf("sandbox %s ended", t.id)
+	}
+	return nil
 }
 
 // onStep logs a step's outcome and prints the ones a person waits for.
