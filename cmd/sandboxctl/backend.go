@@ -45,6 +45,9 @@ type backendOptions struct {
 	// Stderr receives progress lines.
 	Stderr io.Writer
 	Logger *slog.Logger
+	// Spec holds create's --image, --runtime, limits and volumes for the sandboxes
+	// the backend creates.
+	Spec engine.Spec
 }
 
 // backends maps --provider names to their constructors.
@@ -95,7 +98,8 @@ func newLocalBackend(ctx context.Context, o backendOptions) (*backend, error) {
 	}
 	p, err := local.New(local.Options{Root: o.DataDir, SandboxMCP: mcp,
 		Proliferate: findBinary(o.Getenv, "SANDBOXCTL_PROLIFERATE", "proliferate"),
-		Unisolated:  o.Unisolated, Getenv: o.Getenv, Logger: o.Logger, Progress: o.Stderr})
+		Unisolated:  o.Unisolated, Getenv: o.Getenv, Logger: o.Logger, Progress: o.Stderr,
+		Image: o.Spec.Image, Runtime: o.Spec.Runtime, Limits: o.Spec.Limits, Volumes: o.Spec.Volumes})
 	if errors.Is(err, engine.ErrNotIsolated) {
 		return nil, fmt.Errorf("%w\nsandboxctl --unisolated runs sandboxes as plain host processes, without isolation", err)
 	}

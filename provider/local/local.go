@@ -163,8 +163,33 @@ func New(o Options) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new local provider: %w", err)
 	}
-	return &Provider{o: o, log: log.With("component", "local-provider"),
-		client: &http.Client{Timeout: 5 * time.Second}, eng: eng}, nil
+	p := &Provider{o: o, log: log.With("component", "local-provider"),
+		client: &http.Client{Timeout: 5 * time.Second}, eng: eng}
+	if err := checkSpec(eng.Capabilities(), p.spec()); err != nil {
+		eng.Close()
+		return nil, fmt.Errorf("new local provider: %w", err)
+	}
+	return p, nil
+}
+
+// checkSpec refuses, before any sandbox is made, what the engine says it cannot do
+// honestly: an image, a runtime, volumes or limits it does not offer.
+func checkSpec(c engine.Capabilities, s engine.Spec) error {
+	switch {
+	case s.Image != "" && !c.Images:
+		return fmt.Errorf("image %q: this engine does not boot images: %w", s.Image, engine.ErrUnsupported)
+	case s.Runtime != "" && !slices.Contains(c.Runtimes, s.Runtime):
+		known := "none"
+		if len(c.Runtimes) > 0 {
+			known = strings.Join(c.Runtimes, ", ")
+		}
+		return fmt.Errorf("runtime %q (this engine offers: %s): %w", s.Runtime, known, engine.ErrUnsupported)
+	case len(s.Volumes) > 0 && !c.Volumes:
+		return fmt.Errorf("volume %q: this engine has no volumes: %w", s.Volumes[0].Name, engine.ErrUnsupported)
+	case s.Limits != (engine.Limits{}) && !c.Limits:
+		return fmt.Errorf("this engine cannot limit memory, pids, CPU or disk here: %w", engine.ErrLimit)
+	}
+	return nil
 }
 
 // Engine is the engine the provider runs its sandboxes on.
