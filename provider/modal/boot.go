@@ -33,7 +33,7 @@ func (p *Provider) create(ctx context.Context, opts provider.CreateOptions) (pro
 		return provider.CreateResult{}, err
 	}
 	var img *modalsdk.Image
-	switch src := provider.ModalImageSource(opts, p.o.Getenv); src.Kind {
+	switch src := PickImageSource(opts, p.o.Getenv); src.Kind {
 	case "snapshot", "base-snapshot":
 		img, err = c.Images.FromID(ctx, src.ID, nil)
 		if err != nil {

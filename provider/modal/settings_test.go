@@ -1,11 +1,13 @@
-package provider
+package modal
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider"
 )
 
-func TestNormalizeModalEnvValue(t *testing.T) {
+func TestNormalizeEnvValue(t *testing.T) {
 	tests := []struct {
 		in, want string
 		ok       bool
@@ -20,15 +22,15 @@ func TestNormalizeModalEnvValue(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, ok := NormalizeModalEnvValue(tt.in)
+			got, ok := NormalizeEnvValue(tt.in)
 			if got != tt.want || ok != tt.ok {
-				t.Errorf("NormalizeModalEnvValue(%q) = %q, %v, want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+				t.Errorf("NormalizeEnvValue(%q) = %q, %v, want %q, %v", tt.in, got, ok, tt.want, tt.ok)
 			}
 		})
 	}
 }
 
-func TestModalAuthConfigHint(t *testing.T) {
+func TestAuthConfigHint(t *testing.T) {
 	tests := []struct {
 		name, id, secret string
 		want             []string
@@ -42,27 +44,27 @@ func TestModalAuthConfigHint(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := ModalAuthConfigHint(tt.id, tt.secret)
+			got := AuthConfigHint(tt.id, tt.secret)
 			if len(tt.want) == 0 && got != "" {
-				t.Errorf("ModalAuthConfigHint(%q, %q) = %q, want \"\"", tt.id, tt.secret, got)
+				t.Errorf("AuthConfigHint(%q, %q) = %q, want \"\"", tt.id, tt.secret, got)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(got, w) {
-					t.Errorf("ModalAuthConfigHint(%q, %q) = %q, want it to contain %q", tt.id, tt.secret, got, w)
+					t.Errorf("AuthConfigHint(%q, %q) = %q, want it to contain %q", tt.id, tt.secret, got, w)
 				}
 			}
-			err := ModalAuthPreflight(tt.id, tt.secret)
+			err := AuthPreflight(tt.id, tt.secret)
 			if (err != nil) != tt.preflightErr {
-				t.Errorf("ModalAuthPreflight(%q, %q) = %v, want error %v", tt.id, tt.secret, err, tt.preflightErr)
+				t.Errorf("AuthPreflight(%q, %q) = %v, want error %v", tt.id, tt.secret, err, tt.preflightErr)
 			}
-			if pe, ok := err.(*ProviderError); ok && pe.Retryable {
+			if pe, ok := err.(*provider.ProviderError); ok && pe.Retryable {
 				t.Errorf("preflight error is retryable")
 			}
 		})
 	}
 }
 
-func TestModalAppName(t *testing.T) {
+func TestAppName(t *testing.T) {
 	tests := []struct {
 		name, app, suffix, want, wantErr string
 	}{
@@ -73,32 +75,32 @@ func TestModalAppName(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := map[string]string{"MODAL_APP_NAME": tt.app, "MODAL_APP_SUFFIX": tt.suffix}
-			got, err := ModalAppName(func(k string) string { return env[k] })
+			got, err := AppName(func(k string) string { return env[k] })
 			if got != tt.want || (err == nil) != (tt.wantErr == "") || (err != nil && err.Error() != tt.wantErr) {
-				t.Errorf("ModalAppName(%q, %q) = %q, %v, want %q, %q", tt.app, tt.suffix, got, err, tt.want, tt.wantErr)
+				t.Errorf("AppName(%q, %q) = %q, %v, want %q, %q", tt.app, tt.suffix, got, err, tt.want, tt.wantErr)
 			}
 		})
 	}
 }
 
-func TestModalImageSource(t *testing.T) {
+func TestPickImageSource(t *testing.T) {
 	tests := []struct {
 		name     string
-		opts     CreateOptions
+		opts     provider.CreateOptions
 		envBase  string
 		wantKind string
 		wantID   string
 	}{
-		{"restore", CreateOptions{SnapshotID: "im-1", BaseSnapshotID: "im-b"}, "im-e", "snapshot", "im-1"},
-		{"base from options", CreateOptions{BaseSnapshotID: "im-b"}, "im-e", "base-snapshot", "im-b"},
-		{"base from env", CreateOptions{}, " im-e ", "base-snapshot", "im-e"},
-		{"base image", CreateOptions{}, "", "base-image", ""},
+		{"restore", provider.CreateOptions{SnapshotID: "im-1", BaseSnapshotID: "im-b"}, "im-e", "snapshot", "im-1"},
+		{"base from options", provider.CreateOptions{BaseSnapshotID: "im-b"}, "im-e", "base-snapshot", "im-b"},
+		{"base from env", provider.CreateOptions{}, " im-e ", "base-snapshot", "im-e"},
+		{"base image", provider.CreateOptions{}, "", "base-image", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := ModalImageSource(tt.opts, func(string) string { return tt.envBase })
+			got := PickImageSource(tt.opts, func(string) string { return tt.envBase })
 			if got.Kind != tt.wantKind || got.ID != tt.wantID {
-				t.Errorf("ModalImageSource = %+v, want %s %q", got, tt.wantKind, tt.wantID)
+				t.Errorf("PickImageSource = %+v, want %s %q", got, tt.wantKind, tt.wantID)
 			}
 		})
 	}
