@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/sidecar"
@@ -55,6 +56,10 @@ const (
 // ErrExecTimeout is what Target.Exec returns (wrapped) when the command's timeout
 // ended it.
 var ErrExecTimeout = errors.New("timed out")
+
+// errSandboxEnded is a wait that RunOptions.Ended ended: the sandbox is gone, and so
+// is every further step of the phase.
+var errSandboxEnded = errors.New("the sandbox ended")
 
 // StepReport is the outcome of one boot step.
 type StepReport struct {
@@ -110,7 +115,7 @@ type RunOptions struct {
 	OnStep func(Step, StepReport)
 	// Ended, when set, is asked about once a second while the runner waits for the
 	// sidecar whether the sandbox has ended (terminated while it booted); an error
-	// ends the wait with it.
+	// ends the wait and the phase.
 	Ended func(context.Context) error
 }
 
@@ -154,8 +159,8 @@ func RunPlan(ctx context.Context, plan Plan, t Target, o RunOptions) ([]StepRepo
 }
 
 // RunPhase runs the steps of one phase (PhaseBlocking or PhaseBackground). A failed
-// fatal step or an ended ctx stops it with an error; other failures are reported
-// and the next step runs.
+// fatal step, an ended ctx or a sandbox that ended (RunOptions.Ended) stops it with
+// an error; other failures are reported and the next step runs.
 func (r *Runner) RunPhase(ctx context.Context, phase string) error {
 	steps := r.plan.Blocking
 	switch phase {
@@ -179,7 +184,7 @@ func (r *Runner) RunPhase(ctx context.Context, phase string) error {
 		if r.o.OnStep != nil {
 			r.o.OnStep(s, rep)
 		}
-		if err != nil && s.Fatal {
+		if err != nil && (s.Fatal || errors.Is(err, errSandboxEnded)) {
 			return fmt.Errorf("%s: %w", s.Name, err)
 		}
 		if ctx.Err() != nil {
@@ -225,7 +230,7 @@ func (r *Runner) step(ctx context.Context, s Step) (status, reason, output strin
 		if ferr != nil {
 			return "", "", output, fmt.Errorf("%w; fallback %s: %w", err, s.Fallback.Name, ferr)
 		}
-		return StepOK, "fallback " + s.Fallback.Name + " ran after: " + tail(err.Error(), 200), output, nil
+		return StepOK, "fallback " + s.Fallback.Name + " ran after: " + Tail(err.Error(), 200), output, nil
 	}
 	if err != nil {
 		return "", "", output, err
@@ -432,14 +437,17 @@ func (r *Runner) waitSidecar(ctx context.Context) error {
 		if r.o.Ended != nil && time.Since(lastCheck) >= time.Second {
 			lastCheck = time.Now()
 			if err := r.o.Ended(wctx); err != nil {
-				return fmt.Errorf("wait for sandbox-mcp: %w", err)
+				// Nothing more to read from a sandbox that is gone.
+				return fmt.Errorf("wait for sandbox-mcp: %w: %w", errSandboxEnded, err)
 			}
 		}
 		select {
 		case <-wctx.Done():
-			log, _ := r.t.ReadFile(context.WithoutCancel(ctx), r.o.SidecarLog)
+			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), sidecarProbeTimeout)
+			log, _ := r.t.ReadFile(lctx, r.o.SidecarLog)
+			lcancel()
 			return fmt.Errorf("wait for sandbox-mcp: %w (last: %v); log: %s", wctx.Err(), err,
-				RedactSecrets(tail(string(log), sidecarLogTail)))
+				RedactSecrets(Tail(string(log), sidecarLogTail)))
 		case <-time.After(SidecarPollInterval):
 		}
 	}
@@ -475,10 +483,15 @@ func modeOr(m Mode, def fs.FileMode) fs.FileMode {
 
 func octal(m fs.FileMode) string { return "0" + strconv.FormatUint(uint64(m.Perm()), 8) }
 
-// tail is the last n bytes of s.
-func tail(s string, n int) string {
+// Tail is the end of s, at most n bytes, never starting inside a UTF-8 character:
+// the part of an error or a log that says what went wrong.
+func Tail(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[len(s)-n:]
+	i := len(s) - n
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
 }

@@ -351,11 +351,7 @@ func (t *target) onStep(s provider.Step, rep provider.StepReport) {
 	}
 	line := fmt.Sprintf("  %s: %s", s.Name, rep.Status)
 	if rep.Reason != "" {
-		r := rep.Reason
-		if len(r) > 200 {
-			r = r[len(r)-200:]
-		}
-		line += " (" + r + ")"
+		line += " (" + provider.Tail(rep.Reason, 200) + ")"
 	}
 	t.p.progress("%s", line)
 }

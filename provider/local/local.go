@@ -56,7 +56,7 @@ type Options struct {
 	Getenv func(string) string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// LookPath finds a step's program in unisolated mode; nil means exec.LookPath.
+	// LookPath finds bash and git for Health; nil means exec.LookPath.
 	LookPath func(string) (string, error)
 	// RunOpenCode and RunCaddy start OpenCode and Caddy in unisolated sandboxes when
 	// they are installed (their configs bind the fixed ports 4096 and 20000, which
