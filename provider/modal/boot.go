@@ -159,13 +159,19 @@ type target struct {
 	token  string
 }
 
-// Exec runs command with bash in the user's home.
+// Exec runs command with bash in the user's home. The timeout shows either as the
+// SDK's ExecTimeoutError or, when the sandbox's kill is seen first, as exit code 124
+// once the timeout has passed: both are ErrExecTimeout.
 func (t *target) Exec(ctx context.Context, command string, env map[string]string, timeout time.Duration) (provider.ExecResult, error) {
+	start := time.Now()
 	res, err := run(ctx, t.sb, []string{"bash", "-c", command}, &modalsdk.SandboxExecParams{Workdir: provider.HomeDir,
 		Env: env, Timeout: wholeSeconds(timeout)})
 	var te modalsdk.ExecTimeoutError
-	if errors.As(err, &te) {
+	switch {
+	case errors.As(err, &te):
 		return res, fmt.Errorf("%w: %v", provider.ErrExecTimeout, err)
+	case err == nil && res.ExitCode == 124 && timeout > 0 && time.Since(start) >= timeout:
+		return res, provider.ErrExecTimeout
 	}
 	return res, err
 }

@@ -40,7 +40,7 @@ func plan() provider.Plan {
 			{Name: "doomed file", Kind: provider.StepWrite, Path: d + "/gone/sub/f", Content: "x"},
 			{Name: "remove", Kind: provider.StepRemove, Paths: []string{d + "/gone", d + "/pub/missing"}},
 			{Name: "look", Kind: provider.StepRun, Env: map[string]string{"STEPVAR": "x"}, TimeoutMs: 10000,
-				Command: "cd " + d + " && stat -c '%n %a %s' secret secret/key pub pub/a.txt pub/t && test ! -e gone && echo gone; echo $GREETING $STEPVAR"},
+				Command: "cd " + d + " && stat -c '%n %a' secret secret/key pub pub/a.txt pub/t && cat pub/a.txt secret/key && wc -c < pub/t && test ! -e gone && echo gone; echo $GREETING $STEPVAR"},
 			{Name: "with fallback", Kind: provider.StepRun, Command: "echo first; exit 3", TimeoutMs: 10000,
 				Fallback: &provider.Step{Name: "second", Kind: provider.StepRun, Command: "echo second", TimeoutMs: 10000}},
 			{Name: "fails", Kind: provider.StepRun, Command: "echo broken >&2; exit 5", TimeoutMs: 10000},
@@ -95,7 +95,7 @@ func TestSameReportsEverywhere(t *testing.T) {
 			t.Errorf("local: step %q = %+v, want %s", name, byName[name], status)
 		}
 	}
-	if got, w := byName["look"].Output, "secret 700 4096\nsecret/key 600 1\npub 755 4096\npub/a.txt 644 2\npub/t 640 0\ngone\nhello x\n"; got != w {
+	if got, w := byName["look"].Output, "secret 700\nsecret/key 600\npub 755\npub/a.txt 644\npub/t 640\na\nk0\ngone\nhello x\n"; got != w {
 		t.Errorf("local: look output = %q, want %q", got, w)
 	}
 	ignore := cmpopts.IgnoreFields(provider.StepReport{}, "DurationMs")
