@@ -1,7 +1,8 @@
 // Package deploy holds the reference recipe of the sandbox image
-// (deploy/Dockerfile). Its test keeps the recipe in step with
-// scripts/release: every file the image copies is one the release builds or
-// one the repository holds.
+// (deploy/Dockerfile), generated from provider/image.Default by `sandboxctl image
+// dockerfile`. Its tests keep the file equal to that output, and the recipe in step
+// with scripts/release: every file the image copies is one the release builds or one
+// the repository holds.
 package deploy
 
 import (

@@ -4,16 +4,16 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/caddy"
+	"github.com/proliferate-ai/sandbox-mcp/caddyfile"
 )
 
 // caddyPreviewAddr is where sandbox-mcp's preview proxy listens (its default).
-const caddyPreviewAddr = "127.0.0.1:4001"
+var caddyPreviewAddr = caddyfile.DefaultPreview
 
 // caddyMainOptions are the main Caddyfile's settings for a sandbox laid out as p.
-func caddyMainOptions(p Paths) caddy.MainOptions {
+func caddyMainOptions(p Paths) caddyfile.MainOptions {
 	local := func(port int) string { return "localhost:" + strconv.Itoa(port) }
-	return caddy.MainOptions{
+	return caddyfile.MainOptions{
 		Site:        ":" + strconv.Itoa(PortPreview),
 		AdminSocket: p.CaddyAdminSocket(),
 		API:         local(PortSandboxMCP),
@@ -24,14 +24,14 @@ func caddyMainOptions(p Paths) caddy.MainOptions {
 	}
 }
 
-// defaultCaddyfile is the main Caddyfile of a sandbox, from internal/caddy's
+// defaultCaddyfile is the main Caddyfile of a sandbox, from package caddyfile's
 // generator: /_proliferate/mcp/* to sandbox-mcp, /_proliferate/vscode/* to
 // openvscode-server behind forward_auth, other /_proliferate/* paths to the
 // sandbox daemon, the user snippet, then the preview proxy with the dev-server
 // ports behind it; the admin endpoint is a unix socket, so exposing a port
 // never needs a reload.
 func defaultCaddyfile(p Paths) (string, error) {
-	b, err := caddy.RenderMain(caddyMainOptions(p))
+	b, err := caddyfile.RenderMain(caddyMainOptions(p))
 	if err != nil {
 		return "", fmt.Errorf("render caddyfile: %w", err)
 	}
@@ -41,7 +41,7 @@ func defaultCaddyfile(p Paths) (string, error) {
 // defaultSnippet is the user snippet the sandbox boots with: the route that
 // sandbox-mcp itself writes. Never empty: Caddy 2.6 refuses a 0-byte import.
 func defaultSnippet() (string, error) {
-	b, err := caddy.Snippet{Preview: caddyPreviewAddr}.Render()
+	b, err := caddyfile.Snippet{Preview: caddyPreviewAddr}.Render()
 	if err != nil {
 		return "", fmt.Errorf("render caddy snippet: %w", err)
 	}

@@ -34,9 +34,6 @@ const (
 	PortSandboxAgent = 2468
 )
 
-// DevServerPorts are the preview fallbacks the default Caddyfile tries, in order.
-func DevServerPorts() []int { return rules.FallbackPorts() }
-
 // Timeouts and sizes of the boot sequence and provider operations.
 const (
 	// DefaultSandboxTimeout is the sandbox lifetime when SANDBOX_TIMEOUT_SECONDS is unset or invalid.

@@ -84,6 +84,9 @@ func DefaultGitMirrors() (*gitpush.Mirrors, error) {
 	return defaultMirrors.m, defaultMirrors.err
 }
 
+// pullFromBundle fetches the plan's remote (the host's URL: never the
+// sandbox's origin, which code inside may have rewritten); only the branch
+// name and commit ids are read from inside, and Bundle validates the branch.
 func pullFromBundle(ctx context.Context, ex Executor, g GitBundler, s Step, remote gitpush.Remote) (string, error) {
 	spec := s.Git
 	out, err := ex.Run(ctx, "cd "+ShellEscape(spec.Target)+` && b=$(git symbolic-ref --quiet --short HEAD) && echo "$b" && git rev-parse HEAD && { git rev-parse --verify --quiet "refs/remotes/origin/$b" || true; }`, s.Timeout())

@@ -3,6 +3,8 @@ package provider
 import (
 	"crypto/sha256"
 	"encoding/hex"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/image"
 )
 
 // DefaultImageVersion is used when SANDBOX_IMAGE_VERSION is unset or empty.
@@ -10,7 +12,8 @@ const DefaultImageVersion = "v1.0.0"
 
 // ComputeBaseSnapshotVersionKey is the SHA-256 (lowercase hex) of the files baked into
 // a base snapshot: the plugin, the default Caddyfile, the default model's OpenCode
-// config, then SANDBOX_IMAGE_VERSION. A different key means the base snapshot must be
+// config, the default image's key (image.Default: its steps, binaries by name), then
+// SANDBOX_IMAGE_VERSION. A different key means the base snapshot must be
 // rebuilt. The texts are this package's own, so the keys form a new key space, not
 // the old code's.
 func ComputeBaseSnapshotVersionKey(getenv func(string) string) string {
@@ -23,6 +26,11 @@ func ComputeBaseSnapshotVersionKey(getenv func(string) string) string {
 	}
 	h.Write([]byte(caddyfile))
 	h.Write([]byte(NewOpencodeConfig(ToOpencodeModelID(DefaultModelID), OpencodeOptions{LiteLLM: true}).JSON()))
+	imageKey, err := image.Default().Key(image.DefaultFrom, image.Sources{})
+	if err != nil {
+		imageKey = err.Error() // unreachable: empty Sources read no files; still a stable input
+	}
+	h.Write([]byte(imageKey))
 	v := getenv("SANDBOX_IMAGE_VERSION")
 	if v == "" {
 		v = DefaultImageVersion

@@ -14,7 +14,30 @@ const (
 	GitPushMaxFileBytes = 10 << 20
 	// GitPushMaxTotalBytes is the default cap on all new files of a push together (100 MiB).
 	GitPushMaxTotalBytes = 100 << 20
+	// GitBundleMaxObjectBytes caps one object of a bundle taken in (host or
+	// sidecar), inflated; a delta counts its result (256 MiB).
+	GitBundleMaxObjectBytes = 256 << 20
+	// GitBundleMaxInflatedBytes caps what the pack of a bundle taken in
+	// inflates to, deltas' results included (1 GiB): a zip bomb is refused
+	// on its declared sizes, before git inflates it.
+	GitBundleMaxInflatedBytes = 1 << 30
+	// GitBundleMaxObjects caps the objects of a bundle taken in.
+	GitBundleMaxObjects = 5_000_000
+	// GitBundleJobs bounds the bundles the sidecar makes or takes at once.
+	GitBundleJobs = 2
+	// GitMirrorMaxBytes caps one host mirror: past it the mirror is
+	// garbage-collected, and a mirror still past it is refused (8 GiB).
+	GitMirrorMaxBytes = 8 << 30
 )
 
-// GitPushDenyGlobs are the file names a push refuses by default.
-func GitPushDenyGlobs() []string { return []string{".env", ".env.*", "*.pem", "id_rsa*"} }
+// GitPushDenyGlobs are the file names a push refuses by default, matched
+// case-insensitively against each file's base name ("* " is a name with a
+// trailing space, which hides a name from a reader).
+func GitPushDenyGlobs() []string {
+	return []string{
+		".env", ".env.*", ".envrc", "*.pem*", "*.key",
+		"id_rsa*", "id_ed25519*", "id_ecdsa*", "id_dsa*",
+		".npmrc", ".netrc", ".git-credentials", "credentials.json",
+		"* ",
+	}
+}

@@ -21,6 +21,15 @@ const (
 	// RLIMIT_NOFILE: the other half stays for services, git and terminals.
 	MinConns = 32
 	MaxConns = 4096
+	// StreamConnsPercent is the share of the connection cap that long-lived
+	// streams (SSE, terminal WebSockets) may hold together, and at least
+	// MinFreeConns stay for everything else: streams never starve health
+	// checks and short requests.
+	StreamConnsPercent = 75
+	MinFreeConns       = 8
+	// MaxBundleUploads caps the POST /api/git/bundle uploads read at once
+	// (each may take MaxGitBundleBytes and BundleReadTimeout).
+	MaxBundleUploads = 2
 	// MaxDiffPathBytes bounds the path of GET /api/git/diff (Linux's PATH_MAX).
 	MaxDiffPathBytes = 4096
 )

@@ -50,3 +50,26 @@ func ServiceNotFound(name string) string { return fmt.Sprintf("Service %q not fo
 
 // NoLogs is the contract's message for a service that has no log file.
 func NoLogs(name string) string { return fmt.Sprintf("No logs found for service %q", name) }
+
+// MaxVolumeNameLen is the longest volume name, in bytes.
+const MaxVolumeNameLen = 63
+
+// ValidateVolumeName reports why name cannot name a volume, or nil: 1 to
+// MaxVolumeNameLen letters, digits, '.', '_' and '-', starting with a letter or digit
+// (names become directory names on the engine's host).
+func ValidateVolumeName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("volume name is empty")
+	case len(name) > MaxVolumeNameLen:
+		return fmt.Errorf("volume name is %d characters long; the limit is %d", len(name), MaxVolumeNameLen)
+	case !(name[0] >= 'a' && name[0] <= 'z' || name[0] >= 'A' && name[0] <= 'Z' || name[0] >= '0' && name[0] <= '9'):
+		return fmt.Errorf("volume name %q must start with a letter or digit", name)
+	}
+	for i := 0; i < len(name); i++ {
+		if !nameByte(name[i]) {
+			return fmt.Errorf("volume name %q may contain only letters, digits, '.', '_' and '-'", name)
+		}
+	}
+	return nil
+}

@@ -70,3 +70,30 @@ func FuzzValidateName(f *testing.F) {
 		}
 	})
 }
+
+func TestValidateVolumeName(t *testing.T) {
+	tests := []struct {
+		name string
+		ok   bool
+	}{
+		{"data", true},
+		{"session-1.ws_2", true},
+		{"9lives", true},
+		{strings.Repeat("a", MaxVolumeNameLen), true},
+		{strings.Repeat("a", MaxVolumeNameLen+1), false},
+		{"", false},
+		{".hidden", false},
+		{"-flag", false},
+		{"_x", false},
+		{"a/b", false},
+		{"..", false},
+		{"a b", false},
+		{"a\x00", false},
+		{"é", false},
+	}
+	for _, tt := range tests {
+		if err := ValidateVolumeName(tt.name); (err == nil) != tt.ok {
+			t.Errorf("ValidateVolumeName(%q) = %v, want ok %v", tt.name, err, tt.ok)
+		}
+	}
+}

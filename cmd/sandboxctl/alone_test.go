@@ -21,7 +21,7 @@ import (
 func TestAloneCarriesTheSidecar(t *testing.T) {
 	requireNamespaces(t)
 	bin := filepath.Join(testutil.Commands(t, "sandboxctl"), "sandboxctl")
-	path := "/usr/bin:/bin"
+	path := "/usr/sbin:/usr/bin:/sbin:/bin" // mkfs.ext4 makes the disk of a sandbox
 	for _, d := range filepath.SplitList(path) {
 		for _, name := range []string{"sandbox-mcp", "proliferate"} {
 			if _, err := os.Stat(filepath.Join(d, name)); err == nil {

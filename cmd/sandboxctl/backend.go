@@ -19,6 +19,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
@@ -144,7 +145,16 @@ func newLocalBackend(ctx context.Context, o backendOptions) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := local.New(local.Options{Root: o.DataDir, SandboxMCP: mcp, Proliferate: cli,
+	var images engine.ImageResolver
+	if o.Spec.Image != "" {
+		// --image boots from the data dir's image store (sandboxctl image build).
+		s, err := store.Open(store.Options{Dir: imageStoreDir(o.DataDir)})
+		if err != nil {
+			return nil, err
+		}
+		images = s
+	}
+	p, err := local.New(local.Options{Root: o.DataDir, SandboxMCP: mcp, Proliferate: cli, Images: images,
 		Unisolated: o.Unisolated, Getenv: o.Getenv, Logger: o.Logger, Progress: o.Stderr,
 		Image: o.Spec.Image, Runtime: o.Spec.Runtime, Limits: o.Spec.Limits, Volumes: o.Spec.Volumes})
 	if errors.Is(err, engine.ErrNotIsolated) {

@@ -289,6 +289,7 @@ func terminateRun(o *IDsOptions) error {
 			if err != nil {
 				return terminatedView{}, err
 			}
+			removeGitRecord(o.Factory.dataDir, id)
 			if !o.Factory.json {
 				fmt.Fprintf(o.Factory.stdout, "%s terminated\n", id)
 			}

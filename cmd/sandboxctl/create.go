@@ -150,6 +150,9 @@ func createRun(o *CreateOptions) error {
 		return refusal(err)
 	}
 	f.progress("created %s in %v", res.SandboxID, time.Since(start).Round(time.Millisecond))
+	if err := writeGitRecord(f.dataDir, res.SandboxID, opts.Repos); err != nil {
+		f.progress("warning: %v (push and sync will need --remote)", err)
+	}
 	if f.json {
 		return f.printJSON(res)
 	}

@@ -3,10 +3,11 @@ package main
 // push and sync: tokenless git (docs/git-bundle.md). The sandbox never holds a
 // git token; sandboxctl fetches and pushes for it from the host, through a
 // mirror under --data-dir/git-mirrors, with the token read from an environment
-// variable and given only to the git process that talks to the remote.
+// variable and given only to the git process that talks to the remote. The
+// remote is --remote or the host's record of the repo (gitrecord.go), never
+// what the sandbox says its origin is.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/gitpush"
 	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
@@ -32,12 +32,14 @@ func (g *gitFlags) add(cmd *cobra.Command, remoteHelp string) {
 	f.StringVar(&g.repo, "repo", "", "the sandbox repo (its path, or the last part of it) when the workspace has several")
 }
 
-// gitTarget is one repo of one sandbox, reached through its sidecar.
+// gitTarget is one repo of one sandbox, reached through its sidecar, and
+// the remote the host knows for it.
 type gitTarget struct {
 	sc      *sidecar.Client
 	repo    apitype.GitRepo
 	mirrors *gitpush.Mirrors
 	token   string
+	remote  string
 }
 
 // gitToken reads the git token from the variable --token-env names ("" when none).
@@ -89,39 +91,33 @@ func (a *app) gitTarget(ctx context.Context, b openedBackend, id string, g gitFl
 		return t, usageError{errorf("sandbox %s has several repos (%s): choose one with --repo", id, strings.Join(paths, ", "))}
 	}
 	t.repo = match[0]
+	if t.remote = g.remote; t.remote == "" {
+		rec, err := readGitRecord(a.dataDir, id)
+		if err != nil {
+			return t, err
+		}
+		if t.remote = rec.remoteFor(t.repo.Path); t.remote == "" {
+			return t, usageError{errorf("sandbox %s: the host has no record of a remote for %s (only repos sandboxctl create cloned are recorded): give --remote", id, t.repo.Path)}
+		}
+	}
 	t.mirrors, err = gitpush.New(gitpush.Options{CacheDir: filepath.Join(a.dataDir, "git-mirrors")})
 	return t, err
-}
-
-// originURL reads the repo's origin URL inside the sandbox.
-func originURL(ctx context.Context, e engine.Engine, id, repo string) (string, error) {
-	var out, errOut bytes.Buffer
-	code, err := e.Exec(ctx, id, engine.ExecRequest{Argv: []string{"git", "-C", repo, "remote", "get-url", "origin"},
-		Stdout: &out, Stderr: &errOut})
-	if err != nil {
-		return "", err
-	}
-	if code != 0 {
-		return "", errorf("read origin of %s: exit %d: %s (give --remote)", repo, code, strings.TrimSpace(errOut.String()))
-	}
-	return strings.TrimSpace(out.String()), nil
 }
 
 func newCmdPush(a *app) *cobra.Command {
 	var g gitFlags
 	var session string
 	cmd := &cobra.Command{
-		Use:   "push ID --remote URL [--token-env VAR] [--session S] [--repo PATH]",
+		Use:   "push ID [--remote URL] [--token-env VAR] [--session S] [--repo PATH]",
 		Short: "Push a sandbox's branch to session/<sessionId> of the remote, from the host",
 		Long: "Push the current branch of a sandbox repo to refs/heads/session/<sessionId> of the\n" +
 			"remote. The sandbox hands over a git bundle; the host checks it against its mirror\n" +
-			"(fast-forward only; no .env, .env.*, *.pem, id_rsa*; size caps) and pushes with the\n" +
-			"token from --token-env. No other ref of the remote is ever written. Exit 1 when refused.",
+			"(fsck, fast-forward only, no .git paths, no secrets such as .env or id_rsa, size\n" +
+			"caps) and pushes with the token from --token-env. No other ref of the remote is\n" +
+			"ever written. The remote is --remote, else the URL the repo was created from (the\n" +
+			"host's record, never the sandbox's origin). Exit 1 when refused.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if g.remote == "" {
-				return usageError{errorf("--remote is required")}
-			}
 			ctx := cmd.Context()
 			b, err := a.open(ctx, "")
 			if err != nil {
@@ -141,7 +137,7 @@ func newCmdPush(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := t.mirrors.PushSandbox(ctx, t.sc, t.repo.ID, gitpush.Remote{URL: g.remote, Token: t.token}, session)
+			res, err := t.mirrors.PushSandbox(ctx, t.sc, t.repo.ID, gitpush.Remote{URL: t.remote, Token: t.token}, session)
 			if err != nil {
 				return err
 			}
@@ -156,7 +152,7 @@ func newCmdPush(a *app) *cobra.Command {
 			return nil
 		},
 	}
-	g.add(cmd, "remote URL to push to (http or https, no credentials in it); required")
+	g.add(cmd, "remote URL to push to (http or https, no credentials in it; default: the URL the repo was created from)")
 	cmd.Flags().StringVar(&session, "session", "", "session id (default: the sandbox's session label)")
 	return cmd
 }
@@ -168,7 +164,9 @@ func newCmdSync(a *app) *cobra.Command {
 		Short: "Bring a sandbox's origin/<branch> up to date, fetching on the host",
 		Long: "Fetch the remote on the host (with the token from --token-env) and hand the sandbox\n" +
 			"a bundle of what its current branch's origin/<branch> lacks. The sandbox's own\n" +
-			"branches and work tree do not move; it merges or rebases itself.",
+			"branches and work tree do not move; it merges or rebases itself. The remote is\n" +
+			"--remote, else the URL the repo was created from (the host's record, never the\n" +
+			"sandbox's origin).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -181,13 +179,7 @@ func newCmdSync(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			remote := g.remote
-			if remote == "" {
-				if remote, err = originURL(ctx, b.Engine, args[0], t.repo.Path); err != nil {
-					return err
-				}
-			}
-			res, err := t.mirrors.SyncSandbox(ctx, t.sc, t.repo.ID, gitpush.Remote{URL: remote, Token: t.token})
+			res, err := t.mirrors.SyncSandbox(ctx, t.sc, t.repo.ID, gitpush.Remote{URL: t.remote, Token: t.token})
 			if err != nil {
 				return err
 			}
@@ -202,6 +194,6 @@ func newCmdSync(a *app) *cobra.Command {
 			return nil
 		},
 	}
-	g.add(cmd, "remote URL to fetch (default: the repo's origin in the sandbox)")
+	g.add(cmd, "remote URL to fetch (default: the URL the repo was created from; never the sandbox's origin)")
 	return cmd
 }

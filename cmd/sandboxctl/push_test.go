@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
@@ -84,7 +88,7 @@ func TestPushAndSyncCommands(t *testing.T) {
 
 	// A refused push: exit 1, the reason on stderr, the remote unchanged.
 	sh("cd " + repo + " && echo S=1 > .env && git add -A && " + commit + " secret")
-	code, out, errOut = ctl("push", id, "--remote", url, "--token-env", "GIT_TOKEN")
+	code, out, errOut = ctl("push", id, "--token-env", "GIT_TOKEN") // the recorded remote
 	if code != 1 || !strings.Contains(errOut, "deny-glob") || !strings.Contains(errOut, `".env"`) {
 		t.Errorf("push of a .env = %d %q %q, want exit 1 naming the rule", code, out, errOut)
 	}
@@ -93,6 +97,16 @@ func TestPushAndSyncCommands(t *testing.T) {
 	}
 
 	// Sync: the remote advances; origin/main follows inside, without a token.
+	// The sandbox points its origin at a listener of its choosing: the host
+	// takes the remote from its own record, so the listener hears nothing.
+	var evilHits atomic.Int32
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		evilHits.Add(1)
+		w.Header().Set("WWW-Authenticate", `Basic realm="x"`)
+		http.Error(w, "auth", http.StatusUnauthorized)
+	}))
+	t.Cleanup(evil.Close)
+	sh("git -C " + repo + " remote set-url origin " + evil.URL + "/app.git")
 	upstream := srv.Commit(t, "app", "main", "upstream", map[string]string{"up.txt": "up\n"})
 	code, out, errOut = ctl("sync", id, "--token-env", "GIT_TOKEN")
 	if code != 0 || !strings.Contains(out, "origin/main is now "+upstream) {
@@ -112,9 +126,29 @@ func TestPushAndSyncCommands(t *testing.T) {
 		t.Errorf("files in the sandbox hold the token: %s", files)
 	}
 
-	// Usage mistakes.
-	if code, _, _ := ctl("push", id); code != 2 {
-		t.Errorf("push without --remote = %d, want 2", code)
+	if n := evilHits.Load(); n != 0 {
+		t.Errorf("the sandbox's rewritten origin was contacted %d times", n)
+	}
+
+	// Usage mistakes. Without the host's record, a push or sync needs --remote:
+	// the sandbox's origin is never asked.
+	rec := filepath.Join(dataDir, "git-repos", id+".json")
+	if fi, err := os.Stat(rec); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the host's record of the repos: %v, %v; want a 0600 file", fi, err)
+	}
+	if data, _ := os.ReadFile(rec); !strings.Contains(string(data), url) || strings.Contains(string(data), token) {
+		t.Errorf("record %s = %q, want the URL and no token", rec, data)
+	}
+	if err := os.Remove(rec); err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range []string{"push", "sync"} {
+		if code, _, errOut := ctl(verb, id, "--token-env", "GIT_TOKEN"); code != 2 || !strings.Contains(errOut, "give --remote") {
+			t.Errorf("%s without a recorded remote = %d %q, want 2 asking for --remote", verb, code, errOut)
+		}
+	}
+	if n := evilHits.Load(); n != 0 {
+		t.Errorf("the sandbox's rewritten origin was contacted %d times", n)
 	}
 	if code, _, errOut := ctl("push", id, "--remote", url, "--token-env", "NOPE"); code != 1 || !strings.Contains(errOut, "NOPE") {
 		t.Errorf("push with an unset token variable = %d %q", code, errOut)

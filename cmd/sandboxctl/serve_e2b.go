@@ -33,20 +33,29 @@ func serveE2B(ctx context.Context, o serveOptions) error {
 		}
 		key = "e2b_" + hex.EncodeToString(b)
 	}
-	// Egress, as E2B sandboxes reach the internet; their ports stay their own.
-	srv, err := e2bserver.New(e2bserver.Options{Engine: o.Engine, APIKey: key, Logger: o.Logger, Egress: true})
+	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		return err
 	}
+	// The sandbox domain carries the server's port, so the SDKs' getHost(port),
+	// <port>-<id>.localhost:PORT, is a URL curl and browsers reach as it is (they
+	// resolve *.localhost to loopback); the server routes it by Host.
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	domain := "localhost:" + port
+	// Egress, as E2B sandboxes reach the internet; their ports stay their own.
+	srv, err := e2bserver.New(e2bserver.Options{Engine: o.Engine, APIKey: key, Logger: o.Logger, Egress: true, Domain: domain})
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	defer srv.Close()
-	return srv.ListenAndServe(ctx, o.Addr, func(a net.Addr) {
-		url := "http://" + a.String()
-		fmt.Fprintf(o.Stdout, "export %s=%s\nexport %s=%s\nexport %s=localhost\nexport %s=%s\nexport %s=1\nexport %s=base\n",
-			e2b.EnvAPIURL, url, e2b.EnvSandboxURL, url, e2b.EnvDomain, e2b.EnvAPIKey, key, e2b.EnvLocalTunnels, e2b.EnvTemplate)
-		if o.Ready != nil {
-			o.Ready(a.String())
-		}
-	})
+	url := "http://" + ln.Addr().String()
+	fmt.Fprintf(o.Stdout, "export %s=%s\nexport %s=%s\nexport %s=%s\nexport %s=%s\nexport %s=1\nexport %s=base\n",
+		e2b.EnvAPIURL, url, e2b.EnvSandboxURL, url, e2b.EnvDomain, domain, e2b.EnvAPIKey, key, e2b.EnvLocalTunnels, e2b.EnvTemplate)
+	if o.Ready != nil {
+		o.Ready(ln.Addr().String())
+	}
+	return srv.Serve(ctx, ln)
 }
 
 // newE2BBackend drives E2B through E2B_API_KEY, E2B_DOMAIN, E2B_API_URL,

@@ -55,6 +55,10 @@ func TestServeE2B(t *testing.T) {
 	if !strings.HasPrefix(exports[e2b.EnvAPIURL], "http://127.0.0.1:") || !strings.HasPrefix(exports[e2b.EnvAPIKey], "e2b_") {
 		t.Fatalf("printed environment = %v, want a loopback API URL and a key", exports)
 	}
+	// getHost's URLs work as they are: the domain carries the server's port.
+	if want := "localhost:" + exports[e2b.EnvAPIURL][len("http://127.0.0.1:"):]; exports[e2b.EnvDomain] != want {
+		t.Errorf("%s = %q, want %q", e2b.EnvDomain, exports[e2b.EnvDomain], want)
+	}
 
 	b, err := newE2BBackend(t.Context(), backendOptions{Getenv: func(k string) string { return exports[k] }})
 	if err != nil {

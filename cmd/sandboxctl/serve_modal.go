@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/modalserver"
@@ -23,28 +24,39 @@ func init() {
 }
 
 // serveModal serves Modal's gRPC protocol over the local engine until ctx is done. It
-// prints the settings a Modal SDK needs and writes the tunnels' CA certificate to
-// <data-dir>/modal-tunnel-ca.pem.
+// prints the `export` lines a Modal SDK needs. The server accepts one token pair, kept
+// in <data-dir>/modal-token (0600, made on the first serve); the tunnels' CA
+// certificate is written to <data-dir>/modal-tunnel-ca.pem. Image build steps it
+// cannot run (RUN, …) are refused unless SANDBOXCTL_MODAL_SKIP_RUN=1.
 func serveModal(ctx context.Context, o serveOptions) error {
-	srv, err := modalserver.New(modalserver.Options{Engine: o.Engine, Logger: o.Logger, StateDir: o.DataDir})
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return err
+	}
+	tok, err := modalserver.LoadOrCreateToken(o.DataDir)
+	if err != nil {
+		return err
+	}
+	srv, err := modalserver.New(modalserver.Options{Engine: o.Engine, Logger: o.Logger, StateDir: o.DataDir, Token: tok,
+		SkipRunSteps: o.Getenv(modalserver.EnvSkipRunSteps) == "1"})
 	if err != nil {
 		return err
 	}
 	l, err := net.Listen("tcp", o.Addr)
 	if err != nil {
+		srv.Close()
 		return err
 	}
 	addr := l.Addr().String()
 	ca := filepath.Join(o.DataDir, "modal-tunnel-ca.pem")
-	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
-		l.Close()
-		return err
-	}
 	if err := os.WriteFile(ca, srv.CACertPEM(), 0o644); err != nil {
 		l.Close()
+		srv.Close()
 		return err
 	}
-	fmt.Fprintf(o.Stdout, "MODAL_SERVER_URL=http://%s\nMODAL_TOKEN_ID=ak-local\nMODAL_TOKEN_SECRET=as-local\nMODAL_TUNNEL_CA=%s\n", addr, ca)
+	for _, kv := range [][2]string{{"MODAL_SERVER_URL", "http://" + addr}, {"MODAL_TOKEN_ID", tok.ID},
+		{"MODAL_TOKEN_SECRET", tok.Secret}, {"MODAL_TUNNEL_CA", ca}} {
+		fmt.Fprintf(o.Stdout, "export %s=%s\n", kv[0], shellQuote(kv[1]))
+	}
 	if o.Ready != nil {
 		o.Ready(addr)
 	}
@@ -78,4 +90,18 @@ func newModalBackend(ctx context.Context, o backendOptions) (*backend, error) {
 		e.TLS = &tls.Config{RootCAs: pool}
 	}
 	return &backend{Engine: e, Provider: p, Close: e.Close}, nil
+}
+
+// shellQuote quotes v for a POSIX shell when it holds anything but plain characters.
+func shellQuote(v string) string {
+	plain := v != ""
+	for _, c := range v {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./:@%+=,", c)) {
+			plain = false
+		}
+	}
+	if plain {
+		return v
+	}
+	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
 }

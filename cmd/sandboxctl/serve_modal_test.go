@@ -3,23 +3,27 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/modalserver"
 )
 
 // TestServeModal: `sandboxctl serve --protocol modal` over the local engine, driven by
 // `sandboxctl --provider modal` (Modal's Go SDK): create boots the platform's plan,
-// exec, list, terminate.
+// exec, list, terminate; the server accepts only the token pair it printed.
 func TestServeModal(t *testing.T) {
 	requireNamespaces(t)
 	bins := buildBinaries(t)
 	dataDir := t.TempDir()
 	env := map[string]string{"SANDBOXCTL_SANDBOX_MCP": filepath.Join(bins, "sandbox-mcp"),
-		"SANDBOXCTL_PROLIFERATE": filepath.Join(bins, "proliferate"), "HOME": t.TempDir()}
+		"SANDBOXCTL_PROLIFERATE": filepath.Join(bins, "proliferate"), "HOME": t.TempDir(),
+		// The provider's base image has RUN steps; the host has what they install.
+		modalserver.EnvSkipRunSteps: "1"}
 	getenv := func(k string) string { return env[k] }
 
 	ctx, cancel := context.WithCancel(t.Context())
@@ -34,19 +38,30 @@ func TestServeModal(t *testing.T) {
 			t.Errorf("serve exited %d: %s", code, errOut.String())
 		}
 	}()
-	var url string
-	for deadline := time.Now().Add(30 * time.Second); url == ""; time.Sleep(50 * time.Millisecond) {
+	exported := map[string]string{}
+	for deadline := time.Now().Add(30 * time.Second); exported["MODAL_TUNNEL_CA"] == ""; time.Sleep(50 * time.Millisecond) {
 		for _, line := range strings.Split(out.String(), "\n") {
-			if v, ok := strings.CutPrefix(line, "MODAL_SERVER_URL="); ok {
-				url = v
+			if kv, ok := strings.CutPrefix(line, "export "); ok {
+				k, v, _ := strings.Cut(kv, "=")
+				exported[k] = v
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("serve printed no MODAL_SERVER_URL: %q %q", out.String(), errOut.String())
+			t.Fatalf("serve printed no export lines: %q %q", out.String(), errOut.String())
 		}
 	}
-	if !strings.Contains(out.String(), "MODAL_TUNNEL_CA="+filepath.Join(dataDir, "modal-tunnel-ca.pem")) {
-		t.Errorf("serve output lacks the CA path: %q", out.String())
+	url := exported["MODAL_SERVER_URL"]
+	if exported["MODAL_TUNNEL_CA"] != filepath.Join(dataDir, "modal-tunnel-ca.pem") || !strings.HasPrefix(url, "http://127.0.0.1:") {
+		t.Errorf("serve printed %q", out.String())
+	}
+	// The pair is made at the first serve, kept 0600 in the data dir, and printed.
+	tokFile := filepath.Join(dataDir, modalserver.TokenFile)
+	if st, err := os.Stat(tokFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("token file %s: %v, %v; want mode 0600", tokFile, st, err)
+	}
+	if tok, _ := os.ReadFile(tokFile); !strings.Contains(string(tok), "MODAL_TOKEN_ID="+exported["MODAL_TOKEN_ID"]+"\n") ||
+		!strings.HasPrefix(exported["MODAL_TOKEN_ID"], "ak-") || !strings.HasPrefix(exported["MODAL_TOKEN_SECRET"], "as-") {
+		t.Errorf("printed pair %q/%q is not the kept one %q", exported["MODAL_TOKEN_ID"], exported["MODAL_TOKEN_SECRET"], tok)
 	}
 
 	t.Setenv("MODAL_SERVER_URL", url)
@@ -60,6 +75,10 @@ func TestServeModal(t *testing.T) {
 		code := run(t.Context(), append([]string{"--provider", "modal"}, args...), func(k string) string { return client[k] }, nil, &o, &e)
 		return o.String(), e.String(), code
 	}
+	if _, e, code := sctl("list"); code == 0 || !strings.Contains(e, "Invalid token") {
+		t.Errorf("list with a pair of our own = %d %q, want the server's refusal", code, e)
+	}
+	client["MODAL_TOKEN_ID"], client["MODAL_TOKEN_SECRET"] = exported["MODAL_TOKEN_ID"], exported["MODAL_TOKEN_SECRET"]
 	o, e, code := sctl("create", "--session", "ctl-1", "--env", "SANDBOX_MCP_AUTH_TOKEN=tok")
 	if code != 0 {
 		t.Fatalf("create = %d: %s", code, e)

@@ -23,7 +23,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	if s.opts.Events == nil {
 		return errNotImplemented
 	}
-	defer s.stream(w)()
+	end, err := s.openStream(w, r)
+	if err != nil {
+		return err
+	}
+	defer end()
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
 	ch, unsubscribe := s.opts.Events.Subscribe()

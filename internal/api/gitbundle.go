@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // BundleContentType is the media type of a git bundle on the wire.
@@ -87,22 +89,49 @@ func (s *Server) gitChangeset(w http.ResponseWriter, r *http.Request) error {
 // The body is a raw bundle, bounded by the git leaf's bundle limit rather than
 // the API's JSON body limit.
 func (s *Server) gitApplyBundle(w http.ResponseWriter, r *http.Request) error {
-	g, id, err := s.bundleRepo(r)
+	g, id, release, err := s.admitBundle(w, r)
 	if err != nil {
+		// Refused unread: the connection closes rather than wait up to the
+		// route's 10-minute read deadline for a body nobody will read.
+		closeUnread(w)
 		return err
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != BundleContentType && mt != "application/octet-stream") {
-			return fault.New(http.StatusBadRequest, "Content-Type must be %s", BundleContentType)
-		}
-	}
-	up, err := g.ApplyBundle(r.Context(), id, r.Body)
+	defer release()
+	up, err := g.ApplyBundle(r.Context(), id, clientBody{r.Body})
 	if err != nil {
 		return gitBundleError(err)
 	}
 	writeJSON(w, http.StatusOK, apitype.GitBundleApplyResponse{Updated: up})
 	return nil
+}
+
+// admitBundle checks an upload from its headers alone: the bundler and repo,
+// the content type, a declared size within the cap (413 at once, not after
+// reading the cap's worth of body), and a free upload slot (503 past
+// rules.MaxBundleUploads at once); release gives the slot back.
+func (s *Server) admitBundle(w http.ResponseWriter, r *http.Request) (GitBundler, string, func(), error) {
+	g, id, err := s.bundleRepo(r)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != BundleContentType && mt != "application/octet-stream") {
+			return nil, "", nil, fault.New(http.StatusBadRequest, "Content-Type must be %s", BundleContentType)
+		}
+	}
+	if r.ContentLength > rules.MaxGitBundleBytes {
+		return nil, "", nil, &fault.Error{Status: http.StatusRequestEntityTooLarge, Msg: "Bundle too large",
+			Fields: map[string]any{"limit": rules.MaxGitBundleBytes}}
+	}
+	select {
+	case s.bundleSlots <- struct{}{}:
+		return g, id, func() { <-s.bundleSlots }, nil
+	default:
+		w.Header().Set("Retry-After", "10")
+		return nil, "", nil, fault.New(http.StatusServiceUnavailable,
+			"too many bundle uploads at once: the limit is %d; retry when one has ended", cap(s.bundleSlots))
+	}
 }
 
 // gitBundleError answers a body past the route's cap as the git leaf answers
@@ -113,5 +142,32 @@ func gitBundleError(err error) error {
 		return &fault.Error{Status: http.StatusRequestEntityTooLarge, Msg: "Bundle too large",
 			Fields: map[string]any{"limit": mbe.Limit}, Err: err}
 	}
+	if be := (*bodyError)(nil); errors.As(err, &be) {
+		// The client's failure (a malformed chunk, a body cut short, an
+		// upload slower than the read deadline), not the sidecar's.
+		if ne := net.Error(nil); errors.As(be.err, &ne) && ne.Timeout() {
+			return &fault.Error{Status: http.StatusRequestTimeout, Msg: "Bundle did not arrive in time", Err: err}
+		}
+		return &fault.Error{Status: http.StatusBadRequest, Msg: "read bundle: " + be.err.Error(), Err: err}
+	}
 	return err
+}
+
+// bodyError is a failure to read the request body.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "read request body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+// clientBody marks the failures of reading a request body (anything but
+// io.EOF) as bodyError, so a leaf that reads the body and wraps what failed
+// still lets the API answer the client's fault with a 4xx.
+type clientBody struct{ r io.Reader }
+
+func (b clientBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &bodyError{err}
+	}
+	return n, err
 }

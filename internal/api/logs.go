@@ -53,12 +53,16 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 
+	end, err := s.openStream(w, r)
+	if err != nil {
+		return err
+	}
+	defer end()
 	initial, next, stop, err := s.opts.Logs.Follow(name)
 	if err != nil {
 		return logError(name, err)
 	}
 	defer stop()
-	defer s.stream(w)()
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
 	sse := startSSE(w)

@@ -69,6 +69,8 @@ type Server struct {
 	conns atomic.Pointer[connLimiter]
 	// streams counts open SSE streams and terminal connections.
 	streams atomic.Int64
+	// bundleSlots holds one token per POST /api/git/bundle being read.
+	bundleSlots chan struct{}
 }
 
 // New builds a Server from opts.
@@ -82,7 +84,8 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = rules.MaxRequestBodyBytes
 	}
-	s := &Server{opts: opts, log: opts.Logger.With("component", "api"), done: make(chan struct{})}
+	s := &Server{opts: opts, log: opts.Logger.With("component", "api"), done: make(chan struct{}),
+		bundleSlots: make(chan struct{}, rules.MaxBundleUploads)}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -129,15 +132,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // (RegisterOnShutdown) so Shutdown does not wait for streams that never end.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() { close(s.done) })
-}
-
-// stream marks the start of a streaming response: it lifts the read deadline
-// (the request is authenticated and lives as long as the client wants) and
-// counts the stream for /api/debug/stats until the returned func is called.
-func (s *Server) stream(w http.ResponseWriter) (end func()) {
-	liftReadDeadline(w)
-	s.streams.Add(1)
-	return func() { s.streams.Add(-1) }
 }
 
 // streamContext returns a context that ends with the request or with the server.

@@ -32,15 +32,19 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
 	if !wantsWebSocket(r) {
 		return fault.New(http.StatusUpgradeRequired, "GET /api/terminal is a WebSocket: send Upgrade: websocket")
 	}
+	// After the upgrade the connection is the terminal's: openStream lifts
+	// the read deadline before the WebSocket library takes it over.
+	end, err := s.openStream(w, r)
+	if err != nil {
+		return err
+	}
+	defer end()
 	// Refused before the upgrade, so the client reads why.
 	serve, release, err := s.opts.Terminal.ReserveWebSocket()
 	if err != nil {
 		return &fault.Error{Status: http.StatusServiceUnavailable, Msg: err.Error(), Err: err}
 	}
 	defer release()
-	// After the upgrade the connection is the terminal's: lift the read
-	// deadline before the WebSocket library takes it over.
-	defer s.stream(w)()
 	hw := &handshakeWriter{ResponseWriter: w}
 	c, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
 		Subprotocols: s.opts.Terminal.Subprotocols(),

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/proliferate-ai/sandbox-mcp/caddyfile"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -27,7 +28,7 @@ type Config struct {
 	// Admin is Caddy's admin endpoint: host:port, http://host:port or unix//path.
 	Admin string
 	// Snippet is what the snippet file must hold.
-	Snippet Snippet
+	Snippet caddyfile.Snippet
 	// CaddyBin validates snippets before they are written; empty means "caddy"
 	// from PATH, and validation is skipped when there is none.
 	CaddyBin string

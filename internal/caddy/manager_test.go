@@ -3,6 +3,7 @@ package caddy
 import (
 	"context"
 	"fmt"
+	"github.com/proliferate-ai/sandbox-mcp/caddyfile"
 	"io"
 	"log/slog"
 	"net/http"
@@ -91,7 +92,7 @@ func newFixture(t *testing.T, start bool, tcpAdmin bool) *fixture {
 		SnippetPath: f.snippet,
 		Caddyfile:   mainPath,
 		Admin:       f.admin,
-		Snippet:     Snippet{Preview: f.preview},
+		Snippet:     caddyfile.Snippet{Preview: f.preview},
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -150,7 +151,7 @@ func TestEnsureLoadsSnippetIntoOldCaddyfile(t *testing.T) {
 			if got := get(t, "http://"+f.site+"/"); got != "preview" {
 				t.Errorf("after Ensure: GET / = %q, want %q", got, "preview")
 			}
-			want, _ := Snippet{Preview: f.preview}.Render()
+			want, _ := caddyfile.Snippet{Preview: f.preview}.Render()
 			if got := readFile(t, f.snippet); got != string(want) {
 				t.Errorf("snippet file = %q, want %q", got, want)
 			}
@@ -179,7 +180,7 @@ func TestEnsureLeavesRenderedMainAlone(t *testing.T) {
 	}
 	site := caddytest.Addr(testutil.FreePort(t))
 	preview := caddytest.Addr(testutil.FreePort(t))
-	main, err := RenderMain(MainOptions{
+	main, err := caddyfile.RenderMain(caddyfile.MainOptions{
 		Site: "http://" + site, Bind: "127.0.0.1", AdminSocket: socket, API: "127.0.0.1:1", VSCode: "127.0.0.1:2",
 		SnippetPath: snippet, Preview: preview, FallbackPorts: []int{testutil.FreePort(t)},
 	})
@@ -189,7 +190,7 @@ func TestEnsureLeavesRenderedMainAlone(t *testing.T) {
 	c := caddytest.Start(t, dir, main, socket, site)
 	m, err := New(Config{
 		SnippetPath: snippet, Caddyfile: c.Caddyfile, Admin: "unix/" + socket,
-		Snippet: Snippet{Preview: preview}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Snippet: caddyfile.Snippet{Preview: preview}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

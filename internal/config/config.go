@@ -1,5 +1,7 @@
 // Package config reads the sidecar's settings from the environment in one place.
-// cmd/sandbox-mcp and cmd/proliferate import it; nothing else reads os.Getenv.
+// cmd/sandbox-mcp and cmd/proliferate import it; of the sidecar's
+// settings is read anywhere else (the service monitor's re-exec marker and the
+// environment handed to children are process plumbing, not settings).
 // Settings is the table of every variable, its default and what it does; the
 // binaries' --help and README's settings table are printed from it.
 package config
@@ -16,18 +18,23 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// Defaults of the wire contract (CONTRACT.md, "Processes and defaults").
+// Defaults of the wire contract (CONTRACT.md, "Processes and defaults"), spelled
+// from package rules.
+var (
+	DefaultAddr        = "0.0.0.0:" + strconv.Itoa(rules.PortSidecar)
+	DefaultPreviewAddr = "127.0.0.1:" + strconv.Itoa(rules.PortPreviewProxy)
+	DefaultSidecarURL  = "http://127.0.0.1:" + strconv.Itoa(rules.PortSidecar)
+)
+
+// Paths and other defaults.
 const (
-	DefaultAddr           = "0.0.0.0:4000"
 	DefaultWorkspaceDir   = rules.WorkspaceDir
 	DefaultStateDir       = rules.StateDir
 	DefaultCaddySnippet   = rules.CaddySnippet
 	DefaultCaddyAdmin     = "localhost:2019"
 	DefaultCaddyfile      = rules.Caddyfile
-	DefaultPreviewAddr    = "127.0.0.1:4001"
 	DefaultPreviewURLFile = rules.PreviewURLFile
 	DefaultEnvOverrides   = rules.EnvOverridesFile
-	DefaultSidecarURL     = "http://127.0.0.1:4000"
 	DefaultLogLevel       = "info"
 )
 
@@ -52,7 +59,7 @@ var Settings = []Setting{
 	{rules.EnvAddr, DefaultAddr, "API listen address (`api --addr` wins)", true, false},
 	{rules.EnvWorkspaceDir, DefaultWorkspaceDir + " if it exists, else the working directory", "workspace: services' default cwd, git repos, env files", true, true},
 	{rules.EnvStateDir, DefaultStateDir, "state.json and logs/ of the services", true, false},
-	{rules.EnvCaddySnippet, DefaultCaddySnippet + " (<state dir>/caddy/user.caddy without /home/user)", "user Caddy snippet the sidecar writes", true, false},
+	{rules.EnvCaddySnippet, DefaultCaddySnippet + " (<state dir>/caddy/user.caddy without " + rules.HomeDir + ")", "user Caddy snippet the sidecar writes", true, false},
 	{rules.EnvCaddyAdmin, DefaultCaddyAdmin, "Caddy admin endpoint, host:port or unix//path", true, false},
 	{rules.EnvCaddyfile, DefaultCaddyfile, "main Caddyfile loaded when Caddy does not route to the preview proxy", true, false},
 	{rules.EnvPreviewAddr, DefaultPreviewAddr, "loopback listener of the preview proxy", true, false},

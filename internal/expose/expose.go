@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/proliferate-ai/sandbox-mcp/caddyfile"
 	"log/slog"
 	"net"
 	"net/http"
@@ -81,7 +82,7 @@ func New(ctx context.Context, o Options) (*Exposer, error) {
 		SnippetPath: o.CaddySnippet,
 		Caddyfile:   o.Caddyfile,
 		Admin:       o.CaddyAdmin,
-		Snippet:     caddy.Snippet{Preview: dialAddr(ln.Addr().(*net.TCPAddr))},
+		Snippet:     caddyfile.Snippet{Preview: dialAddr(ln.Addr().(*net.TCPAddr))},
 		Logger:      log,
 	})
 	if err != nil {

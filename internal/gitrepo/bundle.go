@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
 	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -59,6 +60,11 @@ func (w *Workspace) CreateBundle(ctx context.Context, id, base string) (*os.File
 	if err != nil {
 		return nil, apitype.GitBundleInfo{}, err
 	}
+	release, err := w.bundleSlot(ctx)
+	if err != nil {
+		return nil, apitype.GitBundleInfo{}, err
+	}
+	defer release()
 	branch, head, err := w.currentBranch(ctx, repo)
 	if err != nil {
 		return nil, apitype.GitBundleInfo{}, err
@@ -104,14 +110,23 @@ func (w *Workspace) CreateBundle(ctx context.Context, id, base string) (*os.File
 	return f, info, nil
 }
 
-// ApplyBundle fetches the branches of the bundle read from r (at most the size
+// ApplyBundle takes the branches of the bundle read from r (at most the size
 // limit) into refs/remotes/origin/* of the repository id. Nothing else moves:
-// not the local branches, not the work tree, no tags.
+// not the local branches, not the work tree, no tags. The bundle's objects
+// wait in a quarantine (gitbundle.Receive: declared sizes against the limits
+// before git inflates anything, index-pack --strict, .gitmodules included)
+// and every path its new commits bring is checked (gitbundle.CheckPath); a
+// bundle refused on any of these is ErrBadBundle and leaves nothing behind.
 func (w *Workspace) ApplyBundle(ctx context.Context, id string, r io.Reader) ([]apitype.GitRefUpdate, error) {
 	repo, err := w.resolveRepo(id)
 	if err != nil {
 		return nil, err
 	}
+	release, err := w.bundleSlot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	f, err := os.CreateTemp("", "sandbox-mcp-apply-*.bundle")
 	if err != nil {
 		return nil, fmt.Errorf("bundle temp file: %w", err)
@@ -128,18 +143,40 @@ func (w *Workspace) ApplyBundle(ctx context.Context, id string, r io.Reader) ([]
 	if err := f.Close(); err != nil {
 		return nil, err
 	}
+	q, err := gitbundle.Receive(ctx, w.git, repo, f.Name(), w.limits)
+	var rej *gitbundle.Rejection
+	if errors.As(err, &rej) {
+		return nil, fmt.Errorf("%w: %v", ErrBadBundle, rej)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer q.Drop()
+	var tx strings.Builder
+	var tips []string
+	for _, ref := range q.Header.Refs {
+		if name, ok := strings.CutPrefix(ref.Name, "refs/heads/"); ok {
+			fmt.Fprintf(&tx, "update refs/remotes/origin/%s %s\n", name, ref.OID)
+			tips = append(tips, ref.OID)
+		}
+	}
+	paths, err := q.Paths(ctx, tips, maxChangesetBytes)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range paths {
+		if err := gitbundle.CheckPath(p); err != nil {
+			return nil, fmt.Errorf("%w: %q: %v", ErrBadBundle, p, err)
+		}
+	}
 	before, err := w.originRefs(ctx, repo)
 	if err != nil {
 		return nil, err
 	}
-	err = w.stream(ctx, repo, nil, io.Discard, "-c", "transfer.fsckObjects=true",
-		"fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
-		f.Name(), "+refs/heads/*:refs/remotes/origin/*")
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return nil, fmt.Errorf("%w: %v", ErrBadBundle, err)
-		}
+	if err := q.Accept(); err != nil {
+		return nil, err
+	}
+	if err := w.stream(ctx, repo, strings.NewReader(tx.String()), io.Discard, "update-ref", "--stdin"); err != nil {
 		return nil, err
 	}
 	after, err := w.originRefs(ctx, repo)
@@ -158,6 +195,18 @@ func (w *Workspace) ApplyBundle(ctx context.Context, id string, r io.Reader) ([]
 		}
 	}
 	return updated, nil
+}
+
+// bundleSlot waits, within ctx, for one of the bundle slots: making or taking
+// a bundle holds up to MaxBundleBytes on disk and a git pack in memory, so
+// only a few run at once, whatever the process limit.
+func (w *Workspace) bundleSlot(ctx context.Context) (func(), error) {
+	select {
+	case w.bundles <- struct{}{}:
+		return func() { <-w.bundles }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for a bundle slot: %w", ctx.Err())
+	}
 }
 
 // currentBranch returns HEAD's branch ref and commit.
@@ -233,16 +282,4 @@ func (w *Workspace) originRefs(ctx context.Context, repo string) (map[string]str
 		}
 	}
 	return refs, nil
-}
-
-// stream runs git with args in dir, stdin from in (nil: none) and stdout into
-// out, with the same timeout, process limit and clean-up as run.
-func (w *Workspace) stream(ctx context.Context, dir string, in io.Reader, out io.Writer, args ...string) error {
-	p, err := w.command(ctx, dir, args)
-	if err != nil {
-		return err
-	}
-	defer p.release()
-	p.Stdin, p.Stdout = in, out
-	return p.failure(p.Run())
 }

@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"strings"
-	"syscall"
-	"time"
 	"unicode/utf8"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
+	"github.com/proliferate-ai/sandbox-mcp/internal/gitexec"
 )
 
 // Status runs git status in the repository named by id and parses it.
@@ -90,95 +87,16 @@ func trimPartialRune(b []byte) []byte {
 	return b
 }
 
-// gitProc is one git process of the workspace: it holds a slot of the
-// process limit, ends within the timeout, and is killed with its process
-// group (git may start helpers) when its context ends.
-type gitProc struct {
-	*exec.Cmd
-	ctx     context.Context
-	name    string // the git command (args[0]), for errors
-	dir     string
-	timeout time.Duration
-	stderr  *capped.Buffer
-	release func()
-}
-
-// command takes a slot of the process limit and returns git with args in
-// dir, not started; release frees the slot and the timeout after Wait.
-func (w *Workspace) command(ctx context.Context, dir string, args []string) (*gitProc, error) {
-	select {
-	case w.procs <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("git %s in %s: %w", args[0], dir, ctx.Err())
-	}
-	ctx, cancel := context.WithTimeout(ctx, w.timeout)
-	cmd := exec.CommandContext(ctx, w.git, append(append([]string{}, w.baseArgs...), args...)...)
-	cmd.Dir = dir
-	cmd.Env = w.env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return killGroup(cmd) }
-	cmd.WaitDelay = time.Second
-	p := &gitProc{Cmd: cmd, ctx: ctx, name: args[0], dir: dir, timeout: w.timeout, release: func() { cancel(); <-w.procs }}
-	p.stderr = &capped.Buffer{Max: 4096}
-	cmd.Stderr = p.stderr
-	return p, nil
-}
-
-// failure is the error of a run that ended with werr: the timeout when it
-// struck, else git's exit with what it wrote to stderr; nil for success.
-func (p *gitProc) failure(werr error) error {
-	switch {
-	case p.ctx.Err() != nil:
-		return fmt.Errorf("git %s in %s: %w (limit %s)", p.name, p.dir, p.ctx.Err(), p.timeout)
-	case werr != nil:
-		return fmt.Errorf("git %s in %s: %w: %s", p.name, p.dir, werr, strings.TrimSpace(p.stderr.String()))
-	}
-	return nil
-}
-
 // run runs git with args in dir and returns at most limit bytes of its
 // standard output; cut reports that there was more, in which case git is
 // killed instead of being read to the end. Every call ends within the
-// timeout: git and anything it started are killed and reaped.
+// timeout: git and anything it started are killed and reaped (gitexec).
 func (w *Workspace) run(ctx context.Context, dir string, limit int, args ...string) (out []byte, cut bool, err error) {
-	p, err := w.command(ctx, dir, args)
-	if err != nil {
-		return nil, false, err
-	}
-	defer p.release()
-	stdout, err := p.StdoutPipe()
-	if err != nil {
-		return nil, false, fmt.Errorf("git %s: %w", args[0], err)
-	}
-	if err := p.Start(); err != nil {
-		return nil, false, fmt.Errorf("start git %s: %w", args[0], err)
-	}
-	out, rerr := io.ReadAll(io.LimitReader(stdout, int64(limit)+1))
-	if len(out) > limit {
-		out, cut = out[:limit], true
-		_ = killGroup(p.Cmd)
-	}
-	werr := p.Wait()
-	if cut {
-		return out, true, nil
-	}
-	if err := p.failure(werr); err != nil {
-		return nil, false, err
-	}
-	if rerr != nil {
-		return nil, false, fmt.Errorf("read git %s output: %w", args[0], rerr)
-	}
-	return out, false, nil
+	return w.git.Output(ctx, gitexec.Cmd{Dir: dir, Args: args}, limit)
 }
 
-// killGroup kills git's process group: git may have started helpers.
-func killGroup(cmd *exec.Cmd) error {
-	if cmd.Process == nil {
-		return nil
-	}
-	err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	if errors.Is(err, syscall.ESRCH) {
-		return nil
-	}
-	return err
+// stream runs git with args in dir, stdin from in (nil: none) and stdout into
+// out, with the same timeout, process limit and clean-up as run.
+func (w *Workspace) stream(ctx context.Context, dir string, in io.Reader, out io.Writer, args ...string) error {
+	return w.git.Run(ctx, gitexec.Cmd{Dir: dir, Args: args, Stdin: in, Stdout: out})
 }

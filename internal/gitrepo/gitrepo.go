@@ -1,7 +1,9 @@
 // Package gitrepo is the git view of the workspace: it finds the repositories
 // under the workspace directory, validates repo ids and file paths against it,
-// and runs the real git binary for status and diff with a timeout and bounded
-// output. internal/api serves it as /api/git/*; it knows nothing of HTTP.
+// and runs the real git binary (through internal/gitexec) for status, diff,
+// changesets and bundles with a timeout and bounded output. Bundles it takes
+// in go through gitbundle's quarantine, as on the host. internal/api
+// serves it as /api/git/*; it knows nothing of HTTP.
 package gitrepo
 
 import (
@@ -12,7 +14,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -21,7 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
+	"github.com/proliferate-ai/sandbox-mcp/internal/gitexec"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -102,20 +105,24 @@ type Options struct {
 	MaxProcs int
 	// MaxBundleBytes bounds a bundle made or applied; default DefaultMaxBundleBytes.
 	MaxBundleBytes int64
+	// MaxBundleJobs bounds the bundles made or applied at once; default
+	// rules.GitBundleJobs. Callers beyond it wait within their context.
+	MaxBundleJobs int
+	// BundleLimits bound the pack of a bundle applied, checked before git
+	// inflates it; zero fields take rules.GitBundleMax*.
+	BundleLimits gitbundle.Limits
 }
 
 // Workspace finds and inspects the git repositories of one workspace directory.
 type Workspace struct {
 	dir       string // absolute, clean, as configured (paths are reported under it)
 	realDir   string // dir with symlinks resolved (ids are validated against it)
-	git       string
-	timeout   time.Duration
+	git       *gitexec.Runner
 	maxDiff   int
 	maxBundle int64
-	procs     chan struct{}
-	env       []string
+	limits    gitbundle.Limits
+	bundles   chan struct{}
 	log       *slog.Logger
-	baseArgs  []string
 }
 
 // New checks opts and returns a Workspace.
@@ -137,13 +144,6 @@ func New(opts Options) (*Workspace, error) {
 	if fi, err := os.Stat(realDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("workspace %q is not a directory", opts.Dir)
 	}
-	if opts.Git == "" {
-		opts.Git = "git"
-	}
-	git, err := exec.LookPath(opts.Git)
-	if err != nil {
-		return nil, fmt.Errorf("find git: %w", err)
-	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
@@ -156,58 +156,32 @@ func New(opts Options) (*Workspace, error) {
 	if opts.MaxProcs <= 0 {
 		opts.MaxProcs = 8
 	}
+	if opts.MaxBundleJobs <= 0 {
+		opts.MaxBundleJobs = rules.GitBundleJobs
+	}
+	if opts.BundleLimits.MaxObjectBytes <= 0 {
+		opts.BundleLimits.MaxObjectBytes = rules.GitBundleMaxObjectBytes
+	}
+	if opts.BundleLimits.MaxInflatedBytes <= 0 {
+		opts.BundleLimits.MaxInflatedBytes = rules.GitBundleMaxInflatedBytes
+	}
+	if opts.BundleLimits.MaxObjects == 0 {
+		opts.BundleLimits.MaxObjects = rules.GitBundleMaxObjects
+	}
+	git, err := gitexec.New(gitexec.Options{Git: opts.Git, Timeout: opts.Timeout, MaxProcs: opts.MaxProcs})
+	if err != nil {
+		return nil, err
+	}
 	return &Workspace{
 		dir:       dir,
 		realDir:   realDir,
 		git:       git,
-		timeout:   opts.Timeout,
 		maxDiff:   opts.MaxDiffBytes,
 		maxBundle: opts.MaxBundleBytes,
-		procs:     make(chan struct{}, opts.MaxProcs),
-		env:       gitEnv(os.Environ()),
+		limits:    opts.BundleLimits,
+		bundles:   make(chan struct{}, opts.MaxBundleJobs),
 		log:       opts.Logger.With("component", "gitrepo"),
-		baseArgs: []string{
-			"--no-pager",
-			"-c", "core.quotepath=off",
-			"-c", "color.ui=never",
-			// A repository's own config must not make the sidecar run programs.
-			"-c", "core.fsmonitor=false",
-			// The sidecar may run as another user than the one owning the
-			// checkout; git would otherwise refuse every command.
-			"-c", "safe.directory=*",
-		},
 	}, nil
-}
-
-// gitEnv is the environment of every git call: inherited variables that would
-// point git at another repository are dropped; no pager, no prompts, no
-// optional locks (status must not fight the agent's own git for index.lock),
-// and pathspecs taken literally.
-func gitEnv(environ []string) []string {
-	drop := map[string]bool{
-		"GIT_DIR": true, "GIT_WORK_TREE": true, "GIT_INDEX_FILE": true,
-		"GIT_OBJECT_DIRECTORY": true, "GIT_ALTERNATE_OBJECT_DIRECTORIES": true,
-		"GIT_COMMON_DIR": true, "GIT_NAMESPACE": true, "GIT_PREFIX": true,
-		"GIT_OPTIONAL_LOCKS": true, "GIT_TERMINAL_PROMPT": true, "GIT_PAGER": true,
-		"PAGER": true, "GIT_LITERAL_PATHSPECS": true, "GIT_GLOB_PATHSPECS": true,
-		"GIT_NOGLOB_PATHSPECS": true, "GIT_ICASE_PATHSPECS": true, "GIT_EXTERNAL_DIFF": true,
-		"GIT_ASKPASS": true, "SSH_ASKPASS": true,
-	}
-	env := make([]string, 0, len(environ)+6)
-	for _, kv := range environ {
-		k, _, _ := strings.Cut(kv, "=")
-		if !drop[k] {
-			env = append(env, kv)
-		}
-	}
-	return append(env,
-		"GIT_OPTIONAL_LOCKS=0",
-		"GIT_TERMINAL_PROMPT=0",
-		"GIT_PAGER=cat",
-		"PAGER=cat",
-		"GIT_LITERAL_PATHSPECS=1",
-		"GIT_ASKPASS=true",
-	)
 }
 
 // Dir returns the workspace directory as configured (absolute).

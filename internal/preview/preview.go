@@ -23,9 +23,6 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// DefaultFallbackPorts are tried in order when no port is exposed.
-var DefaultFallbackPorts = rules.FallbackPorts()
-
 // Upstream sources reported by Proxy.Upstream.
 const (
 	SourceExposed  = "exposed"
@@ -40,7 +37,7 @@ type Options struct {
 	// reaches dev servers bound to 127.0.0.1 or ::1 alike.
 	Host string
 	// FallbackPorts are probed in order when no port is exposed; nil means
-	// DefaultFallbackPorts.
+	// rules.FallbackPorts().
 	FallbackPorts []int
 	// ProbeTimeout bounds one fallback probe; default 200ms.
 	ProbeTimeout time.Duration
@@ -82,7 +79,7 @@ func New(opts Options) (*Proxy, error) {
 		opts.Host = "localhost"
 	}
 	if opts.FallbackPorts == nil {
-		opts.FallbackPorts = DefaultFallbackPorts
+		opts.FallbackPorts = rules.FallbackPorts()
 	}
 	for _, p := range opts.FallbackPorts {
 		if p < 1 || p > 65535 {

@@ -35,6 +35,9 @@ type session struct {
 	lastActive time.Time
 	exitCode   int
 	grace      *time.Timer
+	// detachedAt is when the last viewer left; zero while a viewer is
+	// attached or before the first one came.
+	detachedAt time.Time
 
 	killOnce sync.Once
 	// inputc carries keystrokes to writeLoop.
@@ -328,6 +331,7 @@ func (s *session) attach(offset int64, v2 bool) *viewer {
 	}
 	v := &viewer{wake: make(chan struct{}, 1), v2: v2, start: offset, live: s.ring.end, pos: offset}
 	s.viewers[v] = struct{}{}
+	s.detachedAt = time.Time{}
 	if s.grace != nil {
 		s.grace.Stop()
 		s.grace = nil
@@ -353,6 +357,7 @@ func (s *session) detach(v *viewer) {
 	if s.grace != nil {
 		s.grace.Stop()
 	}
+	s.detachedAt = time.Now()
 	var t *time.Timer
 	t = time.AfterFunc(s.m.opts.Grace, func() {
 		s.mu.Lock()

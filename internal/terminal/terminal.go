@@ -170,19 +170,32 @@ type Reservation struct {
 	used bool // guarded by m.mu
 }
 
-// Reserve takes room for one more session, or fails with ErrTooManySessions
-// when MaxSessions sessions (live, detached or being set up) exist.
+// Reserve takes room for one more session. At MaxSessions sessions (live,
+// detached or being set up) it ends the v2 session that has been detached
+// the longest to make room (shed.go); when every session has a viewer it
+// fails with ErrTooManySessions.
 func (m *Manager) Reserve() (*Reservation, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, errClosed
+	for range maxShedAttempts {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return nil, errClosed
+		}
+		if len(m.sessions)+m.reserved < m.opts.MaxSessions {
+			m.reserved++
+			m.mu.Unlock()
+			return &Reservation{m: m}, nil
+		}
+		victim := m.longestDetachedLocked()
+		m.mu.Unlock()
+		if victim == nil {
+			break
+		}
+		if !m.shed(victim) {
+			break
+		}
 	}
-	if len(m.sessions)+m.reserved >= m.opts.MaxSessions {
-		return nil, fmt.Errorf("%w: the limit is %d; end a session (exit its shell) and retry", ErrTooManySessions, m.opts.MaxSessions)
-	}
-	m.reserved++
-	return &Reservation{m: m}, nil
+	return nil, fmt.Errorf("%w: the limit is %d and every session has a viewer; end a session (exit its shell) and retry", ErrTooManySessions, m.opts.MaxSessions)
 }
 
 // refuse closes a connection that got no reservation.

@@ -9,7 +9,8 @@
 // boots a sandbox by running the shared boot plan (provider.BuildPlan) through envd.
 //
 // The subpackage e2bserver serves the same protocols on top of a provider/engine
-// Engine, so all of this runs end to end on one machine without an account.
+// Engine, so all of this runs end to end on one machine without an account; the
+// wire types both sides share are in e2bwire.
 package e2b
 
 import (
@@ -24,6 +25,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // Environment variables the client reads (the same names the official SDKs read).
@@ -41,93 +44,19 @@ const DefaultDomain = "e2b.app"
 // maxBody bounds the control plane's response bodies.
 const maxBody = 8 << 20
 
-// NewSandbox is POST /sandboxes's body.
-type NewSandbox struct {
-	TemplateID string `json:"templateID"`
-	// Timeout is the sandbox lifetime in seconds.
-	Timeout             int               `json:"timeout,omitempty"`
-	AutoPause           bool              `json:"autoPause,omitempty"`
-	Secure              bool              `json:"secure,omitempty"`
-	AllowInternetAccess *bool             `json:"allow_internet_access,omitempty"`
-	Metadata            map[string]string `json:"metadata,omitempty"`
-	EnvVars             map[string]string `json:"envVars,omitempty"`
-}
-
-// Sandbox is the answer of create and connect.
-type Sandbox struct {
-	TemplateID      string `json:"templateID"`
-	SandboxID       string `json:"sandboxID"`
-	Alias           string `json:"alias,omitempty"`
-	ClientID        string `json:"clientID"`
-	EnvdVersion     string `json:"envdVersion"`
-	EnvdAccessToken string `json:"envdAccessToken,omitempty"`
-	Domain          string `json:"domain,omitempty"`
-}
-
-// Sandbox states.
-const (
-	StateRunning = "running"
-	StatePaused  = "paused"
-)
-
-// SandboxDetail is GET /sandboxes/{id}; ListedSandbox has the same fields minus the
-// access token.
-type SandboxDetail struct {
-	TemplateID      string            `json:"templateID"`
-	Alias           string            `json:"alias,omitempty"`
-	SandboxID       string            `json:"sandboxID"`
-	ClientID        string            `json:"clientID"`
-	StartedAt       time.Time         `json:"startedAt"`
-	EndAt           time.Time         `json:"endAt"`
-	EnvdVersion     string            `json:"envdVersion"`
-	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
-	Domain          string            `json:"domain,omitempty"`
-	CPUCount        int               `json:"cpuCount"`
-	MemoryMB        int               `json:"memoryMB"`
-	DiskSizeMB      int               `json:"diskSizeMB"`
-	Metadata        map[string]string `json:"metadata,omitempty"`
-	State           string            `json:"state"`
-}
-
-// SnapshotInfo is a snapshot made from a sandbox.
-type SnapshotInfo struct {
-	SnapshotID string   `json:"snapshotID"`
-	Names      []string `json:"names"`
-}
-
-// APIError is a control-plane error: the status and E2B's {code, message} body.
-type APIError struct {
-	Status  int    `json:"-"`
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-	// Body is the raw body when it was not E2B's error shape.
-	Body string `json:"-"`
-}
-
-func (e *APIError) Error() string {
-	msg := e.Message
-	if msg == "" {
-		msg = e.Body
-	}
-	if msg == "" {
-		msg = http.StatusText(e.Status)
-	}
-	return fmt.Sprintf("e2b api: HTTP %d: %s", e.Status, msg)
-}
-
 // IsNotFound reports whether err is a 404 from the control plane or envd.
 func IsNotFound(err error) bool {
-	var ae *APIError
+	var ae *e2bwire.APIError
 	if errors.As(err, &ae) {
 		return ae.Status == http.StatusNotFound
 	}
-	var ce *ConnectError
-	return errors.As(err, &ce) && ce.Code == CodeNotFound
+	var ce *e2bwire.ConnectError
+	return errors.As(err, &ce) && ce.Code == e2bwire.CodeNotFound
 }
 
 // IsConflict reports whether err is a 409 (pause of a paused sandbox).
 func IsConflict(err error) bool {
-	var ae *APIError
+	var ae *e2bwire.APIError
 	return errors.As(err, &ae) && ae.Status == http.StatusConflict
 }
 
@@ -241,8 +170,8 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 }
 
 // DecodeAPIError builds the error of a non-2xx control-plane answer.
-func DecodeAPIError(status int, body []byte) *APIError {
-	e := &APIError{Status: status}
+func DecodeAPIError(status int, body []byte) *e2bwire.APIError {
+	e := &e2bwire.APIError{Status: status}
 	if json.Unmarshal(body, e) != nil || e.Message == "" {
 		e.Message = ""
 		e.Body = string(bytes.TrimSpace(body))
@@ -255,8 +184,8 @@ func DecodeAPIError(status int, body []byte) *APIError {
 
 // Create creates a sandbox from a template (or a snapshot id, which E2B accepts as a
 // template).
-func (c *Client) Create(ctx context.Context, ns NewSandbox) (Sandbox, error) {
-	var s Sandbox
+func (c *Client) Create(ctx context.Context, ns e2bwire.NewSandbox) (e2bwire.Sandbox, error) {
+	var s e2bwire.Sandbox
 	_, err := c.do(ctx, http.MethodPost, "/sandboxes", nil, ns, &s)
 	if err == nil && s.SandboxID == "" {
 		err = errors.New("create sandbox: answer has no sandboxID")
@@ -265,8 +194,8 @@ func (c *Client) Create(ctx context.Context, ns NewSandbox) (Sandbox, error) {
 }
 
 // Get returns a sandbox's details. It never resumes a paused sandbox.
-func (c *Client) Get(ctx context.Context, id string) (SandboxDetail, error) {
-	var d SandboxDetail
+func (c *Client) Get(ctx context.Context, id string) (e2bwire.SandboxDetail, error) {
+	var d e2bwire.SandboxDetail
 	_, err := c.do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil, nil, &d)
 	return d, err
 }
@@ -283,7 +212,7 @@ type ListOptions struct {
 
 // List returns every sandbox matching o, following the v2 pagination (X-Next-Token)
 // to the end. It never resumes a paused sandbox.
-func (c *Client) List(ctx context.Context, o ListOptions) ([]SandboxDetail, error) {
+func (c *Client) List(ctx context.Context, o ListOptions) ([]e2bwire.SandboxDetail, error) {
 	q := url.Values{}
 	if len(o.States) > 0 {
 		q.Set("state", strings.Join(o.States, ","))
@@ -300,7 +229,7 @@ func (c *Client) List(ctx context.Context, o ListOptions) ([]SandboxDetail, erro
 		limit = 100
 	}
 	q.Set("limit", strconv.Itoa(limit))
-	return listAll[SandboxDetail](ctx, c, "/v2/sandboxes", q, "list sandboxes")
+	return listAll[e2bwire.SandboxDetail](ctx, c, "/v2/sandboxes", q, "list sandboxes")
 }
 
 // maxPages bounds a paginated listing whose server keeps handing out new tokens.
@@ -343,8 +272,8 @@ func (c *Client) Pause(ctx context.Context, id string) error {
 
 // Connect returns a running sandbox's connection details, resuming it when paused;
 // timeout is the new lifetime (only ever extended).
-func (c *Client) Connect(ctx context.Context, id string, timeout time.Duration) (Sandbox, error) {
-	var s Sandbox
+func (c *Client) Connect(ctx context.Context, id string, timeout time.Duration) (e2bwire.Sandbox, error) {
+	var s e2bwire.Sandbox
 	_, err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/connect", nil,
 		map[string]int{"timeout": seconds(timeout)}, &s)
 	return s, err
@@ -359,12 +288,12 @@ func (c *Client) SetTimeout(ctx context.Context, id string, timeout time.Duratio
 
 // CreateSnapshot makes a persistent snapshot of the sandbox; its id can be used as a
 // template.
-func (c *Client) CreateSnapshot(ctx context.Context, id, name string) (SnapshotInfo, error) {
+func (c *Client) CreateSnapshot(ctx context.Context, id, name string) (e2bwire.SnapshotInfo, error) {
 	body := map[string]string{}
 	if name != "" {
 		body["name"] = name
 	}
-	var s SnapshotInfo
+	var s e2bwire.SnapshotInfo
 	_, err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/snapshots", nil, body, &s)
 	if err == nil && s.SnapshotID == "" {
 		err = errors.New("create snapshot: answer has no snapshotID")
@@ -373,23 +302,23 @@ func (c *Client) CreateSnapshot(ctx context.Context, id, name string) (SnapshotI
 }
 
 // ListSnapshots lists the snapshots made from sandboxID (every snapshot when empty).
-func (c *Client) ListSnapshots(ctx context.Context, sandboxID string) ([]SnapshotInfo, error) {
+func (c *Client) ListSnapshots(ctx context.Context, sandboxID string) ([]e2bwire.SnapshotInfo, error) {
 	q := url.Values{"limit": {"100"}}
 	if sandboxID != "" {
 		q.Set("sandboxID", sandboxID)
 	}
-	return listAll[SnapshotInfo](ctx, c, "/snapshots", q, "list snapshots")
+	return listAll[e2bwire.SnapshotInfo](ctx, c, "/snapshots", q, "list snapshots")
 }
 
 // Envd returns the envd client of a sandbox from a create or connect answer.
-func (c *Client) Envd(s Sandbox) *Envd {
+func (c *Client) Envd(s e2bwire.Sandbox) *Envd {
 	domain := s.Domain
 	if domain == "" {
 		domain = c.o.Domain
 	}
 	base := c.o.SandboxURL
 	if base == "" {
-		base = "https://" + Host(s.SandboxID, EnvdPort, domain)
+		base = "https://" + Host(s.SandboxID, e2bwire.EnvdPort, domain)
 	}
 	return NewEnvd(EnvdOptions{BaseURL: base, SandboxID: s.SandboxID, AccessToken: s.EnvdAccessToken, HTTPClient: c.o.HTTPClient})
 }
@@ -405,3 +334,7 @@ func seconds(d time.Duration) int {
 	}
 	return int((d + time.Second - 1) / time.Second)
 }
+
+// Sandbox is e2bwire.Sandbox, the answer of create and connect; the alias keeps the
+// client's callers (the boot) free of the wire package.
+type Sandbox = e2bwire.Sandbox

@@ -8,6 +8,8 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/internal/e2btest"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // The benchmarks run against the local server on the local engine (loopback only):
@@ -44,7 +46,7 @@ func BenchmarkCreateHealthy(b *testing.B) {
 // BenchmarkCommandRoundTrip: one `true` through process.Start until its end event.
 func BenchmarkCommandRoundTrip(b *testing.B) {
 	c := benchClient(b)
-	sb, err := c.Create(context.Background(), e2b.NewSandbox{TemplateID: "base", Timeout: 600})
+	sb, err := c.Create(context.Background(), e2bwire.NewSandbox{TemplateID: "base", Timeout: 600})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func BenchmarkCommandRoundTrip(b *testing.B) {
 // BenchmarkUpload: an 8 MiB file through POST /files.
 func BenchmarkUpload(b *testing.B) {
 	c := benchClient(b)
-	sb, err := c.Create(context.Background(), e2b.NewSandbox{TemplateID: "base", Timeout: 600})
+	sb, err := c.Create(context.Background(), e2bwire.NewSandbox{TemplateID: "base", Timeout: 600})
 	if err != nil {
 		b.Fatal(err)
 	}

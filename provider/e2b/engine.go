@@ -13,6 +13,8 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // Engine is an engine.Engine over E2B: sandboxctl drives E2B sandboxes (or the local
@@ -87,7 +89,7 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	// E2B sandboxes never share a network with anything; either flag asks for the
 	// outside.
 	net := spec.Network || spec.Egress
-	sb, err := e.c.Create(ctx, NewSandbox{TemplateID: template, Timeout: seconds(timeout), Secure: true,
+	sb, err := e.c.Create(ctx, e2bwire.NewSandbox{TemplateID: template, Timeout: seconds(timeout), Secure: true,
 		AllowInternetAccess: &net, Metadata: spec.Labels, EnvVars: env})
 	if err != nil {
 		return engine.Info{}, engineErr(err)
@@ -95,9 +97,9 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	return e.Get(ctx, sb.SandboxID)
 }
 
-func info(d SandboxDetail) engine.Info {
+func info(d e2bwire.SandboxDetail) engine.Info {
 	st := engine.StateRunning
-	if d.State == StatePaused {
+	if d.State == e2bwire.StatePaused {
 		st = engine.StatePaused
 	}
 	return engine.Info{ID: d.SandboxID, State: st, Created: d.StartedAt, Labels: d.Metadata, Isolated: true}
@@ -232,12 +234,12 @@ func (e *Engine) WriteFile(ctx context.Context, id, path string, data []byte, mo
 	return nil
 }
 
-func fileInfo(en EntryInfo) engine.FileInfo {
+func fileInfo(en e2bwire.EntryInfo) engine.FileInfo {
 	fi := engine.FileInfo{Name: en.Name, Path: en.Path, Size: int64(en.Size), Mode: en.Mode, IsDir: en.IsDir()}
 	if en.IsDir() {
 		fi.Mode |= uint32(fs.ModeDir)
 	}
-	if en.Type == FileTypeSymlink {
+	if en.Type == e2bwire.FileTypeSymlink {
 		fi.Mode |= uint32(fs.ModeSymlink)
 	}
 	if en.ModifiedTime != nil {

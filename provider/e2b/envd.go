@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // DefaultUser is the user envd runs commands and file operations as.
@@ -52,7 +54,7 @@ func (e *Envd) header(h http.Header) {
 		h.Set("X-Access-Token", e.o.AccessToken)
 	}
 	h.Set("E2b-Sandbox-Id", e.o.SandboxID)
-	h.Set("E2b-Sandbox-Port", strconv.Itoa(EnvdPort))
+	h.Set("E2b-Sandbox-Port", strconv.Itoa(e2bwire.EnvdPort))
 	h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(e.o.User+":")))
 }
 
@@ -70,7 +72,7 @@ func (e *Envd) Health(ctx context.Context) error {
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode/100 != 2 {
-		return &APIError{Status: resp.StatusCode, Message: "envd health"}
+		return &e2bwire.APIError{Status: resp.StatusCode, Message: "envd health"}
 	}
 	return nil
 }
@@ -86,8 +88,8 @@ func (e *Envd) unary(ctx context.Context, path string, in, out any) error {
 		return err
 	}
 	e.header(req.Header)
-	req.Header.Set("Content-Type", ContentTypeJSON)
-	req.Header.Set(HeaderProtocolVersion, "1")
+	req.Header.Set("Content-Type", e2bwire.ContentTypeJSON)
+	req.Header.Set(e2bwire.HeaderProtocolVersion, "1")
 	resp, err := e.o.HTTPClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("envd %s: %w", path, err)
@@ -110,10 +112,10 @@ func (e *Envd) unary(ctx context.Context, path string, in, out any) error {
 }
 
 // DecodeConnectError builds the error of a failed unary call.
-func DecodeConnectError(status int, body []byte) *ConnectError {
-	var ce ConnectError
+func DecodeConnectError(status int, body []byte) *e2bwire.ConnectError {
+	var ce e2bwire.ConnectError
 	if json.Unmarshal(body, &ce) != nil || ce.Code == "" {
-		ce = ConnectError{Code: CodeForHTTPStatus(status), Message: strings.TrimSpace(string(body))}
+		ce = e2bwire.ConnectError{Code: e2bwire.CodeForHTTPStatus(status), Message: strings.TrimSpace(string(body))}
 		if len(ce.Message) > 500 {
 			ce.Message = ce.Message[:500]
 		}

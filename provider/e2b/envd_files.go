@@ -9,32 +9,34 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // Stat describes a path.
-func (e *Envd) Stat(ctx context.Context, path string) (EntryInfo, error) {
-	var r EntryResponse
-	if err := e.unary(ctx, PathFilesystemStat, PathRequest{Path: path}, &r); err != nil {
-		return EntryInfo{}, err
+func (e *Envd) Stat(ctx context.Context, path string) (e2bwire.EntryInfo, error) {
+	var r e2bwire.EntryResponse
+	if err := e.unary(ctx, e2bwire.PathFilesystemStat, e2bwire.PathRequest{Path: path}, &r); err != nil {
+		return e2bwire.EntryInfo{}, err
 	}
 	if r.Entry == nil {
-		return EntryInfo{}, errors.New("stat: answer has no entry")
+		return e2bwire.EntryInfo{}, errors.New("stat: answer has no entry")
 	}
 	return *r.Entry, nil
 }
 
 // ListDir lists a directory (depth 1).
-func (e *Envd) ListDir(ctx context.Context, path string) ([]EntryInfo, error) {
-	var r ListDirResponse
-	err := e.unary(ctx, PathFilesystemListDir, ListDirRequest{Path: path, Depth: 1}, &r)
+func (e *Envd) ListDir(ctx context.Context, path string) ([]e2bwire.EntryInfo, error) {
+	var r e2bwire.ListDirResponse
+	err := e.unary(ctx, e2bwire.PathFilesystemListDir, e2bwire.ListDirRequest{Path: path, Depth: 1}, &r)
 	return r.Entries, err
 }
 
 // MakeDir creates a directory and its parents; an existing directory is success.
 func (e *Envd) MakeDir(ctx context.Context, path string) error {
-	err := e.unary(ctx, PathFilesystemMakeDir, PathRequest{Path: path}, nil)
-	var ce *ConnectError
-	if errors.As(err, &ce) && ce.Code == CodeAlreadyExists {
+	err := e.unary(ctx, e2bwire.PathFilesystemMakeDir, e2bwire.PathRequest{Path: path}, nil)
+	var ce *e2bwire.ConnectError
+	if errors.As(err, &ce) && ce.Code == e2bwire.CodeAlreadyExists {
 		return nil
 	}
 	return err
@@ -42,7 +44,7 @@ func (e *Envd) MakeDir(ctx context.Context, path string) error {
 
 // Remove removes a file or a directory tree.
 func (e *Envd) Remove(ctx context.Context, path string) error {
-	return e.unary(ctx, PathFilesystemRemove, PathRequest{Path: path}, nil)
+	return e.unary(ctx, e2bwire.PathFilesystemRemove, e2bwire.PathRequest{Path: path}, nil)
 }
 
 func (e *Envd) filesURL(path string) string {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // StartOptions describe a process to start.
@@ -54,7 +56,7 @@ type ProcessResult struct {
 // delivered to o.Stdout/o.Stderr until the process ends (see Wait). Cancelling ctx
 // stops reading the stream but does not kill the process (see Kill).
 func (e *Envd) Start(ctx context.Context, o StartOptions) (*Process, error) {
-	sr := StartRequest{Process: ProcessConfig{Cmd: o.Cmd, Args: o.Args, Envs: o.Envs}}
+	sr := e2bwire.StartRequest{Process: e2bwire.ProcessConfig{Cmd: o.Cmd, Args: o.Args, Envs: o.Envs}}
 	if o.Cwd != "" {
 		sr.Process.Cwd = &o.Cwd
 	}
@@ -68,16 +70,16 @@ func (e *Envd) Start(ctx context.Context, o StartOptions) (*Process, error) {
 		return nil, err
 	}
 	var body bytes.Buffer
-	if err := WriteEnvelope(&body, 0, b); err != nil {
+	if err := e2bwire.WriteEnvelope(&body, 0, b); err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.o.BaseURL+PathProcessStart, &body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.o.BaseURL+e2bwire.PathProcessStart, &body)
 	if err != nil {
 		return nil, err
 	}
 	e.header(req.Header)
-	req.Header.Set("Content-Type", ContentTypeConnectJSON)
-	req.Header.Set(HeaderProtocolVersion, "1")
+	req.Header.Set("Content-Type", e2bwire.ContentTypeConnectJSON)
+	req.Header.Set(e2bwire.HeaderProtocolVersion, "1")
 	req.Header.Set("Keepalive-Ping-Interval", "50")
 	resp, err := e.o.HTTPClient.Do(req)
 	if err != nil {
@@ -110,18 +112,18 @@ func (e *Envd) Start(ctx context.Context, o StartOptions) (*Process, error) {
 }
 
 // readEvent reads the next event; end is true at a clean end of stream.
-func readEvent(r io.Reader) (ev ProcessEvent, end bool, err error) {
-	env, err := ReadEnvelope(r)
+func readEvent(r io.Reader) (ev e2bwire.ProcessEvent, end bool, err error) {
+	env, err := e2bwire.ReadEnvelope(r)
 	if err == io.EOF {
 		return ev, false, io.ErrUnexpectedEOF
 	}
 	if err != nil {
 		return ev, false, err
 	}
-	if env.Flags&FlagEndStream != 0 {
-		return ev, true, ParseEndStream(env.Data)
+	if env.Flags&e2bwire.FlagEndStream != 0 {
+		return ev, true, e2bwire.ParseEndStream(env.Data)
 	}
-	var sr StreamResponse
+	var sr e2bwire.StreamResponse
 	if err := json.Unmarshal(env.Data, &sr); err != nil {
 		return ev, false, fmt.Errorf("decode process event: %w", err)
 	}
@@ -203,28 +205,28 @@ func (p *Process) Detach() { p.body.Close() }
 
 // Kill sends SIGKILL.
 func (p *Process) Kill(ctx context.Context) error {
-	return p.e.SendSignal(ctx, p.PID, SignalSIGKILL)
+	return p.e.SendSignal(ctx, p.PID, e2bwire.SignalSIGKILL)
 }
 
 // SendSignal sends SIGTERM or SIGKILL to a process.
-func (e *Envd) SendSignal(ctx context.Context, pid uint32, sig Signal) error {
-	return e.unary(ctx, PathProcessSendSignal, SendSignalRequest{Process: ProcessSelector{PID: &pid}, Signal: sig}, nil)
+func (e *Envd) SendSignal(ctx context.Context, pid uint32, sig e2bwire.Signal) error {
+	return e.unary(ctx, e2bwire.PathProcessSendSignal, e2bwire.SendSignalRequest{Process: e2bwire.ProcessSelector{PID: &pid}, Signal: sig}, nil)
 }
 
 // SendInput writes data to a process's stdin.
 func (e *Envd) SendInput(ctx context.Context, pid uint32, data []byte) error {
-	return e.unary(ctx, PathProcessSendInput, SendInputRequest{Process: ProcessSelector{PID: &pid}, Input: ProcessInput{Stdin: data}}, nil)
+	return e.unary(ctx, e2bwire.PathProcessSendInput, e2bwire.SendInputRequest{Process: e2bwire.ProcessSelector{PID: &pid}, Input: e2bwire.ProcessInput{Stdin: data}}, nil)
 }
 
 // CloseStdin closes a process's stdin.
 func (e *Envd) CloseStdin(ctx context.Context, pid uint32) error {
-	return e.unary(ctx, PathProcessCloseStdin, CloseStdinRequest{Process: ProcessSelector{PID: &pid}}, nil)
+	return e.unary(ctx, e2bwire.PathProcessCloseStdin, e2bwire.CloseStdinRequest{Process: e2bwire.ProcessSelector{PID: &pid}}, nil)
 }
 
 // ListProcesses lists the running processes started through envd.
-func (e *Envd) ListProcesses(ctx context.Context) ([]ProcessInfo, error) {
-	var r ListResponse
-	err := e.unary(ctx, PathProcessList, struct{}{}, &r)
+func (e *Envd) ListProcesses(ctx context.Context) ([]e2bwire.ProcessInfo, error) {
+	var r e2bwire.ListResponse
+	err := e.unary(ctx, e2bwire.PathProcessList, struct{}{}, &r)
 	return r.Processes, err
 }
 

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // findRunning is the side-effect-free liveness check of ensure: a sandbox that is
@@ -17,7 +19,7 @@ func (p *Provider) findRunning(ctx context.Context, id string) bool {
 	if err != nil {
 		return false
 	}
-	return d.State == StateRunning && (d.EndAt.IsZero() || d.EndAt.After(p.o.Now()))
+	return d.State == e2bwire.StateRunning && (d.EndAt.IsZero() || d.EndAt.After(p.o.Now()))
 }
 
 // EnsureSandbox recovers opts.CurrentSandboxID when it is running, else creates.
@@ -49,14 +51,14 @@ func (p *Provider) CreateSandbox(ctx context.Context, opts provider.CreateOption
 	createdAt := p.o.Now()
 	timeout := provider.SandboxTimeout(p.o.Getenv)
 	senv := provider.PrepareSandboxEnv(opts.SessionID, opts.EnvVars, provider.LLMProxyBaseURL(p.o.Getenv))
-	var sb Sandbox
+	var sb e2bwire.Sandbox
 	var fallback string
 	if opts.SnapshotID != "" {
 		var err error
 		if opts.CurrentSandboxID != "" {
 			sb, err = p.client.Connect(ctx, opts.CurrentSandboxID, timeout)
 		} else {
-			sb, err = p.client.Create(ctx, NewSandbox{TemplateID: opts.SnapshotID, Timeout: seconds(timeout), Secure: true,
+			sb, err = p.client.Create(ctx, e2bwire.NewSandbox{TemplateID: opts.SnapshotID, Timeout: seconds(timeout), Secure: true,
 				Metadata: map[string]string{"sessionId": opts.SessionID}, EnvVars: senv.Env})
 		}
 		if err != nil {
@@ -73,7 +75,7 @@ func (p *Provider) CreateSandbox(ctx context.Context, opts provider.CreateOption
 			return provider.CreateResult{}, configError(op, "E2B_TEMPLATE is required to create a sandbox")
 		}
 		var err error
-		sb, err = p.client.Create(ctx, NewSandbox{TemplateID: p.o.Template, Timeout: seconds(timeout), Secure: true,
+		sb, err = p.client.Create(ctx, e2bwire.NewSandbox{TemplateID: p.o.Template, Timeout: seconds(timeout), Secure: true,
 			Metadata: map[string]string{"sessionId": opts.SessionID}, EnvVars: senv.Env})
 		if err != nil {
 			return provider.CreateResult{}, p.fail(op, err)

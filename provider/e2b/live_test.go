@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // TestLiveE2B runs the client against real E2B when E2B_API_KEY is set (never in CI):
@@ -27,7 +29,7 @@ func TestLiveE2B(t *testing.T) {
 	if template == "" {
 		template = "base"
 	}
-	sb, err := c.Create(ctx, e2b.NewSandbox{TemplateID: template, Timeout: 120, Secure: true, Metadata: map[string]string{"test": "sandbox-mcp-live"}})
+	sb, err := c.Create(ctx, e2bwire.NewSandbox{TemplateID: template, Timeout: 120, Secure: true, Metadata: map[string]string{"test": "sandbox-mcp-live"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // EnvLocalTunnels, when "1" or "true", makes the provider ask the local server
@@ -110,7 +112,7 @@ func (p *Provider) Capabilities() provider.Capabilities {
 }
 
 func (p *Provider) fail(op provider.Operation, err error) *provider.ProviderError {
-	var ae *APIError
+	var ae *e2bwire.APIError
 	if errors.As(err, &ae) {
 		// E2B's validation errors carry the request back; the message is redacted by
 		// NewProviderError and the body is never exposed raw.
@@ -141,7 +143,7 @@ func (p *Provider) Health(ctx context.Context) bool {
 	if p.client == nil {
 		return false
 	}
-	_, err := p.client.List(ctx, ListOptions{Limit: 1, States: []string{StateRunning}})
+	_, err := p.client.List(ctx, ListOptions{Limit: 1, States: []string{e2bwire.StateRunning}})
 	return err == nil
 }
 
@@ -156,7 +158,7 @@ func (p *Provider) CheckSandboxes(ctx context.Context, ids []string) ([]string, 
 		p.log.Warn("check sandboxes", "err", p.cerr)
 		return []string{}, nil
 	}
-	all, err := p.client.List(ctx, ListOptions{States: []string{StateRunning}})
+	all, err := p.client.List(ctx, ListOptions{States: []string{e2bwire.StateRunning}})
 	if err != nil {
 		p.log.Warn("check sandboxes: list failed", "err", provider.RedactSecrets(err.Error()))
 		return []string{}, nil

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 	"strings"
 	"time"
 
@@ -100,9 +101,9 @@ func (p *Provider) ReadFiles(ctx context.Context, sandboxID, folder string) ([]p
 		}
 		for _, en := range entries {
 			switch en.Type {
-			case FileTypeDirectory:
+			case e2bwire.FileTypeDirectory:
 				stack = append(stack, en.Path)
-			case FileTypeFile:
+			case e2bwire.FileTypeFile:
 				data, err := e.ReadFile(ctx, en.Path)
 				if err != nil {
 					if ctx.Err() != nil {

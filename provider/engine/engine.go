@@ -95,7 +95,9 @@ type Spec struct {
 	// HTTPS_PROXY are set for every exec). The host's loopback stays out of reach.
 	Egress bool `json:"egress,omitempty"`
 	// EgressHosts, with Egress, are the only host names (exact, or "*.example.com") the
-	// proxy lets the sandbox reach; empty means any public address.
+	// proxy lets the sandbox reach; empty means any public address. "*" is any name; an
+	// IP address or CIDR prefix lets the sandbox reach it even when private or the
+	// host's own (never the host's loopback).
 	EgressHosts []string `json:"egressHosts,omitempty"`
 	// Timeout ends the sandbox after this long; zero means no limit.
 	Timeout time.Duration `json:"timeout,omitempty"`
@@ -208,6 +210,17 @@ type RootFS struct {
 // ImageResolver finds an image by id or name and makes its layers available on the host.
 type ImageResolver interface {
 	ResolveImage(ctx context.Context, ref string) (RootFS, error)
+}
+
+// ImageCommitter is an ImageResolver that also takes a sandbox's writable layer as a
+// new image: an engine given one makes the snapshots of image sandboxes images (Modal's
+// snapshotFilesystem), which Spec.Image (or Spec.Snapshot) boots.
+type ImageCommitter interface {
+	ImageResolver
+	// CommitImage stores dir, an overlayfs upper layer whose host ids idBase …
+	// idBase+idCount-1 are the sandbox's 0 … idCount-1, as a layer on top of parent, with
+	// parent's configuration, and returns the new image's id.
+	CommitImage(ctx context.Context, parent, dir string, idBase, idCount int) (string, error)
 }
 
 // VolumeSpec describes a named volume to create.

@@ -7,8 +7,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
-	"github.com/proliferate-ai/sandbox-mcp/provider/gitbundle"
 )
 
 // ErrUpToDate means a bundle would carry nothing the sandbox lacks.
@@ -50,7 +50,7 @@ func (m *Mirrors) Bundle(ctx context.Context, r Remote, branch string, haves []s
 	if !gitbundle.ValidRefName(ref) {
 		return BundleResult{}, fmt.Errorf("branch %q: not a valid branch name", branch)
 	}
-	sha, _ := m.rev(ctx, dir, ref+"^{commit}")
+	sha, _ := m.rev(ctx, dir, nil, ref+"^{commit}")
 	if sha == "" {
 		return BundleResult{Branch: branch}, fmt.Errorf("%w: %s", ErrNoBranch, branch)
 	}

@@ -12,7 +12,6 @@
 package gitpush
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,14 +20,13 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
+	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
+	"github.com/proliferate-ai/sandbox-mcp/internal/gitexec"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -44,6 +42,9 @@ const (
 // tokenEnv is the variable the askpass script reads; it is set only in the
 // environment of a git process that talks to the remote.
 const tokenEnv = "GITPUSH_TOKEN"
+
+// userEnv is the user name the askpass script answers with.
+const userEnv = "GITPUSH_USERNAME"
 
 // askpassScript answers git's username and password prompts from the
 // environment. It contains no secret.
@@ -77,6 +78,12 @@ type Options struct {
 	MaxBundleBytes int64
 	// Policy decides what a push may carry; zero fields take the defaults.
 	Policy Policy
+	// Limits bound the pack of a bundle pushed, checked before git inflates
+	// it; zero fields take rules.GitBundleMax*.
+	Limits gitbundle.Limits
+	// MaxMirrorBytes caps one mirror: past it the mirror is garbage-collected
+	// and, still past it, refused; default rules.GitMirrorMaxBytes.
+	MaxMirrorBytes int64
 }
 
 // Mirrors keeps one bare mirror per remote URL and moves commits between the
@@ -84,12 +91,12 @@ type Options struct {
 // mirror are serialised.
 type Mirrors struct {
 	dir       string
-	git       string
-	timeout   time.Duration
+	git       *gitexec.Runner
 	maxBundle int64
 	policy    Policy
+	limits    gitbundle.Limits
+	maxMirror int64
 	askpass   string
-	env       []string
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
@@ -100,18 +107,29 @@ func New(opts Options) (*Mirrors, error) {
 	if opts.CacheDir == "" {
 		return nil, errors.New("gitpush: CacheDir is required")
 	}
-	if opts.Git == "" {
-		opts.Git = "git"
-	}
-	git, err := exec.LookPath(opts.Git)
-	if err != nil {
-		return nil, fmt.Errorf("gitpush: find git: %w", err)
-	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
+	// The token and user name are set only on the commands that talk to
+	// the remote; an inherited value never reaches any git.
+	git, err := gitexec.New(gitexec.Options{Git: opts.Git, Timeout: opts.Timeout, Unset: []string{tokenEnv, userEnv}})
+	if err != nil {
+		return nil, fmt.Errorf("gitpush: %w", err)
+	}
 	if opts.MaxBundleBytes <= 0 {
 		opts.MaxBundleBytes = DefaultMaxBundleBytes
+	}
+	if opts.Limits.MaxObjectBytes <= 0 {
+		opts.Limits.MaxObjectBytes = rules.GitBundleMaxObjectBytes
+	}
+	if opts.Limits.MaxInflatedBytes <= 0 {
+		opts.Limits.MaxInflatedBytes = rules.GitBundleMaxInflatedBytes
+	}
+	if opts.Limits.MaxObjects == 0 {
+		opts.Limits.MaxObjects = rules.GitBundleMaxObjects
+	}
+	if opts.MaxMirrorBytes <= 0 {
+		opts.MaxMirrorBytes = rules.GitMirrorMaxBytes
 	}
 	policy, err := opts.Policy.withDefaults()
 	if err != nil {
@@ -124,31 +142,15 @@ func New(opts Options) (*Mirrors, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("gitpush: cache dir: %w", err)
 	}
+	sweepSpool(dir)
 	askpass := filepath.Join(dir, "askpass.sh")
 	if err := os.WriteFile(askpass, []byte(askpassScript), 0o700); err != nil {
 		return nil, fmt.Errorf("gitpush: askpass: %w", err)
 	}
 	return &Mirrors{
-		dir: dir, git: git, timeout: opts.Timeout, maxBundle: opts.MaxBundleBytes, policy: policy,
-		askpass: askpass, env: baseEnv(os.Environ()), locks: map[string]*sync.Mutex{},
+		dir: dir, git: git, maxBundle: opts.MaxBundleBytes, policy: policy, limits: opts.Limits, maxMirror: opts.MaxMirrorBytes,
+		askpass: askpass, locks: map[string]*sync.Mutex{},
 	}, nil
-}
-
-// baseEnv is the environment of every git command: inherited variables that
-// would redirect git (GIT_DIR, GIT_ASKPASS, …) or answer its prompts are
-// dropped, prompts are off. The host's TLS and config-file settings stay.
-func baseEnv(environ []string) []string {
-	env := make([]string, 0, len(environ)+2)
-	for _, kv := range environ {
-		k, _, _ := strings.Cut(kv, "=")
-		keep := !strings.HasPrefix(k, "GIT_") || k == "GIT_CONFIG_GLOBAL" || k == "GIT_CONFIG_NOSYSTEM" ||
-			k == "GIT_EXEC_PATH" || strings.HasPrefix(k, "GIT_SSL_")
-		if !keep || k == "SSH_ASKPASS" || k == tokenEnv || k == "GITPUSH_USERNAME" {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, "GIT_TERMINAL_PROMPT=0")
 }
 
 // checkURL accepts http(s) URLs without credentials, query or fragment.
@@ -229,8 +231,10 @@ func (m *Mirrors) update(ctx context.Context, dir string, r Remote) error {
 	} else if _, err := m.run(ctx, dir, nil, nil, "remote", "set-url", "origin", r.URL); err != nil {
 		return err
 	}
-	_, err := m.remote(ctx, dir, r, "fetch", "--quiet", "--prune", "--no-write-fetch-head", "origin")
-	return err
+	if _, err := m.remote(ctx, dir, r, "fetch", "--quiet", "--prune", "--no-write-fetch-head", "origin"); err != nil {
+		return err
+	}
+	return m.prune(ctx, dir)
 }
 
 // remote runs a git command that talks to r: only its environment carries
@@ -240,56 +244,27 @@ func (m *Mirrors) remote(ctx context.Context, dir string, r Remote, args ...stri
 	if user == "" {
 		user = DefaultUsername
 	}
-	env := []string{"GIT_ASKPASS=" + m.askpass, "GITPUSH_USERNAME=" + user, tokenEnv + "=" + r.Token}
+	env := []string{"GIT_ASKPASS=" + m.askpass, userEnv + "=" + user, tokenEnv + "=" + r.Token}
 	args = append([]string{"-c", "credential.helper=", "-c", "core.askPass=" + m.askpass}, args...)
-	out, err := m.run(ctx, dir, env, nil, args...)
-	if err != nil && r.Token != "" {
-		err = errors.New(strings.ReplaceAll(err.Error(), r.Token, "[REDACTED]"))
+	out, cut, err := m.git.Output(ctx, gitexec.Cmd{Dir: dir, Args: args, Env: env, Redact: []string{r.Token}}, maxOutput)
+	if err == nil && cut {
+		err = fmt.Errorf("git %s: output exceeds %d bytes", gitexec.Verb(args), maxOutput)
 	}
 	return out, err
 }
 
 // run runs git with args in dir, extra added to the environment and stdin
-// from in, and returns its standard output (at most maxOutput bytes).
+// from in, and returns its standard output (at most maxOutput bytes; more is
+// an error).
 func (m *Mirrors) run(ctx context.Context, dir string, extra []string, in io.Reader, args ...string) ([]byte, error) {
-	var out bytes.Buffer
-	err := m.stream(ctx, dir, extra, in, &capped.Writer{W: &out, Left: maxOutput}, args...)
-	return out.Bytes(), err
+	out, cut, err := m.git.Output(ctx, gitexec.Cmd{Dir: dir, Args: args, Env: extra, Stdin: in}, maxOutput)
+	if err == nil && cut {
+		err = fmt.Errorf("git %s: output exceeds %d bytes", gitexec.Verb(args), maxOutput)
+	}
+	return out, err
 }
 
 // stream is run with standard output into w.
 func (m *Mirrors) stream(ctx context.Context, dir string, extra []string, in io.Reader, w io.Writer, args ...string) error {
-	ctx, cancel := context.WithTimeout(ctx, m.timeout)
-	defer cancel()
-	full := append([]string{"-c", "safe.directory=*", "-c", "core.fsmonitor=false"}, args...)
-	cmd := exec.CommandContext(ctx, m.git, full...)
-	cmd.Dir = dir
-	cmd.Env = append(append([]string{}, m.env...), extra...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
-	// Kept, not limited: a failing writer would fail a git that only talked a lot.
-	errBuf := &capped.Buffer{Max: 8192}
-	cmd.Stderr = errBuf
-	cmd.Stdin = in
-	cmd.Stdout = w
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("git %s: %w (limit %s)", args[0], ctx.Err(), m.timeout)
-		}
-		return fmt.Errorf("git %s: %w: %s", gitVerb(args), err, strings.TrimSpace(errBuf.String()))
-	}
-	return nil
-}
-
-// gitVerb is the subcommand of args, skipping -c pairs.
-func gitVerb(args []string) string {
-	for i := 0; i < len(args); i++ {
-		if args[i] == "-c" {
-			i++
-			continue
-		}
-		return args[i]
-	}
-	return ""
+	return m.git.Run(ctx, gitexec.Cmd{Dir: dir, Args: args, Env: extra, Stdin: in, Stdout: w})
 }

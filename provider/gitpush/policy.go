@@ -20,8 +20,9 @@ const (
 
 // Policy decides what a push may carry.
 type Policy struct {
-	// DenyGlobs are path.Match patterns; one without '/' is matched against
-	// each file's base name, one with '/' against its whole path. nil means
+	// DenyGlobs are path.Match patterns, matched ignoring case; one without
+	// '/' is matched against each file's base name, one with '/' against its
+	// whole path. nil means
 	// DefaultDenyGlobs; an empty non-nil slice denies nothing.
 	DenyGlobs []string
 	// MaxFileBytes caps each new blob; 0 means DefaultMaxFileBytes.
@@ -51,15 +52,17 @@ func (p Policy) withDefaults() (Policy, error) {
 	return p, nil
 }
 
-// Denied returns the first deny glob p matches, or "".
+// Denied returns the first deny glob p matches, or "". Matching ignores
+// case (".ENV" is .env to a case-insensitive checkout).
 func (p Policy) Denied(file string) string {
-	base := path.Base(file)
+	lower := strings.ToLower(file)
+	base := path.Base(lower)
 	for _, g := range p.DenyGlobs {
 		target := base
 		if strings.Contains(g, "/") {
-			target = file
+			target = lower
 		}
-		if ok, _ := path.Match(g, target); ok {
+		if ok, _ := path.Match(strings.ToLower(g), target); ok {
 			return g
 		}
 	}
@@ -74,6 +77,8 @@ const (
 	RuleDenyGlob     = "deny-glob"
 	RuleFileSize     = "file-size"
 	RuleTotalSize    = "total-size"
+	// RulePath is a path no checkout may hold (gitbundle.CheckPath).
+	RulePath = "path"
 )
 
 // Refusal is one reason a push was refused.

@@ -4,22 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/gitbundle"
+	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 )
-
-// incomingPrefix holds the refs a bundle is fetched into before review; they
-// never reach the remote and are removed after each push.
-const incomingPrefix = "refs/gitpush/"
 
 // Result is what a push did.
 type Result struct {
@@ -38,8 +31,11 @@ type Result struct {
 // Push pushes the commit of a sandbox's bundle to refs/heads/session/<sessionId>
 // of the remote, whatever ref names the bundle claims. The bundle must carry
 // exactly one branch, its prerequisites must be in the (freshly fetched)
-// mirror, the push must be a fast-forward, and the new commits must pass the
-// policy; otherwise a *RefusedError lists every reason and nothing is pushed.
+// mirror, its pack must pass the size limits and fsck, the push must be a
+// fast-forward, and the new commits must pass the path rules and the policy;
+// otherwise a *RefusedError lists every reason and nothing is pushed. The
+// bundle's objects wait in a quarantine beside the mirror and join it only
+// once accepted: a refused push leaves the mirror as it was.
 func (m *Mirrors) Push(ctx context.Context, r Remote, sessionID string, bundle io.Reader) (Result, error) {
 	target, err := TargetRef(sessionID)
 	if err != nil {
@@ -62,27 +58,9 @@ func (m *Mirrors) Push(ctx context.Context, r Remote, sessionID string, bundle i
 	refuse := func(rule, path, format string, args ...any) {
 		refused.Refusals = append(refused.Refusals, Refusal{Rule: rule, Path: path, Detail: fmt.Sprintf(format, args...)})
 	}
-	f, err := os.Open(file)
-	if err != nil {
-		return res, err
-	}
-	h, err := gitbundle.Parse(f)
-	f.Close()
+	h, err := oneBranch(file)
 	if err != nil {
 		refuse(RuleBundle, "", "%v", err)
-		return res, refused
-	}
-	if len(h.Refs) != 1 {
-		var names []string
-		for _, ref := range h.Refs {
-			names = append(names, ref.Name)
-		}
-		refuse(RuleBundle, "", "the bundle carries %d refs (%s); exactly one branch is pushed", len(h.Refs), strings.Join(names, ", "))
-		return res, refused
-	}
-	src := h.Refs[0].Name
-	if src != "HEAD" && !strings.HasPrefix(src, "refs/heads/") {
-		refuse(RuleBundle, "", "the bundle's ref %s is not a branch", src)
 		return res, refused
 	}
 
@@ -99,38 +77,41 @@ func (m *Mirrors) Push(ctx context.Context, r Remote, sessionID string, bundle i
 	if len(refused.Refusals) > 0 {
 		return res, refused
 	}
-
-	incoming := incomingPrefix + randomHex()
-	defer func() {
-		_, _ = m.run(context.WithoutCancel(ctx), dir, nil, nil, "update-ref", "-d", incoming)
-	}()
-	if _, err := m.run(ctx, dir, nil, nil, "-c", "transfer.fsckObjects=true", "fetch", "--quiet", "--no-tags",
-		"--no-write-fetch-head", file, "+"+src+":"+incoming); err != nil {
-		refuse(RuleBundle, "", "git rejected the bundle: %v", err)
+	q, err := gitbundle.Receive(ctx, m.git, dir, file, m.limits)
+	var rej *gitbundle.Rejection
+	if errors.As(err, &rej) {
+		refuse(RuleBundle, "", "%v", rej)
 		return res, refused
 	}
-	newSHA, err := m.rev(ctx, dir, incoming+"^{commit}")
+	if err != nil {
+		return res, err
+	}
+	defer q.Drop()
+	newSHA, err := m.rev(ctx, dir, q.Env(), h.Refs[0].OID+"^{commit}")
 	if err != nil || newSHA == "" {
-		refuse(RuleBundle, "", "the bundle's ref %s is not a commit", src)
+		refuse(RuleBundle, "", "the bundle's ref %s is not a commit", h.Refs[0].Name)
 		return res, refused
 	}
-	old, _ := m.rev(ctx, dir, target)
+	old, _ := m.rev(ctx, dir, nil, target)
 	res.SHA, res.Old = newSHA, old
 	if old == newSHA {
 		res.UpToDate = true
 		return res, nil
 	}
 	if old != "" {
-		if _, err := m.run(ctx, dir, nil, nil, "merge-base", "--is-ancestor", old, newSHA); err != nil {
+		if _, err := m.run(ctx, dir, q.Env(), nil, "merge-base", "--is-ancestor", old, newSHA); err != nil {
 			refuse(RuleFastForward, "", "%s is at %s, which %s does not descend from (a force push)", target, short(old), short(newSHA))
 			return res, refused
 		}
 	}
-	if err := m.review(ctx, dir, newSHA, refuse, &res); err != nil {
+	if err := m.review(ctx, dir, q, newSHA, refuse, &res); err != nil {
 		return res, err
 	}
 	if len(refused.Refusals) > 0 {
 		return res, refused
+	}
+	if err := q.Accept(); err != nil {
+		return res, err
 	}
 	if _, err := m.remote(ctx, dir, r, "-c", "push.followTags=false", "push", "--quiet", "--no-verify",
 		"--force-with-lease="+target+":"+old, "origin", newSHA+":"+target); err != nil {
@@ -142,44 +123,61 @@ func (m *Mirrors) Push(ctx context.Context, r Remote, sessionID string, bundle i
 	return res, nil
 }
 
-// review applies the policy to every commit and blob newSHA brings that the
-// remote lacks: paths against the deny globs, blob sizes against the caps.
-func (m *Mirrors) review(ctx context.Context, dir, newSHA string, refuse func(rule, path, format string, args ...any), res *Result) error {
-	not := []string{"--not", "--exclude=" + incomingPrefix + "*", "--all"}
-	out, err := m.run(ctx, dir, nil, nil, append([]string{"rev-list", "--count", newSHA}, not...)...)
+// oneBranch reads the header of the bundle file: it must carry exactly one
+// ref, a branch (its name is ignored; only its commit is pushed).
+func oneBranch(file string) (gitbundle.Header, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return gitbundle.Header{}, err
+	}
+	defer f.Close()
+	h, err := gitbundle.Parse(f)
+	if err != nil {
+		return h, err
+	}
+	if len(h.Refs) != 1 {
+		var names []string
+		for _, ref := range h.Refs {
+			names = append(names, ref.Name)
+		}
+		return h, fmt.Errorf("the bundle carries %d refs (%s); exactly one branch is pushed", len(h.Refs), strings.Join(names, ", "))
+	}
+	if src := h.Refs[0].Name; src != "HEAD" && !strings.HasPrefix(src, "refs/heads/") {
+		return h, fmt.Errorf("the bundle's ref %s is not a branch", src)
+	}
+	return h, nil
+}
+
+// review applies the path rules and the policy to every commit and blob
+// newSHA brings that the remote lacks: paths against gitbundle.CheckPath and
+// the deny globs, blob sizes against the caps.
+func (m *Mirrors) review(ctx context.Context, dir string, q *gitbundle.Intake, newSHA string, refuse func(rule, path, format string, args ...any), res *Result) error {
+	env := q.Env()
+	not := []string{"--not", "--all"}
+	out, err := m.run(ctx, dir, env, nil, append([]string{"rev-list", "--count", newSHA}, not...)...)
 	if err != nil {
 		return err
 	}
 	res.Commits, _ = strconv.Atoi(strings.TrimSpace(string(out)))
 	// Every path a new commit adds or changes, in any commit (a secret added
 	// then deleted is still in history).
-	out, err = m.run(ctx, dir, nil, nil, append([]string{"log", "-z", "--format=", "--name-only", "--no-renames",
-		"--diff-filter=d", "-m", newSHA}, not...)...)
+	paths, err := q.Paths(ctx, []string{newSHA}, maxOutput)
 	if err != nil {
 		return err
 	}
-	seen := map[string]bool{}
-	var denied []string
-	for _, p := range bytes.Split(out, []byte{0}) {
-		p := strings.TrimLeft(string(p), "\n")
-		if p == "" || seen[p] {
-			continue
+	for _, p := range paths {
+		if err := gitbundle.CheckPath(p); err != nil {
+			refuse(RulePath, p, "%v", err)
+		} else if g := m.policy.Denied(p); g != "" {
+			refuse(RuleDenyGlob, p, "matches deny glob %q", g)
 		}
-		seen[p] = true
-		if m.policy.Denied(p) != "" {
-			denied = append(denied, p)
-		}
-	}
-	sort.Strings(denied)
-	for _, p := range denied {
-		refuse(RuleDenyGlob, p, "matches deny glob %q", m.policy.Denied(p))
 	}
 	// Every new object with its path; the blobs' sizes from cat-file.
-	out, err = m.run(ctx, dir, nil, nil, append([]string{"rev-list", "--objects", "--no-object-names", newSHA}, not...)...)
+	out, err = m.run(ctx, dir, env, nil, append([]string{"rev-list", "--objects", "--no-object-names", newSHA}, not...)...)
 	if err != nil {
 		return err
 	}
-	withNames, err := m.run(ctx, dir, nil, nil, append([]string{"rev-list", "--objects", newSHA}, not...)...)
+	withNames, err := m.run(ctx, dir, env, nil, append([]string{"rev-list", "--objects", newSHA}, not...)...)
 	if err != nil {
 		return err
 	}
@@ -191,7 +189,7 @@ func (m *Mirrors) review(ctx context.Context, dir, newSHA string, refuse func(ru
 			names[oid] = name
 		}
 	}
-	sizes, err := m.run(ctx, dir, nil, bytes.NewReader(out), "cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)")
+	sizes, err := m.run(ctx, dir, env, bytes.NewReader(out), "cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)")
 	if err != nil {
 		return err
 	}
@@ -234,19 +232,14 @@ func (m *Mirrors) spool(r io.Reader) (string, error) {
 	return f.Name(), nil
 }
 
-// rev resolves rev in dir; "" without error when it does not exist.
-func (m *Mirrors) rev(ctx context.Context, dir, rev string) (string, error) {
-	out, err := m.run(ctx, dir, nil, nil, "rev-parse", "--verify", "--quiet", rev)
+// rev resolves rev in dir (env added to git's); "" without error when it
+// does not exist.
+func (m *Mirrors) rev(ctx context.Context, dir string, env []string, rev string) (string, error) {
+	out, err := m.run(ctx, dir, env, nil, "rev-parse", "--verify", "--quiet", rev)
 	if err != nil {
 		return "", nil
 	}
 	return strings.TrimSpace(string(out)), nil
-}
-
-func randomHex() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func short(sha string) string {

@@ -31,7 +31,7 @@ func (m *Mirrors) PushSandbox(ctx context.Context, sc *sidecar.Client, repoID st
 	}
 	var bases []string
 	unlock := m.lock(dir)
-	pushed, _ := m.rev(ctx, dir, target)
+	pushed, _ := m.rev(ctx, dir, nil, target)
 	unlock()
 	if pushed != "" {
 		bases = append(bases, pushed)

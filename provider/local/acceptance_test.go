@@ -89,7 +89,7 @@ func TestAcceptanceTwoSandboxes(t *testing.T) {
 			continue
 		}
 		switch f[1] {
-		case "exe", "sandbox-init", "sandbox-mcp", "caddy", "opencode", "ps", "bash":
+		case "exe", "sandbox-init", "sandbox-spawner", "sandbox-mcp", "caddy", "opencode", "ps", "bash":
 		default:
 			t.Errorf("ps in %s shows %q", a.SandboxID, line)
 		}

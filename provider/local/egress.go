@@ -4,12 +4,15 @@ package local
 // 127.0.0.1:PortEgressProxy inside, and dials its upstream connections from an OS
 // thread that entered the host's network namespace (a socket belongs to the namespace
 // it was created in). Names are resolved through the host's resolver the same way.
-// Destinations on the host's loopback, link-local (cloud metadata) or unspecified
-// addresses are refused: the host's own services and other sandboxes' tunnels stay
-// out of reach.
+// What a sandbox may reach is egressPolicy's (egress_policy.go): never the host's
+// loopback, its own interface addresses or the private, link-local and metadata
+// ranges unless the sandbox's EgressHosts names them, and only the names
+// EgressHosts lists when it lists any. The check runs on every address actually
+// dialed, after resolution, for plain requests and CONNECT alike.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -26,80 +29,135 @@ import (
 
 type egress struct {
 	host, own int // network namespace descriptors
+	policy    *egressPolicy
 	resolver  *net.Resolver
+	// lookup resolves a host name on the host; tests replace it.
+	lookup    func(ctx context.Context, host string) ([]netip.Addr, error)
 	transport *http.Transport
 }
 
-func newEgress(hostFd int) (*egress, error) {
+// newEgress builds the proxy of a sandbox whose host network namespace is
+// hostFd and whose Spec.EgressHosts is hosts.
+func newEgress(hostFd int, hosts []string) (*egress, error) {
+	policy, err := newEgressPolicy(hosts)
+	if err != nil {
+		return nil, err
+	}
 	own, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	g := &egress{host: hostFd, own: own}
+	g := &egress{host: hostFd, own: own, policy: policy}
 	g.resolver = &net.Resolver{PreferGo: true, Dial: g.dialRaw}
+	g.lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+		return g.resolver.LookupNetIP(ctx, "ip", host)
+	}
 	g.transport = &http.Transport{DialContext: g.dial, Proxy: nil, MaxIdleConns: 16,
 		IdleConnTimeout: 30 * time.Second, TLSHandshakeTimeout: 10 * time.Second}
 	return g, nil
 }
 
-// dialRaw dials an address (an IP) from the host's network namespace.
-func (g *egress) dialRaw(ctx context.Context, network, addr string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
+// inHost runs fn on an OS thread that entered the host's network namespace:
+// sockets it creates and interfaces it lists are the host's. A thread that
+// cannot return to the sandbox's namespace is never reused (it stays locked
+// and exits with its goroutine).
+func (g *egress) inHost(fn func() error) error {
+	ch := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		if err := unix.Setns(g.host, unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{nil, fmt.Errorf("setns: %w", err)}
+			ch <- fmt.Errorf("setns: %w", err)
 			return
 		}
-		d := net.Dialer{Timeout: 30 * time.Second}
-		c, err := d.DialContext(ctx, network, addr)
+		err := fn()
 		if unix.Setns(g.own, unix.CLONE_NEWNET) == nil {
 			runtime.UnlockOSThread()
 		}
-		ch <- result{c, err}
+		ch <- err
 	}()
-	r := <-ch
-	return r.c, r.err
+	return <-ch
 }
 
-// allowed says whether a sandbox may reach ip.
-func allowed(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	return !(ip.IsLoopback() || ip.IsUnspecified() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsMulticast())
+// dialRaw dials an address (an IP) from the host's network namespace,
+// unchecked: the resolver's way to the host's name servers.
+func (g *egress) dialRaw(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := g.inHost(func() error {
+		var err error
+		d := net.Dialer{Timeout: 30 * time.Second}
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
 }
 
-// dial resolves addr on the host and dials the first allowed address.
+// dial checks addr against the policy, resolves it on the host and dials the
+// first address the policy allows: the address checked is the address dialed.
 func (g *egress) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, port, err := net.SplitHostPort(addr)
+	host, ip, port, err := parseAuthority(addr, "")
 	if err != nil {
 		return nil, err
 	}
-	var ips []netip.Addr
-	if ip, err := netip.ParseAddr(host); err == nil {
-		ips = []netip.Addr{ip}
-	} else {
-		ips, err = g.resolver.LookupNetIP(ctx, "ip", host)
-		if err != nil {
+	if err := g.policy.allowHost(host, ip); err != nil {
+		return nil, err
+	}
+	ips := []netip.Addr{ip}
+	if !ip.IsValid() {
+		if ips, err = g.lookup(ctx, host); err != nil {
 			return nil, err
 		}
 	}
-	var lastErr error = fmt.Errorf("%s: no address the sandbox may reach", host)
-	for _, ip := range ips {
-		if !allowed(ip) {
-			continue
+	var c net.Conn
+	err = g.inHost(func() error {
+		own, err := hostAddrs()
+		if err != nil {
+			return fmt.Errorf("list the host's addresses: %w", err)
 		}
-		c, err := g.dialRaw(ctx, "tcp", net.JoinHostPort(ip.Unmap().String(), port))
-		if err == nil {
-			return c, nil
+		var last error = fmt.Errorf("%s: no address: %w", host, errEgressRefused)
+		for _, ip := range ips {
+			if err := g.policy.checkAddr(ip, own); err != nil {
+				last = err
+				continue
+			}
+			d := net.Dialer{Timeout: 30 * time.Second}
+			c, err = d.DialContext(ctx, "tcp", netip.AddrPortFrom(ip.WithZone("").Unmap(), port).String())
+			if err == nil {
+				return nil
+			}
+			last = err
 		}
-		lastErr = err
+		return last
+	})
+	return c, err
+}
+
+// hostAddrs are the addresses of the current network namespace's interfaces.
+func hostAddrs() (map[netip.Addr]bool, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
 	}
-	return nil, lastErr
+	out := make(map[netip.Addr]bool, len(addrs))
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out[ip.Unmap()] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// egressStatus is the answer to a sandbox whose request failed with err.
+func egressStatus(err error) int {
+	switch {
+	case errors.Is(err, errEgressRefused):
+		return http.StatusForbidden
+	case errors.Is(err, errBadAuthority):
+		return http.StatusBadRequest
+	}
+	return http.StatusBadGateway
 }
 
 // serve runs the proxy on the sandbox's loopback.
@@ -132,7 +190,7 @@ func (g *egress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := g.transport.RoundTrip(out)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
+		http.Error(w, err.Error(), egressStatus(err))
 		return
 	}
 	defer resp.Body.Close()
@@ -151,7 +209,7 @@ func (g *egress) connect(w http.ResponseWriter, r *http.Request) {
 	up, err := g.dial(ctx, "tcp", r.Host)
 	cancel()
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
+		http.Error(w, err.Error(), egressStatus(err))
 		return
 	}
 	hj, ok := w.(http.Hijacker)

@@ -41,6 +41,9 @@ type EngineOptions struct {
 	// SandboxMCPPath and ProliferatePath inside every isolated sandbox; empty skips.
 	SandboxMCP  string
 	Proliferate string
+	// Images resolves Spec.Image to the layers of an overlay root; nil refuses
+	// Spec.Image (ErrUnsupported), and sandboxes get the host's system directories.
+	Images engine.ImageResolver
 	// Logger receives the engine's events; nil discards.
 	Logger *slog.Logger
 }
@@ -85,10 +88,14 @@ type boxState struct {
 	PidNS    string          `json:"pidNs,omitempty"`
 	Tunnels  []engine.Tunnel `json:"tunnels,omitempty"`
 	Applied  engine.Limits   `json:"applied,omitempty"`
+	Want     engine.Limits   `json:"want,omitempty"` // the spec's limits with the defaults
 	Cgroups  []string        `json:"cgroups,omitempty"`
 	Paused   bool            `json:"paused,omitempty"`
 	Dead     bool            `json:"dead,omitempty"`
 	ExitCode *int            `json:"exitCode,omitempty"`
+	// Image is the image the sandbox booted from (its layers are the overlay's).
+	Image   *engine.RootFS `json:"image,omitempty"`
+	Runtime string         `json:"runtime,omitempty"`
 }
 
 // NewEngine opens (or creates) the data dir, re-adopts the sandboxes still alive and
@@ -107,6 +114,9 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 			return nil, fmt.Errorf("new engine: %w", err)
 		}
 	}
+	if err := privateDataDir(dir); err != nil {
+		return nil, fmt.Errorf("new engine: %w", err)
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -119,7 +129,12 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	}
 	e.cg = detectCgroups()
 	e.caps = engine.Capabilities{Isolated: !o.Unisolated, Snapshot: true,
-		Pause: e.cg.freezer(), Limits: e.cg.limits()}
+		Pause: e.cg.freezer(), Limits: e.cg.limits(), DialPort: true,
+		Volumes: !o.Unisolated && volumesUsable(), Images: o.Images != nil && !o.Unisolated,
+		Runtimes: []string{runtimeUserns}}
+	if o.Unisolated {
+		e.caps.Runtimes = []string{runtimeNone}
+	}
 	if err := e.adopt(); err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
 	}

@@ -140,10 +140,11 @@ func TestEngineSandbox(t *testing.T) {
 	if code != 3 || out != fmt.Sprintf("hello %s /home/user /home/user\n", info.ID) {
 		t.Errorf("exec = %q, %d", out, code)
 	}
-	// Only the sandbox's own processes: init and ps itself.
+	// Only the sandbox's own processes: init, the spawner and ps itself.
 	out, _ = sh(t, e, info.ID, "ps", "-e", "-o", "pid=,comm=")
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || strings.TrimSpace(lines[0]) != "1 sandbox-init" {
-		t.Errorf("ps inside shows %q, want only init and ps", out)
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || strings.TrimSpace(lines[0]) != "1 sandbox-init" ||
+		!strings.HasSuffix(lines[1], " sandbox-spawner") {
+		t.Errorf("ps inside shows %q, want only init, the spawner and ps", out)
 	}
 	for _, d := range []string{"/home/user/workspace", "/home/user/.proliferate", "/tmp/proliferate"} {
 		if fi, err := e.Stat(t.Context(), info.ID, d); err != nil || !fi.IsDir {
@@ -154,7 +155,7 @@ func TestEngineSandbox(t *testing.T) {
 		t.Errorf("%s is not executable inside", SandboxMCPPath)
 	}
 	// Init's descriptors (its way back to the host) are out of reach.
-	if out, _ := sh(t, e, info.ID, "bash", "-c", `for f in /proc/1/fd/* /proc/1/root /proc/1/cwd; do
+	if out, _ := sh(t, e, info.ID, "bash", "-c", `sp=$(pgrep -x sandbox-spawner); for f in /proc/1/fd/* /proc/1/root /proc/1/cwd /proc/$sp/fd/* /proc/$sp/exe /proc/$sp/mem; do
 		if readlink $f >/dev/null 2>&1 || ls $f/ >/dev/null 2>&1; then echo $f; fi; done; cat /proc/1/environ 2>/dev/null`); out != "" {
 		t.Errorf("init's descriptors, root or environment are reachable inside: %q", out)
 	}
@@ -636,7 +637,12 @@ func TestEngineEgress(t *testing.T) {
 	}
 	outside := serve(net.JoinHostPort(ip, "0"))
 	loopback := serve("127.0.0.1:0")
-	info := createBox(t, e, engine.Spec{Egress: true, Ports: []int{4000}})
+	// The host's own addresses are out of reach unless EgressHosts lists them.
+	unlisted := createBox(t, e, engine.Spec{Egress: true})
+	if out, code := sh(t, e, unlisted.ID, "curl", "-sS", "--max-time", "10", "http://"+outside+"/plain"); code == 0 && strings.Contains(out, "outside") {
+		t.Errorf("the egress proxy reached the host's address %s: %q", ip, out)
+	}
+	info := createBox(t, e, engine.Spec{Egress: true, EgressHosts: []string{ip}, Ports: []int{4000}})
 	out, code := sh(t, e, info.ID, "curl", "-sS", "--max-time", "10", "http://"+outside+"/plain")
 	if code != 0 || out != "outside /plain" {
 		t.Errorf("http through the egress proxy = %d %q", code, out)

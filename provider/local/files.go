@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -23,11 +24,11 @@ import (
 // maxReadFile bounds ReadFile.
 const maxReadFile = 1 << 30
 
-// rootFd opens the sandbox's root directory.
-func (e *Engine) rootFd(id string) (int, error) {
+// rootFd opens the sandbox's root directory and says whether the sandbox is isolated.
+func (e *Engine) rootFd(id string) (int, bool, error) {
 	_, st, err := e.running(id)
 	if err != nil {
-		return -1, err
+		return -1, false, err
 	}
 	root := "/"
 	if st.Isolated {
@@ -35,14 +36,14 @@ func (e *Engine) rootFd(id string) (int, error) {
 	}
 	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("sandbox %s root: %w", id, err)
+		return -1, false, fmt.Errorf("sandbox %s root: %w", id, err)
 	}
 	// The pid could have been reused between the check and the open.
 	if st.Isolated && !initAlive(st) {
 		unix.Close(fd)
-		return -1, fmt.Errorf("sandbox %q is dead: %w", id, engine.ErrNotFound)
+		return -1, false, fmt.Errorf("sandbox %q is dead: %w", id, engine.ErrNotFound)
 	}
-	return fd, nil
+	return fd, st.Isolated, nil
 }
 
 func cleanPath(p string) (string, error) {
@@ -65,18 +66,56 @@ func openIn(root int, p string, flags int, mode uint32) (*os.File, error) {
 	return os.NewFile(uintptr(fd), p), nil
 }
 
-// withRoot runs f with the sandbox's root and a cleaned absolute path.
+// withRoot runs f with the sandbox's root and a cleaned absolute path, as the
+// sandbox's root when the sandbox is isolated (asSandboxRoot).
 func (e *Engine) withRoot(id, p string, f func(root int, p string) error) error {
 	p, err := cleanPath(p)
 	if err != nil {
 		return err
 	}
-	root, err := e.rootFd(id)
+	root, isolated, err := e.rootFd(id)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(root)
-	return f(root, p)
+	if !isolated {
+		return f(root, p)
+	}
+	return asSandboxRoot(func() error { return f(root, p) })
+}
+
+// asSandboxRoot runs f on an OS thread of its own whose filesystem ids are the
+// sandbox's root (hostID(0)) while it keeps the engine's capabilities. What it creates
+// belongs to the sandbox as if its root had made it, and id-mapped mounts (volumes,
+// binds), where the host's root has no id and the kernel refuses its writes with
+// EOVERFLOW, take its writes. The thread stays locked, so the runtime ends it with the
+// goroutine instead of handing its changed ids to other code.
+func asSandboxRoot(f func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		done <- func() error {
+			if err := unix.Setfsgid(hostID(0)); err != nil {
+				return err
+			}
+			if err := unix.Setfsuid(hostID(0)); err != nil {
+				return err
+			}
+			// A non-zero fsuid takes the file capabilities out of the effective set:
+			// put the permitted set back.
+			hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+			var data [2]unix.CapUserData
+			if err := unix.Capget(&hdr, &data[0]); err != nil {
+				return fmt.Errorf("capget: %w", err)
+			}
+			data[0].Effective, data[1].Effective = data[0].Permitted, data[1].Permitted
+			if err := unix.Capset(&hdr, &data[0]); err != nil {
+				return fmt.Errorf("capset: %w", err)
+			}
+			return f()
+		}()
+	}()
+	return <-done
 }
 
 // ReadFile reads a regular file of the sandbox.
@@ -126,6 +165,7 @@ func (e *Engine) WriteFile(ctx context.Context, id, p string, data []byte, mode 
 			return &fs.PathError{Op: "write", Path: p, Err: err}
 		}
 		f := os.NewFile(uintptr(fd), tmp)
+		inheritOwner(dfd, tmp)
 		_, werr := f.Write(data)
 		if werr == nil {
 			werr = unix.Fchmod(fd, mode&0o7777)
@@ -161,10 +201,25 @@ func mkdirAllIn(root int, p string) error {
 		return err
 	}
 	defer parent.Close()
-	if err := unix.Mkdirat(int(parent.Fd()), path.Base(p), 0o755); err != nil && err != unix.EEXIST {
+	if err := unix.Mkdirat(int(parent.Fd()), path.Base(p), 0o755); err != nil {
+		if err == unix.EEXIST {
+			return nil
+		}
 		return &fs.PathError{Op: "mkdir", Path: p, Err: err}
 	}
+	inheritOwner(int(parent.Fd()), path.Base(p))
 	return nil
+}
+
+// inheritOwner gives name in dirfd the owner of dirfd when that is an id of the
+// sandbox's range: what the engine writes (as the host's root) belongs to the
+// sandbox's user of that directory, never to a host id it could not change.
+func inheritOwner(dirfd int, name string) {
+	var st unix.Stat_t
+	if unix.Fstat(dirfd, &st) != nil || !inSandboxRange(st.Uid) || !inSandboxRange(st.Gid) {
+		return
+	}
+	_ = unix.Fchownat(dirfd, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // MkdirAll creates a directory and its parents.

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,22 +21,31 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// keptCaps are the capabilities processes of an isolated sandbox keep (those a
-// container runtime grants by default); every other one leaves the bounding set, so
-// root inside cannot remount the host's read-only root, load modules or open files by
-// handle.
+// keptCaps are the capabilities processes of an isolated sandbox keep (a container
+// runtime's default set, less CAP_MKNOD); every other one leaves the bounding set. They
+// hold in the sandbox's user namespace only: no process inside has a capability on the
+// host, and the mount, uts and network namespaces are not theirs.
 var keptCaps = map[int]bool{
 	unix.CAP_CHOWN: true, unix.CAP_DAC_OVERRIDE: true, unix.CAP_FSETID: true, unix.CAP_FOWNER: true,
-	unix.CAP_MKNOD: true, unix.CAP_NET_RAW: true, unix.CAP_SETGID: true, unix.CAP_SETUID: true,
+	unix.CAP_NET_RAW: true, unix.CAP_SETGID: true, unix.CAP_SETUID: true,
 	unix.CAP_SETFCAP: true, unix.CAP_SETPCAP: true, unix.CAP_NET_BIND_SERVICE: true,
 	unix.CAP_SYS_CHROOT: true, unix.CAP_KILL: true, unix.CAP_AUDIT_WRITE: true,
 }
 
-type spawnReq struct {
-	argv0 string
-	argv  []string
-	attr  *syscall.ProcAttr
-	reply chan spawnRes
+// dropCaps drops every capability but keptCaps from the calling thread's bounding set
+// (per thread: a child inherits its forking thread's).
+func dropCaps() {
+	last := 40
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			last = n
+		}
+	}
+	for c := 0; c <= last; c++ {
+		if !keptCaps[c] {
+			_ = unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		}
+	}
 }
 
 type spawnRes struct {
@@ -47,45 +55,34 @@ type spawnRes struct {
 }
 
 type initServer struct {
-	cfg     initConfig
+	cfg initConfig
+	// sp starts the commands of an isolated sandbox (its user namespace); nil in an
+	// unisolated one, whose init forks them itself.
+	sp      *spawnClient
 	mu      sync.Mutex // held while forking and while reaping
 	waiters map[int]chan syscall.WaitStatus
-	spawn   chan spawnReq
 }
 
-// spawner forks every command from one locked OS thread whose bounding set lacks the
-// dropped capabilities (the bounding set is per thread, and a child inherits its
-// forking thread's).
-func (in *initServer) spawner(isolated bool) {
-	runtime.LockOSThread()
-	if isolated {
-		last := 40
-		if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
-			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				last = n
-			}
-		}
-		for c := 0; c <= last; c++ {
-			if !keptCaps[c] {
-				_ = unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
-			}
-		}
+// start starts a command with files as its fds 0, 1 and 2.
+func (in *initServer) start(m spawnMsg, files [3]int) (int, chan syscall.WaitStatus, error) {
+	if in.sp != nil {
+		return in.sp.spawn(m, files)
 	}
-	for r := range in.spawn {
-		in.mu.Lock()
-		pid, err := syscall.ForkExec(r.argv0, r.argv, r.attr)
-		var w chan syscall.WaitStatus
-		if err == nil {
-			w = make(chan syscall.WaitStatus, 1)
-			in.waiters[pid] = w
-		}
-		in.mu.Unlock()
-		r.reply <- spawnRes{pid: pid, wait: w, err: err}
+	attr := &syscall.ProcAttr{Dir: m.Dir, Env: m.Env, Files: []uintptr{uintptr(files[0]), uintptr(files[1]), uintptr(files[2])},
+		Sys: &syscall.SysProcAttr{Setpgid: m.Setpgid, Setsid: m.Setsid, Setctty: m.Setctty}}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	pid, err := syscall.ForkExec(m.Argv0, m.Argv, attr)
+	if err != nil {
+		return 0, nil, err
 	}
+	w := make(chan syscall.WaitStatus, 1)
+	in.waiters[pid] = w
+	return pid, w, nil
 }
 
 // reaper reaps every child and orphan of the sandbox, handing the statuses of the
-// commands it started to their waiters. It sweeps once after subscribing to SIGCHLD:
+// commands init started to their waiters. It sweeps once after subscribing to SIGCHLD:
 // a child that exited before the subscription (the reaper goroutine can start after
 // the first command under load) sent its SIGCHLD to nobody, and would otherwise stay
 // a zombie, its exec unanswered, until some other child happened to exit.
@@ -110,6 +107,12 @@ func (in *initServer) reap() {
 		}
 		if pid <= 0 || err != nil {
 			return
+		}
+		if in.sp != nil {
+			// A command whose spawner was killed before it ended; a spawner itself
+			// is restarted by the next command.
+			in.sp.reaped(pid, ws)
+			continue
 		}
 		if w, ok := in.waiters[pid]; ok {
 			w <- ws
@@ -171,65 +174,20 @@ func (in *initServer) serve(c net.Conn) {
 		sendExit(exitFrame{Code: 127, Error: err.Error()})
 		return
 	}
-	devNull, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
+	st, err := in.openStreams(req)
 	if err != nil {
 		sendExit(exitFrame{Code: -1, Error: err.Error()})
 		return
 	}
-	defer devNull.Close()
-	files := []uintptr{devNull.Fd(), devNull.Fd(), devNull.Fd()}
-	var stdinW, stdoutR, stderrR *os.File
-	var closeAfterStart []*os.File
-	var ptmx *os.File
-	switch {
-	case req.Detach:
-	case req.TTY:
-		m, tty, err := pty.Open()
-		if err != nil {
-			sendExit(exitFrame{Code: -1, Error: "open a pty: " + err.Error()})
-			return
-		}
-		cols, rows := req.Cols, req.Rows
-		if cols == 0 || rows == 0 {
-			cols, rows = 80, 24
-		}
-		_ = pty.Setsize(m, &pty.Winsize{Cols: cols, Rows: rows})
-		ptmx = m
-		files = []uintptr{tty.Fd(), tty.Fd(), tty.Fd()}
-		closeAfterStart = append(closeAfterStart, tty)
-		stdinW, stdoutR = m, m
-	default:
-		if req.Stdin {
-			r, w, err := os.Pipe()
-			if err != nil {
-				sendExit(exitFrame{Code: -1, Error: err.Error()})
-				return
-			}
-			files[0], stdinW = r.Fd(), w
-			closeAfterStart = append(closeAfterStart, r)
-		}
-		or, ow, err := os.Pipe()
-		if err != nil {
-			sendExit(exitFrame{Code: -1, Error: err.Error()})
-			return
-		}
-		er, ew, err := os.Pipe()
-		if err != nil {
-			sendExit(exitFrame{Code: -1, Error: err.Error()})
-			return
-		}
-		files[1], files[2], stdoutR, stderrR = ow.Fd(), ew.Fd(), or, er
-		closeAfterStart = append(closeAfterStart, ow, ew)
-	}
-	sys := &syscall.SysProcAttr{Setpgid: !req.Detach, Setsid: req.Detach}
+	defer st.devNull.Close()
+	files, stdinW, stdoutR, stderrR, ptmx, closeAfterStart := st.files, st.stdinW, st.stdoutR, st.stderrR, st.ptmx, st.closeAfterStart
+	m := spawnMsg{Argv0: argv0, Argv: req.Argv, Env: req.Env, Dir: req.Cwd, Setpgid: !req.Detach, Setsid: req.Detach}
 	if ptmx != nil {
 		// Its own session with the pty as controlling terminal (fd 0).
-		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		m.Setpgid, m.Setsid, m.Setctty = false, true, true
 	}
-	attr := &syscall.ProcAttr{Dir: req.Cwd, Env: req.Env, Files: files, Sys: sys}
-	reply := make(chan spawnRes, 1)
-	in.spawn <- spawnReq{argv0: argv0, argv: req.Argv, attr: attr, reply: reply}
-	res := <-reply
+	var res spawnRes
+	res.pid, res.wait, res.err = in.start(m, [3]int{int(files[0]), int(files[1]), int(files[2])})
 	for _, f := range closeAfterStart {
 		f.Close()
 	}
@@ -250,7 +208,14 @@ func (in *initServer) serve(c net.Conn) {
 		sendExit(exitFrame{Pid: res.pid})
 		return
 	}
-	pid := res.pid
+	sendExit(in.follow(br, fw, req, res.pid, res.wait, stdinW, stdoutR, stderrR, ptmx))
+}
+
+// follow streams a started command (pid) to the engine: stdin and resizes in, stdout
+// and stderr out; it kills the command's group on a timeout or a closed connection,
+// and returns its exit.
+func (in *initServer) follow(br *bufio.Reader, fw *frameWriter, req ctlRequest, pid int, wait chan syscall.WaitStatus,
+	stdinW, stdoutR, stderrR, ptmx *os.File) exitFrame {
 	var exitedMu sync.Mutex
 	exited := false
 	kill := func() {
@@ -312,11 +277,11 @@ func (in *initServer) serve(c net.Conn) {
 	}
 	var ws syscall.WaitStatus
 	select {
-	case ws = <-res.wait:
+	case ws = <-wait:
 	case <-timeout:
 		timedOut = true
 		kill()
-		ws = <-res.wait
+		ws = <-wait
 	}
 	exitedMu.Lock()
 	exited = true
@@ -340,5 +305,5 @@ func (in *initServer) serve(c net.Conn) {
 	if timedOut {
 		e.Code = 124
 	}
-	sendExit(e)
+	return e
 }

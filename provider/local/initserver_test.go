@@ -12,19 +12,15 @@ import (
 // A command that exits before the reaper has subscribed to SIGCHLD (its signal went to
 // nobody) is still answered: the reaper's first sweep collects it.
 func TestReapCollectsChildExitedBeforeSubscription(t *testing.T) {
-	in := &initServer{waiters: map[int]chan syscall.WaitStatus{}, spawn: make(chan spawnReq)}
-	go in.spawner(false)
-	defer close(in.spawn)
+	in := &initServer{waiters: map[int]chan syscall.WaitStatus{}}
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer devNull.Close()
-	fd := devNull.Fd()
-	reply := make(chan spawnRes, 1)
-	in.spawn <- spawnReq{argv0: "/bin/sh", argv: []string{"sh", "-c", "exit 7"},
-		attr: &syscall.ProcAttr{Files: []uintptr{fd, fd, fd}}, reply: reply}
-	res := <-reply
+	fd := int(devNull.Fd())
+	var res spawnRes
+	res.pid, res.wait, res.err = in.start(spawnMsg{Argv0: "/bin/sh", Argv: []string{"sh", "-c", "exit 7"}}, [3]int{fd, fd, fd})
 	if res.err != nil {
 		t.Fatal(res.err)
 	}

@@ -30,6 +30,10 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		e.mu.Unlock()
 		return engine.Info{}, errors.New("create sandbox: engine is closed")
 	}
+	if err := e.claimKind(); err != nil {
+		e.mu.Unlock()
+		return engine.Info{}, fmt.Errorf("create sandbox: %w", err)
+	}
 	if spec.Name != "" {
 		for _, o := range e.boxes {
 			o.mu.Lock()
@@ -62,32 +66,15 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 
 func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, error) {
 	spec := bx.st.Spec
-	for _, d := range []string{dirHome, dirTmp, dirVarTmp, dirRun} {
-		mode := os.FileMode(0o755)
-		if d == dirTmp || d == dirVarTmp {
-			mode = 0o1777
-		}
-		if err := os.MkdirAll(filepath.Join(sd, d), mode); err != nil {
-			return engine.Info{}, err
-		}
-		_ = os.Chmod(filepath.Join(sd, d), mode)
-	}
-	if spec.Snapshot != "" {
-		if err := e.restoreSnapshot(ctx, spec.Snapshot, sd); err != nil {
-			return engine.Info{}, err
-		}
-	}
-	if !e.o.Unisolated {
-		// The production layout: the workspace, the home's .proliferate and the
-		// sidecar's state dir exist from the start.
-		for _, d := range []string{rules.WorkspaceDir, rules.HomeDir + "/.proliferate", rules.StateDir} {
-			if err := os.MkdirAll(e.hostDir(sd, d), 0o755); err != nil {
-				return engine.Info{}, err
-			}
-		}
+	img, err := e.prepare(ctx, bx, sd)
+	if err != nil {
+		return engine.Info{}, err
 	}
 	cfg := initConfig{ID: bx.st.ID, Dir: sd, Isolated: bx.st.Isolated, NetNS: bx.st.NetNS,
 		Hide: []string{e.dir}}
+	if img != nil {
+		cfg.Layers = img.Layers
+	}
 	if spec.Timeout > 0 {
 		cfg.DeadlineMs = time.Now().Add(spec.Timeout).UnixMilli()
 	}
@@ -101,10 +88,15 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 			if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) {
 				return engine.Info{}, fmt.Errorf("mount %s -> %s: paths must be absolute", m.Source, m.Target)
 			}
-			cfg.Binds = append(cfg.Binds, bindMount{Source: m.Source, Target: filepath.Clean(m.Target), ReadOnly: m.ReadOnly})
+			cfg.Binds = append(cfg.Binds, bindMount{Source: m.Source, Target: filepath.Clean(m.Target), ReadOnly: m.ReadOnly, Host: true})
 		}
-	} else if len(spec.Mounts) > 0 {
-		return engine.Info{}, fmt.Errorf("mounts need an isolated sandbox: %w", engine.ErrUnsupported)
+		vols, err := e.mountVolumes(spec)
+		if err != nil {
+			return engine.Info{}, err
+		}
+		cfg.Binds = append(cfg.Binds, vols...)
+	} else if len(spec.Mounts) > 0 || len(spec.Volumes) > 0 {
+		return engine.Info{}, fmt.Errorf("mounts and volumes need an isolated sandbox: %w", engine.ErrUnsupported)
 	}
 	// The tunnels' host listeners are made here, on the host's network, and handed to
 	// init, which serves them from inside: they live exactly as long as the sandbox.
@@ -132,6 +124,10 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 		bx.st.Tunnels = append(bx.st.Tunnels, engine.Tunnel{Port: p, Host: "127.0.0.1", HostPort: ln.Addr().(*net.TCPAddr).Port})
 	}
 	if spec.Egress && bx.st.NetNS {
+		if _, err := newEgressPolicy(spec.EgressHosts); err != nil {
+			return engine.Info{}, fmt.Errorf("egress: %w", err)
+		}
+		cfg.EgressHosts = spec.EgressHosts
 		f, err := os.Open("/proc/self/ns/net")
 		if err != nil {
 			return engine.Info{}, fmt.Errorf("egress: %w", err)
@@ -142,8 +138,16 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 	if err := e.startInit(ctx, bx, cfg, lns); err != nil {
 		return engine.Info{}, err
 	}
+	if img != nil {
+		// The production layout, where the image lacks it.
+		for _, d := range []string{rules.WorkspaceDir, rules.HomeDir + "/.proliferate", rules.StateDir} {
+			if err := e.MkdirAll(ctx, bx.st.ID, d); err != nil {
+				return engine.Info{}, err
+			}
+		}
+	}
 	bx.mu.Lock()
-	err := e.saveState(bx.st)
+	err = e.saveState(bx.st)
 	bx.mu.Unlock()
 	if err != nil {
 		return engine.Info{}, err
@@ -212,10 +216,7 @@ func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig, tunnels
 		return err
 	}
 	// Limits and the freezer apply before init starts anything.
-	applied, groups := e.cg.join(bx.st.ID, pid, bx.st.Spec.Limits)
-	bx.mu.Lock()
-	bx.st.Applied, bx.st.Cgroups = applied, groups
-	bx.mu.Unlock()
+	e.applyLimits(bx, pid)
 	b, _ := json.Marshal(cfg)
 	_, _ = cfgW.Write(b)
 	cfgW.Close()
@@ -277,6 +278,7 @@ func (e *Engine) destroy(bx *box) error {
 		}
 	}
 	e.cg.remove(st.Cgroups)
+	unmountDisk(e.sandboxDir(st.ID))
 	if err := os.RemoveAll(e.sandboxDir(st.ID)); err != nil {
 		return err
 	}
@@ -331,6 +333,7 @@ func (e *Engine) Terminate(ctx context.Context, id string) error {
 		// A directory without a state (a crash before init started) is removed too.
 		sd := e.sandboxDir(id)
 		if _, err := os.Stat(sd); err == nil {
+			unmountDisk(sd)
 			return os.RemoveAll(sd)
 		}
 		return nil

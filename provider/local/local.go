@@ -85,6 +85,9 @@ type Options struct {
 	Runtime string
 	Limits  engine.Limits
 	Volumes []engine.VolumeMount
+	// Images resolves Image (EngineOptions.Images); nil means the engine boots no
+	// images and an Image is refused.
+	Images engine.ImageResolver
 }
 
 // spec is the part of every sandbox's engine.Spec that comes from the options.
@@ -159,7 +162,7 @@ func New(o Options) (*Provider, error) {
 		mcp = "" // Health says false; a boot fails at its sandbox-mcp step
 	}
 	eng, err := NewEngine(EngineOptions{DataDir: o.Root, Unisolated: o.Unisolated, SandboxMCP: mcp,
-		Proliferate: o.Proliferate, Logger: log})
+		Proliferate: o.Proliferate, Logger: log, Images: o.Images})
 	if err != nil {
 		return nil, fmt.Errorf("new local provider: %w", err)
 	}

@@ -32,11 +32,16 @@ type initConfig struct {
 	// Hide are host directories covered with an empty tmpfs inside (the data dir).
 	Hide  []string    `json:"hide,omitempty"`
 	Binds []bindMount `json:"binds,omitempty"`
+	// Layers are the image's layer directories on the host, lowest first; empty
+	// means the host's system directories.
+	Layers []string `json:"layers,omitempty"`
 	// Tunnels are the sandbox ports served by the host listeners on fds 5, 6, ….
 	Tunnels []int `json:"tunnels,omitempty"`
 	// HostNetFd, when not zero, is the host's network namespace: init serves the
 	// egress proxy.
 	HostNetFd int `json:"hostNetFd,omitempty"`
+	// EgressHosts is the sandbox's Spec.EgressHosts, for the egress proxy.
+	EgressHosts []string `json:"egressHosts,omitempty"`
 	// DeadlineMs ends the sandbox (exit 124) at this Unix time in ms; 0 means never.
 	DeadlineMs int64 `json:"deadlineMs,omitempty"`
 }
@@ -45,14 +50,17 @@ type bindMount struct {
 	Source   string `json:"source"`
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"readOnly,omitempty"`
+	// Host marks a host directory of Spec.Mounts: read-write, it is bound as it is,
+	// never id-mapped (see setupRoot).
+	Host bool `json:"host,omitempty"`
 }
 
 // Names of a sandbox's directory entries on the host.
 const (
-	dirHome    = "home"
-	dirTmp     = "tmp"
-	dirVarTmp  = "vartmp"
-	dirRun     = "run"
+	dirHome    = "disk/home" // the writable directories are on the sandbox's disk (disk.go)
+	dirTmp     = "disk/tmp"
+	dirVarTmp  = "disk/vartmp"
+	dirRun     = "disk/run"
 	dirRoot    = "root"  // the mount point of the sandbox's root, only used inside
 	dirStage   = "stage" // overlay upper dirs, only used inside
 	fileCtl    = "control.sock"
@@ -67,6 +75,10 @@ func init() {
 		return
 	case "probe":
 		os.Exit(0)
+	case "spawner":
+		os.Unsetenv(initEnv)
+		unix.CloseOnExec(3)
+		os.Exit(spawnerMain())
 	default:
 		os.Exit(sandboxInit())
 	}
@@ -101,39 +113,13 @@ func sandboxInit() int {
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	// Signals from inside the sandbox do not end it; the engine ends it with SIGKILL.
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
+	var sp *spawnClient
 	if cfg.Isolated {
-		// Not dumpable: its /proc/1/fd, /proc/1/root and /proc/1/environ need
-		// CAP_SYS_PTRACE, which no process inside has (an open descriptor of init's
-		// is a way back to the host).
-		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-			return fail(fmt.Errorf("prctl: %w", err))
-		}
-		if cfg.HostNetFd > 0 {
-			unix.CloseOnExec(cfg.HostNetFd)
-		}
-		if err := setupRoot(cfg); err != nil {
-			return fail(fmt.Errorf("set up the sandbox root: %w", err))
-		}
-		if err := unix.Sethostname([]byte(cfg.ID)); err != nil {
-			return fail(fmt.Errorf("sethostname: %w", err))
-		}
-		if cfg.NetNS {
-			if err := loopbackUp(); err != nil {
-				return fail(fmt.Errorf("loopback: %w", err))
-			}
-			if cfg.HostNetFd > 0 {
-				g, err := newEgress(cfg.HostNetFd)
-				if err == nil {
-					err = g.serve()
-				}
-				if err != nil {
-					return fail(fmt.Errorf("egress proxy: %w", err))
-				}
-			}
+		if sp, err = isolate(cfg); err != nil {
+			return fail(err)
 		}
 	}
-	in := &initServer{cfg: cfg, waiters: map[int]chan syscall.WaitStatus{}, spawn: make(chan spawnReq)}
-	go in.spawner(cfg.Isolated)
+	in := &initServer{cfg: cfg, waiters: map[int]chan syscall.WaitStatus{}, sp: sp}
 	go in.reaper()
 	for i, port := range cfg.Tunnels {
 		f := os.NewFile(uintptr(5+i), "tunnel")
@@ -158,6 +144,10 @@ func sandboxInit() int {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		if !trustedPeer(c, cfg.Isolated) {
+			c.Close()
+			continue
+		}
 		go in.serve(c)
 	}
 }
@@ -169,4 +159,53 @@ func writeExitCode(dirFd, code int) {
 	}
 	_, _ = unix.Write(fd, []byte(strconv.Itoa(code)))
 	unix.Close(fd)
+}
+
+// isolate makes init non-dumpable, starts the spawner, builds the sandbox's root and
+// pivots into it, sets the host name and brings up the loopback and the egress proxy.
+func isolate(cfg initConfig) (*spawnClient, error) {
+	// Not dumpable: its /proc/1/fd, /proc/1/root and /proc/1/environ need
+	// CAP_SYS_PTRACE, which no process inside has (an open descriptor of init's
+	// is a way back to the host).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("prctl: %w", err)
+	}
+	if cfg.HostNetFd > 0 {
+		unix.CloseOnExec(cfg.HostNetFd)
+	}
+	if err := privateProc(); err != nil {
+		return nil, err
+	}
+	sp := newSpawnClient()
+	spPid, err := sp.start()
+	if err != nil {
+		return nil, err
+	}
+	userns, err := unix.Open("/proc/"+strconv.Itoa(spPid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("the spawner's user namespace: %w", err)
+	}
+	err = setupRoot(cfg, userns)
+	unix.Close(userns)
+	if err != nil {
+		return nil, fmt.Errorf("set up the sandbox root: %w", err)
+	}
+	if err := unix.Sethostname([]byte(cfg.ID)); err != nil {
+		return nil, fmt.Errorf("sethostname: %w", err)
+	}
+	if cfg.NetNS {
+		if err := loopbackUp(); err != nil {
+			return nil, fmt.Errorf("loopback: %w", err)
+		}
+		if cfg.HostNetFd > 0 {
+			g, err := newEgress(cfg.HostNetFd, cfg.EgressHosts)
+			if err == nil {
+				err = g.serve()
+			}
+			if err != nil {
+				return nil, fmt.Errorf("egress proxy: %w", err)
+			}
+		}
+	}
+	return sp, nil
 }

@@ -5,17 +5,28 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// setupRoot builds the sandbox's root under cfg.Dir/root and pivots into it.
-func setupRoot(cfg initConfig) error {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make / private: %w", err)
-	}
+// ttyGID is group tty inside.
+const ttyGID = 5
+
+// rootOwner makes a tmpfs belong to the sandbox's root.
+var rootOwner = fmt.Sprintf(",uid=%d,gid=%d", hostID(0), hostID(0))
+
+// setupRoot builds the sandbox's root under cfg.Dir/root and pivots into it: the
+// image's layers under the sandbox's upper layer, or the host's system directories
+// read-only with a /etc of its own (rootfs.go); then the sandbox's writable
+// directories, /dev, /proc, /sys and the spec's mounts. userns is the sandbox's user
+// namespace, whose mapping shifts the host's (and the image's) root-owned files to
+// the sandbox's root.
+func setupRoot(cfg initConfig, userns int) error {
 	r := filepath.Join(cfg.Dir, dirRoot)
 	stage := filepath.Join(cfg.Dir, dirStage)
 	for _, d := range []string{r, stage} {
@@ -23,70 +34,20 @@ func setupRoot(cfg initConfig) error {
 			return err
 		}
 	}
-	if err := unix.Mount("tmpfs", r, "tmpfs", 0, "mode=0755"); err != nil {
-		return fmt.Errorf("root tmpfs: %w", err)
-	}
 	if err := unix.Mount("tmpfs", stage, "tmpfs", 0, "mode=0700"); err != nil {
 		return fmt.Errorf("stage tmpfs: %w", err)
 	}
-	entries, err := os.ReadDir("/")
+	var err error
+	if len(cfg.Layers) > 0 {
+		err = imageRoot(cfg, r, stage, userns)
+	} else {
+		err = systemRoot(cfg, r, userns)
+	}
 	if err != nil {
 		return err
 	}
-	for _, e := range entries {
-		name := e.Name()
-		src, dst := "/"+name, filepath.Join(r, name)
-		switch name {
-		case "proc", "sys", "dev", "home", "tmp", "run":
-			continue
-		}
-		switch {
-		case e.Type()&os.ModeSymlink != 0:
-			target, err := os.Readlink(src)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(target, dst); err != nil {
-				return err
-			}
-		case e.IsDir():
-			if err := os.Mkdir(dst, 0o755); err != nil {
-				return err
-			}
-			if err := bindReadOnly(src, dst, true); err != nil {
-				return err
-			}
-		case e.Type().IsRegular():
-			if err := os.WriteFile(dst, nil, 0o644); err != nil {
-				return err
-			}
-			if err := bindReadOnly(src, dst, false); err != nil {
-				return err
-			}
-		}
-	}
-	for _, d := range []string{"proc", "sys", "dev", "home", "tmp", "run"} {
-		if err := os.Mkdir(filepath.Join(r, d), 0o755); err != nil {
-			return err
-		}
-	}
-	// The sandbox's writable directories.
-	if err := unix.Mount("tmpfs", filepath.Join(r, "home"), "tmpfs", 0, "mode=0755"); err != nil {
+	if err := writableDirs(cfg, r, stage); err != nil {
 		return err
-	}
-	if err := os.Mkdir(filepath.Join(r, "home/user"), 0o755); err != nil {
-		return err
-	}
-	for _, b := range [][2]string{{dirHome, "home/user"}, {dirTmp, "tmp"}, {dirRun, "run"}, {dirVarTmp, "var/tmp"}} {
-		dst := filepath.Join(r, b[1])
-		if fi, err := os.Stat(dst); err != nil || !fi.IsDir() {
-			if err := ensureMountpoint(r, stage, "/"+b[1], true); err != nil {
-				return err
-			}
-		}
-		if err := unix.Mount(filepath.Join(cfg.Dir, b[0]), dst, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind %s: %w", b[1], err)
-		}
 	}
 	if err := setupDev(filepath.Join(r, "dev")); err != nil {
 		return fmt.Errorf("/dev: %w", err)
@@ -107,14 +68,21 @@ func setupRoot(cfg initConfig) error {
 		if err := ensureMountpoint(r, stage, b.Target, fi.IsDir()); err != nil {
 			return fmt.Errorf("mount %s: %w", b.Target, err)
 		}
-		dst := filepath.Join(r, b.Target)
-		if err := unix.Mount(b.Source, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("mount %s: %w", b.Target, err)
-		}
+		// Id-mapped: host files keep their owner as seen from the sandbox (the
+		// host's root is its root), never setuid, never a device. Not a host
+		// directory the sandbox may write: through an id-mapped mount root inside
+		// would write files of the host's root there (a setuid one, for a host
+		// user to run), so it is bound as it is and the sandbox writes what its
+		// own ids (rules.HostIDBase…) may.
+		attr := uint64(unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOSUID)
+		mount := idmapMount
 		if b.ReadOnly {
-			if err := setReadOnly(dst, true); err != nil {
-				return fmt.Errorf("mount %s read-only: %w", b.Target, err)
-			}
+			attr |= unix.MOUNT_ATTR_RDONLY
+		} else if b.Host {
+			mount = plainMount
+		}
+		if err := mount(b.Source, filepath.Join(r, b.Target), userns, attr); err != nil {
+			return fmt.Errorf("mount %s: %w", b.Target, err)
 		}
 	}
 	for _, h := range cfg.Hide {
@@ -125,7 +93,11 @@ func setupRoot(cfg initConfig) error {
 			}
 		}
 	}
-	for _, d := range []string{r, filepath.Join(r, "home"), filepath.Join(r, "dev")} {
+	readOnly := []string{filepath.Join(r, "dev")}
+	if len(cfg.Layers) == 0 {
+		readOnly = append(readOnly, r, filepath.Join(r, "home"))
+	}
+	for _, d := range readOnly {
 		if err := setReadOnly(d, false); err != nil {
 			return fmt.Errorf("read-only %s: %w", d, err)
 		}
@@ -140,6 +112,18 @@ func setupRoot(cfg initConfig) error {
 		return fmt.Errorf("detach the old root: %w", err)
 	}
 	return os.Chdir("/")
+}
+
+// privateProc makes init's mount namespace private and mounts the sandbox's procfs on
+// /proc: Go writes a child's uid_map under /proc/<pid>, a pid of this namespace.
+func privateProc() error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make / private: %w", err)
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	return nil
 }
 
 // bindReadOnly bind-mounts src on dst (recursively when rec) and makes it read-only.
@@ -194,6 +178,13 @@ func ensureMountpoint(r, stage, target string, dir bool) error {
 	if err != nil {
 		return err
 	}
+	// The merged directory takes the upper one's mode and owner: the lower one's.
+	if fi, err := os.Stat(anc); err == nil {
+		_ = os.Chmod(up, fi.Mode().Perm())
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			_ = os.Chown(up, int(st.Uid), int(st.Gid))
+		}
+	}
 	work, err := os.MkdirTemp(stage, "work-")
 	if err != nil {
 		return err
@@ -208,7 +199,7 @@ func ensureMountpoint(r, stage, target string, dir bool) error {
 // setupDev makes a minimal /dev: the harmless character devices bound from the host,
 // a private devpts and a /dev/shm.
 func setupDev(dev string) error {
-	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID, "mode=0755"); err != nil {
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID, "mode=0755"+rootOwner); err != nil {
 		return err
 	}
 	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
@@ -225,10 +216,11 @@ func setupDev(dev string) error {
 			return err
 		}
 	}
-	if err := unix.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	if err := unix.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid="+strconv.Itoa(hostID(ttyGID))); err != nil {
 		return fmt.Errorf("devpts: %w", err)
 	}
-	if err := unix.Mount("shm", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+	shm := fmt.Sprintf("mode=1777,size=%d%s", rules.DefaultShmBytes, rootOwner)
+	if err := unix.Mount("shm", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, shm); err != nil {
 		return err
 	}
 	for name, target := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd",

@@ -94,9 +94,14 @@ func (e *Engine) info(bx *box) engine.Info {
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
 	st := bx.st
-	return engine.Info{ID: st.ID, Name: st.Name, State: state, Created: st.Created,
+	info := engine.Info{ID: st.ID, Name: st.Name, State: state, Created: st.Created,
 		Tunnels: slices.Clone(st.Tunnels), Labels: st.Spec.Labels, Isolated: st.Isolated,
-		Home: filepath.Join(e.sandboxDir(st.ID), dirHome), Applied: st.Applied, ExitCode: st.ExitCode}
+		Home: e.homeOf(st), Applied: st.Applied, ExitCode: st.ExitCode, Runtime: st.Runtime,
+		Volumes: slices.Clone(st.Spec.Volumes)}
+	if st.Image != nil {
+		info.Image = st.Image.ID
+	}
+	return info
 }
 
 // lookup finds a sandbox in memory or, made by another Engine on the same data dir,

@@ -40,7 +40,9 @@ func (p *Provider) create(ctx context.Context, opts provider.CreateOptions) (pro
 			return provider.CreateResult{}, fmt.Errorf("image %s: %w", src.ID, err)
 		}
 	default:
-		img = p.image.Image(c)
+		if img, err = p.image.Image(c); err != nil {
+			return provider.CreateResult{}, err
+		}
 	}
 	settings := provider.LoadHostSettings(p.o.Getenv)
 	env := provider.PrepareSandboxEnv(opts.SessionID, opts.EnvVars, settings.LLMProxyBaseURL)

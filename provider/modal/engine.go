@@ -35,9 +35,12 @@ func (p *Provider) Engine() *Engine { return &Engine{p: p} }
 
 var _ engine.Engine = (*Engine)(nil)
 
-// Capabilities: Modal isolates sandboxes and snapshots filesystems; no pause.
+// Capabilities: Modal isolates sandboxes and snapshots filesystems, and DialPort
+// reaches the ports given a tunnel at create (Spec.Ports). No pause; Modal has volumes
+// and images, but this adapter implements neither engine.Volumes nor Spec.Image (a
+// snapshot's image id goes in Spec.Snapshot), so it does not claim them.
 func (e *Engine) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Isolated: true, Snapshot: true}
+	return engine.Capabilities{Isolated: true, Snapshot: true, DialPort: true}
 }
 
 func (e *Engine) sandbox(ctx context.Context, id string) (*modalsdk.Sandbox, error) {
@@ -62,7 +65,10 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	if err != nil {
 		return engine.Info{}, err
 	}
-	img := e.p.image.Image(c)
+	img, err := e.p.image.Image(c)
+	if err != nil {
+		return engine.Info{}, err
+	}
 	if spec.Snapshot != "" {
 		if img, err = c.Images.FromID(ctx, spec.Snapshot, nil); err != nil {
 			return engine.Info{}, notFound(err)
@@ -147,7 +153,9 @@ func (e *Engine) Exec(ctx context.Context, id string, req engine.ExecRequest) (i
 		env[k] = v
 	}
 	start := time.Now()
-	proc, err := sb.Exec(ctx, req.Argv, &modalsdk.SandboxExecParams{Workdir: req.Cwd, Env: env, Timeout: wholeSeconds(req.Timeout)})
+	// With TTY, Modal runs the command on a terminal (its size is Modal's default;
+	// Resize is not part of the protocol) and everything comes on stdout.
+	proc, err := sb.Exec(ctx, req.Argv, &modalsdk.SandboxExecParams{Workdir: req.Cwd, Env: env, Timeout: wholeSeconds(req.Timeout), PTY: req.TTY})
 	if err != nil {
 		return -1, notFound(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image"
 	"io"
 	"io/fs"
 	"maps"
@@ -31,7 +32,7 @@ func TestEngine(t *testing.T) {
 	// after Create.
 	const port = 8000
 
-	img := BaseImage{From: "debian:bookworm-slim"}
+	img := BaseImage{Def: image.Image{From: "debian:bookworm-slim"}}
 	e.p.image = img
 	info, err := e.Create(ctx, engine.Spec{Name: "eng-1", Env: []string{"A=1"}, Ports: []int{port}, Network: true,
 		Labels: map[string]string{"owner": "test"}})
@@ -53,6 +54,13 @@ func TestEngine(t *testing.T) {
 	}
 	if code, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"sleep", "5"}, Timeout: time.Second}); !errors.Is(err, engine.ErrTimeout) || code != 124 {
 		t.Errorf("Exec past its timeout = %d, %v, want 124, ErrTimeout", code, err)
+	}
+	var tty strings.Builder
+	if code, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"tty"}, TTY: true, Stdout: &tty}); err != nil || code != 0 || !strings.HasPrefix(tty.String(), "/dev/pts/") {
+		t.Errorf("Exec with TTY = %d, %v, %q; want a terminal", code, err, tty.String())
+	}
+	if c := e.Capabilities(); !c.DialPort || c.Volumes || c.Images || c.Pause {
+		t.Errorf("Capabilities = %+v; want DialPort and no volumes, images or pause", c)
 	}
 	if err := e.WriteFile(ctx, info.ID, "/home/user/a/b.txt", []byte("bee"), 0o644); err != nil {
 		t.Fatal(err)

@@ -3,36 +3,31 @@ package modal
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"maps"
-	"slices"
 	"strings"
 
 	modalsdk "github.com/modal-labs/modal-client/go"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image"
 )
 
-// BaseImage is the sandbox image defined in Go: a Debian base, the packages the boot
-// needs, the platform's user and paths, and our static binaries fetched by URL (curl, installed by the apt step). It
-// replaces the Python deploy.py/get_image_id step: the SDK builds it on Modal (cached
-// by Modal under the same definition), and its Definition feeds the base snapshot
+// BaseImage is the sandbox image on Modal: the one image definition (provider/image)
+// and the URLs our static binaries are downloaded from there. The SDK builds it on
+// Modal (cached by Modal under the same commands), and its key feeds the base snapshot
 // version key.
 type BaseImage struct {
-	// From is the registry image the build starts from.
-	From string
-	// Packages are installed with apt-get.
-	Packages []string
-	// Binaries maps a program name to the URL of its static binary, installed in
-	// /usr/local/bin (sandbox-mcp, proliferate). Empty URLs are left out.
+	// Def is the image; its copy steps cannot be rendered for Modal.
+	Def image.Image
+	// Binaries maps a binary step's name to the URL of its static binary (sandbox-mcp,
+	// proliferate). A binary without a URL is left out.
 	Binaries map[string]string
 }
 
-// DefaultBaseImage is Debian bookworm-slim with git, caddy and the boot's tools; the
-// binaries come from SANDBOX_MCP_BINARY_URL and PROLIFERATE_BINARY_URL when set.
+// DefaultBaseImage is image.Default with the binaries from SANDBOX_MCP_BINARY_URL and
+// PROLIFERATE_BINARY_URL when set.
 func DefaultBaseImage(getenv func(string) string) BaseImage {
 	return BaseImage{
-		From:     "debian:bookworm-slim",
-		Packages: []string{"bash", "ca-certificates", "caddy", "coreutils", "curl", "findutils", "git", "jq", "openssh-server", "procps", "sudo"},
+		Def: image.Default(),
 		Binaries: map[string]string{
 			"sandbox-mcp": strings.TrimSpace(getenv("SANDBOX_MCP_BINARY_URL")),
 			"proliferate": strings.TrimSpace(getenv("PROLIFERATE_BINARY_URL")),
@@ -40,39 +35,37 @@ func DefaultBaseImage(getenv func(string) string) BaseImage {
 	}
 }
 
-// Commands are the image's Dockerfile commands after FROM.
-func (b BaseImage) Commands() []string {
-	p := provider.DefaultPaths()
-	cmds := []string{
-		"ENV DEBIAN_FRONTEND=noninteractive",
-		"RUN apt-get update && apt-get install -y --no-install-recommends " + strings.Join(b.Packages, " ") + " && rm -rf /var/lib/apt/lists/*",
-		"RUN useradd --create-home --home-dir " + p.Home + " --shell /bin/bash user && echo 'user ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/user",
-		"RUN mkdir -p " + p.Workspace() + " " + p.Home + "/.proliferate " + p.GlobalPluginDir() + " " + p.PreinstalledToolsDir() + " && chown -R user:user " + p.Home,
-	}
-	for _, name := range slices.Sorted(maps.Keys(b.Binaries)) {
-		if url := b.Binaries[name]; url != "" {
-			dst := "/usr/local/bin/" + name
-			cmds = append(cmds, "RUN curl -fsSL "+provider.ShellEscape(url)+" -o "+dst+" && chmod 755 "+dst)
-		}
-	}
-	return append(cmds, "WORKDIR "+p.Home)
-}
+// Commands are the image's Dockerfile commands after FROM, as Modal runs them.
+func (b BaseImage) Commands() ([]string, error) { return b.Def.Commands(b.Binaries) }
 
 // Definition is the image as Dockerfile text: FROM and Commands.
-func (b BaseImage) Definition() string {
-	return "FROM " + b.From + "\n" + strings.Join(b.Commands(), "\n") + "\n"
+func (b BaseImage) Definition() (string, error) {
+	cmds, err := b.Commands()
+	if err != nil {
+		return "", err
+	}
+	return "FROM " + b.Def.From + "\n" + strings.Join(append(cmds, ""), "\n"), nil
 }
 
 // Image is the image through the SDK, built lazily by the create that uses it.
-func (b BaseImage) Image(c *modalsdk.Client) *modalsdk.Image {
-	return c.Images.FromRegistry(b.From, nil).DockerfileCommands(b.Commands(), nil)
+func (b BaseImage) Image(c *modalsdk.Client) (*modalsdk.Image, error) {
+	cmds, err := b.Commands()
+	if err != nil {
+		return nil, err
+	}
+	return c.Images.FromRegistry(b.Def.From, nil).DockerfileCommands(cmds, nil), nil
 }
 
 // BaseSnapshotVersionKey is provider.ComputeBaseSnapshotVersionKey extended with the
-// base image's definition: a change to either means a new base snapshot.
+// key of the image as Modal builds it (binary URLs included): a change to either means
+// a new base snapshot.
 func BaseSnapshotVersionKey(getenv func(string) string, b BaseImage) string {
+	key, err := b.Def.Key(b.Def.From, image.Sources{BinaryURLs: b.Binaries})
+	if err != nil {
+		key = err.Error() // unreachable: URL sources read no files; still a stable input
+	}
 	h := sha256.New()
 	h.Write([]byte(provider.ComputeBaseSnapshotVersionKey(getenv)))
-	h.Write([]byte(b.Definition()))
+	h.Write([]byte(key))
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -3,6 +3,7 @@ package modal
 import (
 	"context"
 	"errors"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image"
 	"net"
 	"strings"
 	"testing"
@@ -22,7 +23,8 @@ import (
 // environment) at it. It returns the server and the provider's settings.
 func localServer(t testing.TB, eng engine.Engine) (*modalserver.Server, map[string]string) {
 	t.Helper()
-	srv, err := modalserver.New(modalserver.Options{Engine: eng})
+	srv, err := modalserver.New(modalserver.Options{Engine: eng, Token: modalserver.Token{ID: "ak-local", Secret: "as-local"},
+		SkipRunSteps: true}) // the base image's RUN steps: the host has its packages
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +205,10 @@ func TestBaseImage(t *testing.T) {
 	env := map[string]string{"SANDBOX_MCP_BINARY_URL": "https://example.invalid/sandbox-mcp"}
 	getenv := func(k string) string { return env[k] }
 	img := DefaultBaseImage(getenv)
-	def := img.Definition()
+	def, err := img.Definition()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{"FROM debian:bookworm-slim\n", " git ", " caddy ", "useradd", "/home/user/workspace",
 		"RUN curl -fsSL 'https://example.invalid/sandbox-mcp' -o /usr/local/bin/sandbox-mcp && chmod 755 /usr/local/bin/sandbox-mcp"} {
 		if !strings.Contains(def, want) {
@@ -218,9 +223,13 @@ func TestBaseImage(t *testing.T) {
 		t.Errorf("version key %q is not a stable sha256", k1)
 	}
 	changed := img
-	changed.Packages = append(append([]string{}, img.Packages...), "ripgrep")
+	changed.Def.Steps = append([]image.Step{image.Apt("ripgrep")}, img.Def.Steps...)
 	if BaseSnapshotVersionKey(getenv, changed) == k1 {
 		t.Errorf("a change to the image does not change the version key")
+	}
+	env2 := map[string]string{"SANDBOX_MCP_BINARY_URL": "https://example.invalid/v2/sandbox-mcp"}
+	if BaseSnapshotVersionKey(func(k string) string { return env2[k] }, DefaultBaseImage(func(k string) string { return env2[k] })) == k1 {
+		t.Errorf("a new binary URL does not change the version key")
 	}
 	if BaseSnapshotVersionKey(func(k string) string {
 		if k == "SANDBOX_IMAGE_VERSION" {
@@ -229,6 +238,10 @@ func TestBaseImage(t *testing.T) {
 		return getenv(k)
 	}, img) == k1 {
 		t.Errorf("SANDBOX_IMAGE_VERSION does not change the version key")
+	}
+	withCopy := BaseImage{Def: image.Image{From: "debian:bookworm", Steps: []image.Step{image.Copy("a", "/a")}}}
+	if _, err := withCopy.Definition(); err == nil {
+		t.Errorf("Definition of an image with a copy step = nil error")
 	}
 }
 

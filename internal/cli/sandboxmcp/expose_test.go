@@ -3,6 +3,7 @@ package sandboxmcp
 import (
 	"context"
 	"encoding/json"
+	"github.com/proliferate-ai/sandbox-mcp/caddyfile"
 	"io"
 	"log/slog"
 	"net"
@@ -17,7 +18,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/caddy"
 	"github.com/proliferate-ai/sandbox-mcp/internal/caddy/caddytest"
 	"github.com/proliferate-ai/sandbox-mcp/internal/config"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
@@ -94,7 +94,7 @@ func startSandbox(t *testing.T, caddyfile func(s *sandbox) []byte, startCaddy bo
 
 func renderedMain(t *testing.T) func(s *sandbox) []byte {
 	return func(s *sandbox) []byte {
-		b, err := caddy.RenderMain(caddy.MainOptions{
+		b, err := caddyfile.RenderMain(caddyfile.MainOptions{
 			Site:          "http://" + s.site,
 			Bind:          "127.0.0.1",
 			AdminSocket:   strings.TrimPrefix(s.cfg.CaddyAdmin, "unix/"),

@@ -1,34 +1,32 @@
 package e2bserver
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
-	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // sandboxJSON is the Sandbox answer of create and connect.
-func (s *Server) sandboxJSON(sb *sandbox) e2b.Sandbox {
+func (s *Server) sandboxJSON(sb *sandbox) e2bwire.Sandbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return e2b.Sandbox{TemplateID: sb.template, SandboxID: sb.id, ClientID: "local", EnvdVersion: EnvdVersion,
-		EnvdAccessToken: sb.token, Domain: s.o.Domain}
+	return e2bwire.Sandbox{TemplateID: sb.template, SandboxID: sb.id, ClientID: "local", EnvdVersion: EnvdVersion,
+		EnvdAccessToken: sb.token, Domain: s.o.Domain, TrafficAccessToken: sb.traffic}
 }
 
-func (s *Server) detailJSON(sb *sandbox, state string, withToken bool) e2b.SandboxDetail {
+func (s *Server) detailJSON(sb *sandbox, state string, withToken bool) e2bwire.SandboxDetail {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d := e2b.SandboxDetail{TemplateID: sb.template, SandboxID: sb.id, ClientID: "local", StartedAt: sb.started.UTC(),
+	d := e2bwire.SandboxDetail{TemplateID: sb.template, SandboxID: sb.id, ClientID: "local", StartedAt: sb.started.UTC(),
 		EndAt: sb.end.UTC(), EnvdVersion: EnvdVersion, Domain: s.o.Domain, CPUCount: 1, MemoryMB: 512, DiskSizeMB: 1024,
 		Metadata: sb.metadata, State: state}
 	if d.Metadata == nil {
@@ -38,93 +36,6 @@ func (s *Server) detailJSON(sb *sandbox, state string, withToken bool) e2b.Sandb
 		d.EnvdAccessToken = sb.token
 	}
 	return d
-}
-
-// timeoutSeconds reads a request's timeout (seconds) with E2B's default of 15.
-func timeoutSeconds(v *int) (time.Duration, error) {
-	if v == nil {
-		return 15 * time.Second, nil
-	}
-	if *v < 0 || *v > 86400*30 {
-		return 0, errBadRequest("timeout must be between 0 and %d seconds", 86400*30)
-	}
-	return time.Duration(*v) * time.Second, nil
-}
-
-type newSandboxRequest struct {
-	TemplateID string `json:"templateID"`
-	Timeout    *int   `json:"timeout"`
-	AutoPause  bool   `json:"autoPause"`
-	// Secure false (explicitly) makes envd answer without an access token, as E2B does;
-	// absent means secured here, the safer default for a server on a shared machine.
-	Secure        *bool             `json:"secure"`
-	AllowInternet *bool             `json:"allow_internet_access"`
-	Metadata      map[string]string `json:"metadata"`
-	EnvVars       map[string]string `json:"envVars"`
-}
-
-func validEnvName(k string) bool {
-	if k == "" || strings.ContainsAny(k, "=\x00") {
-		return false
-	}
-	return true
-}
-
-func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
-	var req newSandboxRequest
-	if err := decode(r, &req); err != nil {
-		return err
-	}
-	if req.TemplateID == "" {
-		return errBadRequest("templateID is required")
-	}
-	timeout, err := timeoutSeconds(req.Timeout)
-	if err != nil {
-		return err
-	}
-	for k, v := range req.EnvVars {
-		if !validEnvName(k) || strings.ContainsRune(v, 0) {
-			return errBadRequest("invalid environment variable %q", k)
-		}
-	}
-	for k := range req.Metadata {
-		if k == "" {
-			return errBadRequest("metadata keys must not be empty")
-		}
-	}
-	sb := &sandbox{id: "i" + newID(10), template: req.TemplateID, token: newID(16), metadata: req.Metadata,
-		envVars: req.EnvVars, autoPause: req.AutoPause, procs: newProcTable(), forwards: map[int]*portfwd.Forwarder{},
-		network: s.o.Egress && (req.AllowInternet == nil || *req.AllowInternet)}
-	if req.Secure != nil && !*req.Secure {
-		sb.token = ""
-	}
-	if sb.metadata == nil {
-		sb.metadata = map[string]string{}
-	}
-	snap := ""
-	if !s.templates[req.TemplateID] {
-		snap = req.TemplateID
-	}
-	in, err := s.o.Engine.Create(r.Context(), s.spec(sb, snap))
-	if errors.Is(err, engine.ErrNotFound) && snap != "" {
-		return &apiError{http.StatusNotFound, "template '" + req.TemplateID + "' not found"}
-	}
-	if err != nil {
-		return fmt.Errorf("create sandbox: %w", err)
-	}
-	sb.engineID, sb.started = in.ID, s.o.Now()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		_ = s.o.Engine.Terminate(context.WithoutCancel(r.Context()), in.ID)
-		return &apiError{http.StatusServiceUnavailable, "server is shutting down"}
-	}
-	s.sandboxes[sb.id] = sb
-	s.setTimeoutLocked(sb, timeout)
-	s.mu.Unlock()
-	s.log.Info("sandbox created", "sandbox_id", sb.id, "engine_id", in.ID, "template", req.TemplateID)
-	writeJSON(w, http.StatusCreated, s.sandboxJSON(sb))
-	return nil
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) error {
@@ -142,22 +53,25 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) error {
 
 // listFilter is a parsed list query.
 type listFilter struct {
-	states   map[string]bool
-	metadata map[string]string
-	limit    int
-	after    string // the last id of the previous page
+	states       map[string]bool
+	metadata     map[string]string
+	template     string
+	startedAfter time.Time
+	asc          bool // v2's order=asc; v2 lists newest first by default
+	limit        int
+	after        string // the last id of the previous page
 }
 
 // parseListQuery validates a v1 or v2 list query.
 func parseListQuery(q url.Values, v2 bool) (listFilter, error) {
-	f := listFilter{states: map[string]bool{e2b.StateRunning: true}, limit: 100}
+	f := listFilter{states: map[string]bool{e2bwire.StateRunning: true}, limit: 100, asc: !v2}
 	if v2 {
-		f.states[e2b.StatePaused] = true
+		f.states[e2bwire.StatePaused] = true
 	}
 	if st := q.Get("state"); st != "" && v2 {
 		f.states = map[string]bool{}
 		for _, x := range strings.Split(st, ",") {
-			if x != e2b.StateRunning && x != e2b.StatePaused {
+			if x != e2bwire.StateRunning && x != e2bwire.StatePaused {
 				return f, errBadRequest("invalid state %q", x)
 			}
 			f.states[x] = true
@@ -173,17 +87,39 @@ func parseListQuery(q url.Values, v2 bool) (listFilter, error) {
 			f.metadata[k] = mv.Get(k)
 		}
 	}
-	if l := q.Get("limit"); l != "" && v2 {
+	if !v2 {
+		return f, nil
+	}
+	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 100 {
 			return f, errBadRequest("limit must be between 1 and 100")
 		}
 		f.limit = n
 	}
-	if v2 {
-		f.after = q.Get("nextToken")
+	switch q.Get("order") {
+	case "", "desc":
+	case "asc":
+		f.asc = true
+	default:
+		return f, errBadRequest("order must be asc or desc")
 	}
+	if sa := q.Get("startedAfter"); sa != "" {
+		t, err := time.Parse(time.RFC3339Nano, sa)
+		if err != nil {
+			return f, errBadRequest("invalid startedAfter %q: want an RFC 3339 time", sa)
+		}
+		f.startedAfter = t
+	}
+	f.template = q.Get("template")
+	f.after = q.Get("nextToken")
 	return f, nil
+}
+
+// keep reports whether sb in state st passes the filter.
+func (f listFilter) keep(sb *sandbox, st string) bool {
+	return f.states[st] && matches(sb.metadata, f.metadata) && (f.template == "" || sb.template == f.template) &&
+		!sb.started.Before(f.startedAfter)
 }
 
 func (s *Server) list(v2 bool) func(w http.ResponseWriter, r *http.Request) error {
@@ -198,24 +134,43 @@ func (s *Server) list(v2 bool) func(w http.ResponseWriter, r *http.Request) erro
 			all = append(all, sb)
 		}
 		s.mu.Unlock()
-		sort.Slice(all, func(i, j int) bool { return all[i].id < all[j].id })
-		out := []e2b.SandboxDetail{}
-		next := ""
-		for _, sb := range all {
-			if f.after != "" && sb.id <= f.after {
-				continue
+		// Start time, then id: a total order, and the page token is the last
+		// entry's place in it, so it stays valid when that sandbox is gone.
+		order := func(at time.Time, id string, b *sandbox) int {
+			c := at.Compare(b.started)
+			if c == 0 {
+				c = strings.Compare(id, b.id)
 			}
-			st, err := s.state(r.Context(), sb)
+			if !f.asc {
+				c = -c
+			}
+			return c
+		}
+		slices.SortFunc(all, func(a, b *sandbox) int { return order(a.started, a.id, b) })
+		if f.after != "" {
+			at, id, err := parseCursor(f.after)
 			if err != nil {
-				continue // gone meanwhile
+				return err
 			}
-			if !f.states[st] || !matches(sb.metadata, f.metadata) {
-				continue
+			i := 0
+			for i < len(all) && order(at, id, all[i]) >= 0 {
+				i++
+			}
+			all = all[i:]
+		}
+		out := []e2bwire.SandboxDetail{}
+		next := ""
+		var last *sandbox
+		for _, sb := range all {
+			st, err := s.state(r.Context(), sb)
+			if err != nil || !f.keep(sb, st) {
+				continue // gone meanwhile, or filtered out
 			}
 			if len(out) == f.limit {
-				next = out[len(out)-1].SandboxID
+				next = cursor(last)
 				break
 			}
+			last = sb
 			out = append(out, s.detailJSON(sb, st, false))
 		}
 		if v2 && next != "" {
@@ -224,6 +179,20 @@ func (s *Server) list(v2 bool) func(w http.ResponseWriter, r *http.Request) erro
 		writeJSON(w, http.StatusOK, out)
 		return nil
 	}
+}
+
+// cursor is a page token: the start time and id of a page's last sandbox.
+func cursor(sb *sandbox) string {
+	return strconv.FormatInt(sb.started.UnixNano(), 10) + "." + sb.id
+}
+
+func parseCursor(tok string) (time.Time, string, error) {
+	ns, id, ok := strings.Cut(tok, ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || id == "" {
+		return time.Time{}, "", errBadRequest("invalid nextToken %q", tok)
+	}
+	return time.Unix(0, n), id, nil
 }
 
 func matches(have, want map[string]string) bool {
@@ -257,7 +226,7 @@ func (s *Server) pauseHandler(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	local, err := s.pause(r.Context(), sb)
+	local, err := s.pause(r.Context(), sb, false)
 	if err != nil {
 		return err
 	}
@@ -268,32 +237,46 @@ func (s *Server) pauseHandler(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// connect is POST /sandboxes/{id}/connect (and the deprecated /resume, which answers
-// 409 for a running sandbox).
-func (s *Server) connect(deprecatedResume bool) func(w http.ResponseWriter, r *http.Request) error {
+// connectKind is which of the three connect routes a request came by.
+type connectKind int
+
+const (
+	connectV1        connectKind = iota // POST /sandboxes/{id}/connect
+	connectV2                           // POST /v2/sandboxes/{id}/connect
+	deprecatedResume                    // POST /sandboxes/{id}/resume: 409 for a running sandbox
+)
+
+// connect resumes a paused sandbox, or extends a running one's lifetime.
+func (s *Server) connect(kind connectKind) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		sb, ok := s.lookup(r.PathValue("id"))
 		if !ok {
 			return errNotFound(r.PathValue("id"))
 		}
 		var body struct {
-			Timeout *int `json:"timeout"`
+			Timeout *int  `json:"timeout"`
+			Memory  *bool `json:"memory"` // v2
 		}
 		if err := decode(r, &body); err != nil {
 			return err
+		}
+		if kind == connectV2 && body.Timeout == nil {
+			t := 300 // ConnectSandboxV2's default
+			body.Timeout = &t
 		}
 		timeout, err := timeoutSeconds(body.Timeout)
 		if err != nil {
 			return err
 		}
-		if deprecatedResume {
-			st, err := s.state(r.Context(), sb)
-			if err != nil {
-				return err
-			}
-			if st == e2b.StateRunning {
-				return errConflict("sandbox " + sb.id + " is already running")
-			}
+		st, err := s.state(r.Context(), sb)
+		if err != nil {
+			return err
+		}
+		if kind == deprecatedResume && st == e2bwire.StateRunning {
+			return errConflict("sandbox " + sb.id + " is already running")
+		}
+		if kind == connectV2 && body.Memory != nil && !*body.Memory && st == e2bwire.StatePaused && !s.stoppedByDisk(sb) {
+			return errBadRequest("memory false (resume from disk only) is not supported by the local E2B server for a sandbox paused with its memory")
 		}
 		resumed, err := s.resume(r.Context(), sb, timeout)
 		if err != nil {
@@ -306,6 +289,13 @@ func (s *Server) connect(deprecatedResume bool) func(w http.ResponseWriter, r *h
 		writeJSON(w, status, s.sandboxJSON(sb))
 		return nil
 	}
+}
+
+// stoppedByDisk reports whether sb is paused by snapshot and stop (its memory gone).
+func (s *Server) stoppedByDisk(sb *sandbox) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sb.stopped
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
@@ -351,7 +341,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if st != e2b.StateRunning {
+	if st != e2bwire.StateRunning {
 		return errConflict("sandbox " + sb.id + " is paused; connect it first")
 	}
 	s.mu.Lock()
@@ -368,21 +358,21 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if body.Name != "" {
 		names = append(names, body.Name)
 	}
-	writeJSON(w, http.StatusCreated, e2b.SnapshotInfo{SnapshotID: id, Names: names})
+	writeJSON(w, http.StatusCreated, e2bwire.SnapshotInfo{SnapshotID: id, Names: names})
 	return nil
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	want := r.URL.Query().Get("sandboxID")
 	s.mu.Lock()
-	out := []e2b.SnapshotInfo{}
+	out := []e2bwire.SnapshotInfo{}
 	for _, sn := range s.snapshots {
 		if want == "" || sn.SandboxID == want {
-			out = append(out, e2b.SnapshotInfo{SnapshotID: sn.ID, Names: []string{}})
+			out = append(out, e2bwire.SnapshotInfo{SnapshotID: sn.ID, Names: []string{}})
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(out, func(a, b e2b.SnapshotInfo) int { return strings.Compare(a.SnapshotID, b.SnapshotID) })
+	slices.SortFunc(out, func(a, b e2bwire.SnapshotInfo) int { return strings.Compare(a.SnapshotID, b.SnapshotID) })
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
@@ -402,7 +392,7 @@ func (s *Server) ports(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if st != e2b.StateRunning {
+	if st != e2bwire.StateRunning {
 		return errConflict("sandbox " + sb.id + " is paused")
 	}
 	addr, err := s.forward(sb, port)

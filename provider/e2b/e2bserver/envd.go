@@ -11,29 +11,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 var errNoFile = fs.ErrNotExist
-
-// envdSandbox finds the sandbox an envd request is for: the E2b-Sandbox-Id header,
-// or a 49983-<id>.<domain> host.
-func (s *Server) envdSandboxID(r *http.Request) string {
-	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
-		return id
-	}
-	host := r.Host
-	if h, _, ok := strings.Cut(host, ":"); ok {
-		host = h
-	}
-	prefix := strconv.Itoa(e2b.EnvdPort) + "-"
-	if rest, ok := strings.CutPrefix(host, prefix); ok {
-		if id, _, ok := strings.Cut(rest, "."); ok {
-			return id
-		}
-	}
-	return ""
-}
 
 // envd serves one sandbox's envd API.
 func (s *Server) envd(w http.ResponseWriter, r *http.Request, id string) {
@@ -41,24 +22,24 @@ func (s *Server) envd(w http.ResponseWriter, r *http.Request, id string) {
 	// no token.
 	sb, ok := s.lookup(id)
 	if !ok {
-		writeJSON(w, http.StatusBadGateway, e2b.APIError{Code: 502, Message: "sandbox " + id + " not found"})
+		writeJSON(w, http.StatusBadGateway, e2bwire.APIError{Code: 502, Message: "sandbox " + id + " not found"})
 		return
 	}
 	if r.URL.Path == "/health" && r.Method == http.MethodGet {
-		if st, err := s.state(r.Context(), sb); err != nil || st != e2b.StateRunning {
-			writeJSON(w, http.StatusBadGateway, e2b.APIError{Code: 502, Message: "sandbox " + id + " is not running"})
+		if st, err := s.state(r.Context(), sb); err != nil || st != e2bwire.StateRunning {
+			writeJSON(w, http.StatusBadGateway, e2bwire.APIError{Code: 502, Message: "sandbox " + id + " is not running"})
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	if !s.envdAuthorized(r, sb) {
-		writeJSON(w, http.StatusUnauthorized, e2b.APIError{Code: 401, Message: "invalid access token"})
+		writeJSON(w, http.StatusUnauthorized, e2bwire.APIError{Code: 401, Message: "invalid access token"})
 		return
 	}
 	st, err := s.state(r.Context(), sb)
-	if err != nil || st != e2b.StateRunning {
-		writeJSON(w, http.StatusBadGateway, e2b.APIError{Code: 502, Message: "sandbox " + id + " is not running"})
+	if err != nil || st != e2bwire.StateRunning {
+		writeJSON(w, http.StatusBadGateway, e2bwire.APIError{Code: 502, Message: "sandbox " + id + " is not running"})
 		return
 	}
 	s.mu.Lock()
@@ -75,24 +56,26 @@ func (s *Server) envd(w http.ResponseWriter, r *http.Request, id string) {
 	case r.URL.Path == "/init" && r.Method == http.MethodPost:
 		w.WriteHeader(http.StatusNoContent)
 	case r.Method != http.MethodPost:
-		writeJSON(w, http.StatusNotFound, e2b.APIError{Code: 404, Message: "not found"})
-	case r.URL.Path == e2b.PathProcessStart:
+		writeJSON(w, http.StatusNotFound, e2bwire.APIError{Code: 404, Message: "not found"})
+	case r.URL.Path == e2bwire.PathProcessStart:
 		c.startStream(w, r)
-	case r.URL.Path == e2b.PathProcessConnect:
+	case r.URL.Path == e2bwire.PathProcessConnect:
 		c.connectStream(w, r)
+	case r.URL.Path == e2bwire.PathFilesystemWatch:
+		c.watchStream(w, r)
 	default:
 		h, ok := c.unaryHandlers()[r.URL.Path]
 		if !ok {
-			writeConnectError(w, &e2b.ConnectError{Code: e2b.CodeUnimplemented, Message: r.URL.Path + " is not implemented"})
+			writeConnectError(w, &e2bwire.ConnectError{Code: e2bwire.CodeUnimplemented, Message: r.URL.Path + " is not served by the local E2B server"})
 			return
 		}
-		if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != e2b.ContentTypeJSON {
-			writeConnectError(w, &e2b.ConnectError{Code: e2b.CodeInvalidArgument, Message: "content type must be application/json"})
+		if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != e2bwire.ContentTypeJSON {
+			writeConnectError(w, &e2bwire.ConnectError{Code: e2bwire.CodeInvalidArgument, Message: "content type must be application/json"})
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSON))
 		if err != nil {
-			writeConnectError(w, &e2b.ConnectError{Code: e2b.CodeInvalidArgument, Message: "read body: " + err.Error()})
+			writeConnectError(w, &e2bwire.ConnectError{Code: e2bwire.CodeInvalidArgument, Message: "read body: " + err.Error()})
 			return
 		}
 		out, err := h(r.Context(), body)
@@ -132,6 +115,29 @@ func (s *Server) envdAuthorized(r *http.Request, sb *sandbox) bool {
 	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
 }
 
+// signedFor is the sandbox whose token signed a /files URL that names no sandbox:
+// the SDKs' uploadUrl and downloadUrl point at E2B_SANDBOX_URL itself, and only
+// the signature tells which sandbox is meant.
+func (s *Server) signedFor(r *http.Request) string {
+	if r.URL.Path != "/files" || r.URL.Query().Get("signature") == "" || r.Header.Get("X-Access-Token") != "" {
+		return ""
+	}
+	s.mu.Lock()
+	sbs := make([]*sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		if sb.token != "" {
+			sbs = append(sbs, sb)
+		}
+	}
+	s.mu.Unlock()
+	for _, sb := range sbs {
+		if s.envdAuthorized(r, sb) {
+			return sb.id
+		}
+	}
+	return ""
+}
+
 // FileSignature is the v1 signature of a /files URL, as the SDKs compute it:
 // "v1_" + unpadded base64 of sha256("path:op:user:token[:expiration]").
 func FileSignature(path, op, user, token, expiration string) string {
@@ -143,9 +149,12 @@ func FileSignature(path, op, user, token, expiration string) string {
 	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
 }
 
-func writeConnectError(w http.ResponseWriter, ce *e2b.ConnectError) {
+func writeConnectError(w http.ResponseWriter, ce *e2bwire.ConnectError) {
 	writeJSON(w, ce.HTTPStatus(), ce)
 }
+
+// fs runs the call's file operations inside its sandbox.
+func (c envdCall) fs() sandboxFS { return sandboxFS{eng: c.s.o.Engine, eid: c.eid} }
 
 // envdCall is one envd request's view of its sandbox.
 type envdCall struct {

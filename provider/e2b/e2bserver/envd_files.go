@@ -1,23 +1,21 @@
 package e2bserver
 
 import (
+	"bufio"
 	"compress/gzip"
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"mime"
 	"mime/multipart"
 	"net/http"
-	"os"
 	"path"
-	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
-	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // resolve makes an envd path absolute: relative paths are under the user's home.
@@ -34,87 +32,147 @@ func resolve(p string) string {
 	return path.Clean(p)
 }
 
-func entry(fi engine.FileInfo) e2b.EntryInfo {
-	t := e2b.FileTypeFile
-	mode := fs.FileMode(fi.Mode)
-	switch {
-	case fi.IsDir:
-		t = e2b.FileTypeDirectory
-	case mode&fs.ModeSymlink != 0:
-		t = e2b.FileTypeSymlink
-	}
-	mt := fi.ModTime.UTC()
-	return e2b.EntryInfo{Name: fi.Name, Type: t, Path: fi.Path, Size: e2b.Int64(fi.Size), Mode: uint32(mode.Perm()),
-		Permissions: mode.String(), Owner: "user", Group: "user", ModifiedTime: &mt}
+// sizeReader passes at most max bytes of r on and remembers how r ended, so a
+// write commits only an upload that was read to its end within the limit. The
+// engine's stdin copier reads it and the handler asks commit, so its state is
+// locked.
+type sizeReader struct {
+	r   io.Reader
+	max int64
+
+	mu   sync.Mutex
+	n    int64
+	err  error // r's error other than io.EOF
+	over bool
+	eof  bool
 }
 
-func (c envdCall) walk(ctx context.Context, dir string, depth int, out *[]e2b.EntryInfo) error {
-	if len(*out) > 100000 {
-		return &connectErr{e2b.CodeInvalidArgument, "directory listing too large"}
+func (s *sizeReader) Read(p []byte) (int, error) {
+	s.mu.Lock()
+	stop := s.over || s.err != nil
+	s.mu.Unlock()
+	if stop {
+		return 0, errUploadAborted
 	}
-	fis, err := c.s.o.Engine.ListFiles(ctx, c.eid, dir)
-	if err != nil {
-		return err
+	n, err := s.r.Read(p)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n += int64(n)
+	switch {
+	case s.n > s.max:
+		s.over = true
+		return 0, errUploadAborted
+	case err == io.EOF:
+		s.eof = true
+	case err != nil:
+		s.err = err
 	}
-	for _, fi := range fis {
-		*out = append(*out, entry(fi))
-		if fi.IsDir && depth > 1 {
-			if err := c.walk(ctx, fi.Path, depth-1, out); err != nil {
-				return err
-			}
-		}
+	return n, err
+}
+
+var errUploadAborted = errors.New("upload aborted")
+
+// commit says whether the upload may replace the file.
+func (s *sizeReader) commit() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.over:
+		return &fsError{"resource_exhausted", fmt.Sprintf("file is larger than %d bytes", s.max)}
+	case s.err != nil:
+		return &fsError{e2bwire.CodeInvalidArgument, "read upload: " + s.err.Error()}
+	case !s.eof:
+		return &fsError{e2bwire.CodeInvalidArgument, "upload ended early"}
 	}
 	return nil
 }
 
-// fileErr maps a file operation's error, keeping "not found" a not_found.
-func fileErr(p string, err error) error {
-	if errors.Is(err, engine.ErrNotFound) || errors.Is(err, fs.ErrNotExist) || os.IsNotExist(err) {
-		return &connectErr{e2b.CodeNotFound, "path " + p + " does not exist"}
+// lazyBody sends the download's headers with its first byte, so a call that fails
+// before any can still answer an error.
+type lazyBody struct {
+	w       http.ResponseWriter
+	name    string
+	started bool
+}
+
+func (b *lazyBody) Write(p []byte) (int, error) {
+	b.start()
+	return b.w.Write(p)
+}
+
+func (b *lazyBody) start() {
+	if !b.started {
+		b.started = true
+		b.w.Header().Set("Content-Type", "application/octet-stream")
+		b.w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": b.name}))
+		b.w.WriteHeader(http.StatusOK)
 	}
-	return err
+}
+
+// filesFail answers a /files error; fsErrors are the caller's (4xx), the rest are
+// logged and answered 500.
+func (c envdCall) filesFail(w http.ResponseWriter, err error) {
+	var fe *fsError
+	if errors.As(err, &fe) {
+		st := fe.status()
+		if fe.code == "resource_exhausted" {
+			st = http.StatusRequestEntityTooLarge
+		}
+		writeJSON(w, st, e2bwire.APIError{Code: st, Message: fe.msg})
+		return
+	}
+	c.s.log.Error("files", "sandbox_id", c.sb.id, "err", err)
+	writeJSON(w, http.StatusInternalServerError, e2bwire.APIError{Code: 500, Message: "internal error"})
 }
 
 func (c envdCall) download(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query().Get("path")
-	p := resolve(q)
-	eng := c.s.o.Engine
-	fi, err := eng.Stat(r.Context(), c.eid, p)
+	p := resolve(r.URL.Query().Get("path"))
+	body := &lazyBody{w: w, name: path.Base(p)}
+	err := c.fs().read(r.Context(), p, body)
+	if err != nil && !body.started {
+		c.filesFail(w, err)
+		return
+	}
 	if err != nil {
-		if fileErr(q, err) != err {
-			writeJSON(w, http.StatusNotFound, e2b.APIError{Code: 404, Message: "path '" + p + "' does not exist"})
-			return
-		}
-		writeJSON(w, http.StatusInternalServerError, e2b.APIError{Code: 500, Message: "stat " + p})
-		return
+		// Headers are gone: cut the body so the client sees a broken transfer.
+		c.s.log.Warn("download cut", "sandbox_id", c.sb.id, "path", p, "err", err)
+		panic(http.ErrAbortHandler)
 	}
-	if fi.IsDir {
-		writeJSON(w, http.StatusBadRequest, e2b.APIError{Code: 400, Message: "path '" + p + "' is a directory"})
-		return
-	}
-	data, err := eng.ReadFile(r.Context(), c.eid, p)
+	body.start()
+}
+
+// partFileName is a part's file name as sent: mime/multipart's FileName strips the
+// directories, and envd keeps them (files.write([{path, data}, …]) names each part
+// by its full path).
+func partFileName(part *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, e2b.APIError{Code: 500, Message: "read " + p})
-		return
+		return ""
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}))
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	_, _ = w.Write(data)
+	return params["filename"]
 }
 
 func (c envdCall) upload(w http.ResponseWriter, r *http.Request) {
 	fail := func(status int, msg string) {
-		writeJSON(w, status, e2b.APIError{Code: status, Message: msg})
+		writeJSON(w, status, e2bwire.APIError{Code: status, Message: msg})
 	}
-	body := io.Reader(http.MaxBytesReader(w, r.Body, c.s.o.MaxUpload+1<<20))
+	// At most MaxUploads stream at once; the others wait unread, holding no memory.
+	select {
+	case c.s.uploads <- struct{}{}:
+		defer func() { <-c.s.uploads }()
+	case <-r.Context().Done():
+		return
+	}
+	body := io.Reader(r.Body)
 	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
 		zr, err := gzip.NewReader(body)
 		if err != nil {
 			fail(http.StatusBadRequest, "invalid gzip body")
 			return
 		}
-		defer zr.Close()
+		// No Close: after a failed write the engine's stdin copier may still be
+		// reading zr (it reads until its Read returns), and Close would race it; a
+		// gzip.Reader holds nothing that needs closing.
 		body = zr
 	}
 	qpath := r.URL.Query().Get("path")
@@ -123,28 +181,15 @@ func (c envdCall) upload(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "missing or invalid content type")
 		return
 	}
-	var written []e2b.FileEntry
+	var written []e2bwire.FileEntry
 	write := func(name string, src io.Reader) bool {
-		data, err := io.ReadAll(io.LimitReader(src, c.s.o.MaxUpload+1))
-		if err != nil {
-			fail(http.StatusBadRequest, "read upload: "+err.Error())
-			return false
-		}
-		if int64(len(data)) > c.s.o.MaxUpload {
-			fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("file is larger than %d bytes", c.s.o.MaxUpload))
-			return false
-		}
 		p := resolve(name)
-		if fi, err := c.s.o.Engine.Stat(r.Context(), c.eid, p); err == nil && fi.IsDir {
-			fail(http.StatusBadRequest, "path '"+p+"' is a directory")
+		sr := &sizeReader{r: src, max: c.s.o.MaxUpload}
+		if err := c.fs().write(r.Context(), p, bufio.NewReaderSize(sr, 64<<10), sr.commit); err != nil {
+			c.filesFail(w, err)
 			return false
 		}
-		if err := c.s.o.Engine.WriteFile(r.Context(), c.eid, p, data, 0o644); err != nil {
-			c.s.log.Error("upload", "sandbox_id", c.sb.id, "path", p, "err", err)
-			fail(http.StatusInternalServerError, "error writing file '"+p+"'")
-			return false
-		}
-		written = append(written, e2b.FileEntry{Path: p, Name: path.Base(p), Type: "file"})
+		written = append(written, e2bwire.FileEntry{Path: p, Name: path.Base(p), Type: "file"})
 		return true
 	}
 	switch ct {
@@ -173,7 +218,7 @@ func (c envdCall) upload(w http.ResponseWriter, r *http.Request) {
 			}
 			name := qpath
 			if name == "" || len(written) > 0 {
-				name = part.FileName()
+				name = partFileName(part)
 			}
 			if name == "" {
 				fail(http.StatusBadRequest, "a file part needs a path or a file name")

@@ -7,22 +7,22 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // readStreamRequest reads the single enveloped request message of a server-streaming
 // call.
-func readStreamRequest(w http.ResponseWriter, r *http.Request, v any) *e2b.ConnectError {
+func readStreamRequest(w http.ResponseWriter, r *http.Request, v any) *e2bwire.ConnectError {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct != e2b.ContentTypeConnectJSON {
-		return &e2b.ConnectError{Code: e2b.CodeInvalidArgument, Message: "content type must be application/connect+json"}
+	if ct != e2bwire.ContentTypeConnectJSON {
+		return &e2bwire.ConnectError{Code: e2bwire.CodeInvalidArgument, Message: "content type must be application/connect+json"}
 	}
-	env, err := e2b.ReadEnvelope(http.MaxBytesReader(w, r.Body, maxJSON))
+	env, err := e2bwire.ReadEnvelope(http.MaxBytesReader(w, r.Body, maxJSON))
 	if err != nil {
-		return &e2b.ConnectError{Code: e2b.CodeInvalidArgument, Message: "read request: " + err.Error()}
+		return &e2bwire.ConnectError{Code: e2bwire.CodeInvalidArgument, Message: "read request: " + err.Error()}
 	}
 	if err := json.Unmarshal(env.Data, v); err != nil {
-		return &e2b.ConnectError{Code: e2b.CodeInvalidArgument, Message: "invalid JSON: " + err.Error()}
+		return &e2bwire.ConnectError{Code: e2bwire.CodeInvalidArgument, Message: "invalid JSON: " + err.Error()}
 	}
 	return nil
 }
@@ -40,35 +40,40 @@ func newStream(w http.ResponseWriter) *stream {
 
 func (st *stream) begin() {
 	if !st.started {
-		st.w.Header().Set("Content-Type", e2b.ContentTypeConnectJSON)
+		st.w.Header().Set("Content-Type", e2bwire.ContentTypeConnectJSON)
 		st.w.WriteHeader(http.StatusOK)
 		st.started = true
 	}
 }
 
-func (st *stream) send(ev e2b.ProcessEvent) error {
+func (st *stream) send(ev e2bwire.ProcessEvent) error {
+	return st.sendMsg(e2bwire.StreamResponse{Event: ev})
+}
+
+// sendMsg writes one message of any server stream.
+func (st *stream) sendMsg(v any) error {
 	st.begin()
-	b, err := json.Marshal(e2b.StreamResponse{Event: ev})
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if err := e2b.WriteEnvelope(st.w, 0, b); err != nil {
+	if err := e2bwire.WriteEnvelope(st.w, 0, b); err != nil {
 		return err
 	}
 	return st.rc.Flush()
 }
 
 // end writes the end-of-stream envelope, with ce when the call failed.
-func (st *stream) end(ce *e2b.ConnectError) {
+func (st *stream) end(ce *e2bwire.ConnectError) {
 	st.begin()
-	b, _ := json.Marshal(e2b.EndStream{Error: ce})
-	_ = e2b.WriteEnvelope(st.w, e2b.FlagEndStream, b)
+	b, _ := json.Marshal(e2bwire.EndStream{Error: ce})
+	_ = e2bwire.WriteEnvelope(st.w, e2bwire.FlagEndStream, b)
 	_ = st.rc.Flush()
 }
 
 func (c envdCall) startStream(w http.ResponseWriter, r *http.Request) {
 	st := newStream(w)
-	var req e2b.StartRequest
+	var req e2bwire.StartRequest
 	if ce := readStreamRequest(w, r, &req); ce != nil {
 		st.end(ce)
 		return
@@ -78,7 +83,7 @@ func (c envdCall) startStream(w http.ResponseWriter, r *http.Request) {
 		st.end(asConnect(err))
 		return
 	}
-	if err := st.send(e2b.ProcessEvent{Start: &e2b.StartEvent{PID: p.pid}}); err != nil {
+	if err := st.send(e2bwire.ProcessEvent{Start: &e2bwire.StartEvent{PID: p.pid}}); err != nil {
 		p.unsubscribe(sub)
 		return
 	}
@@ -87,7 +92,7 @@ func (c envdCall) startStream(w http.ResponseWriter, r *http.Request) {
 
 func (c envdCall) connectStream(w http.ResponseWriter, r *http.Request) {
 	st := newStream(w)
-	var req e2b.ConnectRequest
+	var req e2bwire.ConnectRequest
 	if ce := readStreamRequest(w, r, &req); ce != nil {
 		st.end(ce)
 		return
@@ -98,14 +103,14 @@ func (c envdCall) connectStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sub, end := p.subscribe()
-	if err := st.send(e2b.ProcessEvent{Start: &e2b.StartEvent{PID: p.pid}}); err != nil {
+	if err := st.send(e2bwire.ProcessEvent{Start: &e2bwire.StartEvent{PID: p.pid}}); err != nil {
 		if sub != nil {
 			p.unsubscribe(sub)
 		}
 		return
 	}
 	if end != nil {
-		_ = st.send(e2b.ProcessEvent{End: end})
+		_ = st.send(e2bwire.ProcessEvent{End: end})
 		st.end(nil)
 		return
 	}
@@ -117,7 +122,7 @@ func (c envdCall) connectStream(w http.ResponseWriter, r *http.Request) {
 func (c envdCall) follow(st *stream, r *http.Request, p *proc, sub *sub) {
 	defer p.unsubscribe(sub)
 	var deadline <-chan time.Time
-	if ms, err := strconv.ParseInt(r.Header.Get(e2b.HeaderTimeoutMs), 10, 64); err == nil && ms > 0 {
+	if ms, err := strconv.ParseInt(r.Header.Get(e2bwire.HeaderTimeoutMs), 10, 64); err == nil && ms > 0 {
 		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
 		defer t.Stop()
 		deadline = t.C
@@ -142,15 +147,15 @@ func (c envdCall) follow(st *stream, r *http.Request, p *proc, sub *sub) {
 				}
 			}
 			if over {
-				st.end(&e2b.ConnectError{Code: "resource_exhausted", Message: "stream fell behind the process output"})
+				st.end(&e2bwire.ConnectError{Code: "resource_exhausted", Message: "stream fell behind the process output"})
 				return
 			}
 		case <-keepalive:
-			if err := st.send(e2b.ProcessEvent{Keepalive: &struct{}{}}); err != nil {
+			if err := st.send(e2bwire.ProcessEvent{Keepalive: &struct{}{}}); err != nil {
 				return
 			}
 		case <-deadline:
-			st.end(&e2b.ConnectError{Code: e2b.CodeDeadlineExceeded, Message: "stream timeout"})
+			st.end(&e2bwire.ConnectError{Code: e2bwire.CodeDeadlineExceeded, Message: "stream timeout"})
 			return
 		case <-r.Context().Done():
 			return

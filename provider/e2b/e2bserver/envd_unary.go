@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
+	"strconv"
+	"strings"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 type unaryHandler func(ctx context.Context, body []byte) (any, error)
@@ -16,50 +19,66 @@ func unary[T any](f func(context.Context, T) (any, error)) unaryHandler {
 		var in T
 		if len(bytes.TrimSpace(body)) > 0 {
 			if err := json.Unmarshal(body, &in); err != nil {
-				return nil, &connectErr{e2b.CodeInvalidArgument, "invalid JSON: " + err.Error()}
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "invalid JSON: " + err.Error()}
 			}
 		}
 		return f(ctx, in)
 	}
 }
 
+// unaryHandlers are envd's unary calls: the process service's and the filesystem's.
 func (c envdCall) unaryHandlers() map[string]unaryHandler {
-	eng := c.s.o.Engine
+	hs := c.processHandlers()
+	maps.Copy(hs, c.fsHandlers())
+	return hs
+}
+
+func (c envdCall) processHandlers() map[string]unaryHandler {
 	return map[string]unaryHandler{
-		e2b.PathProcessList: unary(func(ctx context.Context, _ struct{}) (any, error) {
-			return e2b.ListResponse{Processes: c.procs.list()}, nil
+		e2bwire.PathProcessList: unary(func(ctx context.Context, _ struct{}) (any, error) {
+			return e2bwire.ListResponse{Processes: c.procs.list()}, nil
 		}),
-		e2b.PathProcessSendSignal: unary(func(ctx context.Context, in e2b.SendSignalRequest) (any, error) {
+		e2bwire.PathProcessSendSignal: unary(func(ctx context.Context, in e2bwire.SendSignalRequest) (any, error) {
 			p, err := c.procs.find(in.Process)
 			if err != nil {
 				return nil, err
 			}
 			switch in.Signal {
-			case e2b.SignalSIGKILL, e2b.SignalSIGTERM:
+			case e2bwire.SignalSIGKILL, e2bwire.SignalSIGTERM:
 			default:
-				return nil, &connectErr{e2b.CodeInvalidArgument, "unsupported signal " + string(in.Signal)}
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "unsupported signal " + string(in.Signal)}
 			}
 			p.kill()
 			return struct{}{}, nil
 		}),
-		e2b.PathProcessSendInput: unary(func(ctx context.Context, in e2b.SendInputRequest) (any, error) {
+		e2bwire.PathProcessSendInput: unary(func(ctx context.Context, in e2bwire.SendInputRequest) (any, error) {
 			p, err := c.procs.find(in.Process)
 			if err != nil {
 				return nil, err
 			}
 			if p.stdin == nil {
-				return nil, &connectErr{e2b.CodeFailedPrecondition, "process was started without stdin"}
+				return nil, &connectErr{e2bwire.CodeFailedPrecondition, "process was started without stdin"}
 			}
 			data := in.Input.Stdin
 			if data == nil {
 				data = in.Input.PTY
 			}
 			if _, err := writeCtx(ctx, p.stdin, data); err != nil {
-				return nil, &connectErr{e2b.CodeFailedPrecondition, "write stdin: " + err.Error()}
+				return nil, &connectErr{e2bwire.CodeFailedPrecondition, "write stdin: " + err.Error()}
 			}
 			return struct{}{}, nil
 		}),
-		e2b.PathProcessCloseStdin: unary(func(ctx context.Context, in e2b.CloseStdinRequest) (any, error) {
+		e2bwire.PathProcessUpdate: unary(func(ctx context.Context, in e2bwire.UpdateRequest) (any, error) {
+			p, err := c.procs.find(in.Process)
+			if err != nil {
+				return nil, err
+			}
+			if in.PTY == nil {
+				return struct{}{}, nil
+			}
+			return struct{}{}, p.setSize(in.PTY.Size)
+		}),
+		e2bwire.PathProcessCloseStdin: unary(func(ctx context.Context, in e2bwire.CloseStdinRequest) (any, error) {
 			p, err := c.procs.find(in.Process)
 			if err != nil {
 				return nil, err
@@ -69,63 +88,63 @@ func (c envdCall) unaryHandlers() map[string]unaryHandler {
 			}
 			return struct{}{}, nil
 		}),
-		e2b.PathFilesystemStat: unary(func(ctx context.Context, in e2b.PathRequest) (any, error) {
-			fi, err := eng.Stat(ctx, c.eid, resolve(in.Path))
+	}
+}
+
+func (c envdCall) fsHandlers() map[string]unaryHandler {
+	return map[string]unaryHandler{
+		e2bwire.PathFilesystemStat: unary(func(ctx context.Context, in e2bwire.PathRequest) (any, error) {
+			e, err := c.fs().stat(ctx, resolve(in.Path))
 			if err != nil {
-				return nil, fileErr(in.Path, err)
+				return nil, err
 			}
-			e := entry(fi)
-			return e2b.EntryResponse{Entry: &e}, nil
+			return e2bwire.EntryResponse{Entry: &e}, nil
 		}),
-		e2b.PathFilesystemListDir: unary(func(ctx context.Context, in e2b.ListDirRequest) (any, error) {
-			depth := int(in.Depth)
-			if depth < 1 {
-				depth = 1
-			}
+		e2bwire.PathFilesystemListDir: unary(func(ctx context.Context, in e2bwire.ListDirRequest) (any, error) {
+			depth := max(int(in.Depth), 1)
 			if depth > 32 {
-				return nil, &connectErr{e2b.CodeInvalidArgument, "depth must be at most 32"}
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "depth must be at most 32"}
 			}
-			dir := resolve(in.Path)
-			fi, err := eng.Stat(ctx, c.eid, dir)
+			es, err := c.fs().list(ctx, resolve(in.Path), depth, maxListDir)
 			if err != nil {
-				return nil, fileErr(in.Path, err)
+				return nil, err
 			}
-			if !fi.IsDir {
-				return nil, &connectErr{e2b.CodeInvalidArgument, "path " + in.Path + " is not a directory"}
-			}
-			out := []e2b.EntryInfo{}
-			if err := c.walk(ctx, dir, depth, &out); err != nil {
-				return nil, fileErr(in.Path, err)
-			}
-			return e2b.ListDirResponse{Entries: out}, nil
+			return e2bwire.ListDirResponse{Entries: es}, nil
 		}),
-		e2b.PathFilesystemMakeDir: unary(func(ctx context.Context, in e2b.PathRequest) (any, error) {
+		e2bwire.PathFilesystemMakeDir: unary(func(ctx context.Context, in e2bwire.PathRequest) (any, error) {
 			p := resolve(in.Path)
-			if fi, err := eng.Stat(ctx, c.eid, p); err == nil {
-				if fi.IsDir {
-					return nil, &connectErr{e2b.CodeAlreadyExists, "directory " + in.Path + " already exists"}
-				}
-				return nil, &connectErr{e2b.CodeInvalidArgument, "path " + in.Path + " exists and is not a directory"}
+			if err := c.fs().mkdir(ctx, p); err != nil {
+				return nil, err
 			}
-			if err := eng.MkdirAll(ctx, c.eid, p); err != nil {
-				return nil, fileErr(in.Path, err)
-			}
-			fi, err := eng.Stat(ctx, c.eid, p)
+			e, err := c.fs().stat(ctx, p)
 			if err != nil {
-				return nil, fileErr(in.Path, err)
+				return nil, err
 			}
-			e := entry(fi)
-			return e2b.EntryResponse{Entry: &e}, nil
+			return e2bwire.EntryResponse{Entry: &e}, nil
 		}),
-		e2b.PathFilesystemRemove: unary(func(ctx context.Context, in e2b.PathRequest) (any, error) {
-			p := resolve(in.Path)
-			if _, err := eng.Stat(ctx, c.eid, p); err != nil {
-				return nil, fileErr(in.Path, err)
+		e2bwire.PathFilesystemRemove: unary(func(ctx context.Context, in e2bwire.PathRequest) (any, error) {
+			// An empty path would mean the home directory: refused, as is the root.
+			if strings.TrimSpace(in.Path) == "" || resolve(in.Path) == "/" {
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "refusing to remove " + strconv.Quote(in.Path) + ": name a path below /"}
 			}
-			if err := eng.Remove(ctx, c.eid, p); err != nil {
-				return nil, fileErr(in.Path, err)
+			return struct{}{}, c.fs().remove(ctx, resolve(in.Path))
+		}),
+		e2bwire.PathFilesystemMove: unary(func(ctx context.Context, in e2bwire.MoveRequest) (any, error) {
+			if strings.TrimSpace(in.Source) == "" || strings.TrimSpace(in.Destination) == "" {
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "source and destination are required"}
 			}
-			return struct{}{}, nil
+			src, dst := resolve(in.Source), resolve(in.Destination)
+			if src == "/" || dst == "/" {
+				return nil, &connectErr{e2bwire.CodeInvalidArgument, "refusing to move / or onto /"}
+			}
+			if err := c.fs().move(ctx, src, dst); err != nil {
+				return nil, err
+			}
+			e, err := c.fs().stat(ctx, dst)
+			if err != nil {
+				return nil, err
+			}
+			return e2bwire.EntryResponse{Entry: &e}, nil
 		}),
 	}
 }

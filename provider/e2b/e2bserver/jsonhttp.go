@@ -12,8 +12,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // apiError is an error with the status and message the client sees; the cause is
@@ -76,20 +77,28 @@ func (s *Server) handle(h func(w http.ResponseWriter, r *http.Request) error) ht
 		if status >= 500 {
 			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		}
-		writeJSON(w, status, e2b.APIError{Code: status, Message: msg})
+		writeJSON(w, status, e2bwire.APIError{Code: status, Message: msg})
 	}
 }
 
 // classify maps an error to a status and a client message.
 func (s *Server) classify(err error) (int, string) {
 	var ae *apiError
+	var fe *fsError
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.msg
+	case errors.As(err, &fe):
+		return fe.status(), fe.msg
 	case errors.Is(err, engine.ErrNotFound), errors.Is(err, fs.ErrNotExist):
 		return http.StatusNotFound, err.Error()
-	case errors.Is(err, engine.ErrNameTaken):
+	case errors.Is(err, engine.ErrNameTaken), errors.Is(err, engine.ErrInUse), errors.Is(err, engine.ErrNotEmpty):
 		return http.StatusConflict, err.Error()
+	case errors.Is(err, engine.ErrIsDir), errors.Is(err, engine.ErrNotDir):
+		return http.StatusBadRequest, err.Error()
+	case errors.Is(err, engine.ErrLimit):
+		// A limit this machine cannot apply: the request is refused, not the server broken.
+		return http.StatusBadRequest, err.Error()
 	case errors.Is(err, engine.ErrUnsupported):
 		return http.StatusNotImplemented, err.Error()
 	case errors.Is(err, context.DeadlineExceeded):
@@ -103,7 +112,7 @@ func (s *Server) authAPI(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-Key")
 		if subtle.ConstantTimeCompare([]byte(key), []byte(s.o.APIKey)) != 1 {
-			writeJSON(w, http.StatusUnauthorized, e2b.APIError{Code: 401, Message: "Invalid API key"})
+			writeJSON(w, http.StatusUnauthorized, e2bwire.APIError{Code: 401, Message: "Invalid API key"})
 			return
 		}
 		next(w, r)

@@ -1,80 +1,184 @@
 package e2bserver_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/internal/e2btest"
 )
 
-// TestOfficialJSSDK runs testdata/js/sdk.mjs, which uses the official E2B JS SDK
-// (npm e2b, pinned with package-lock.json), against the server. It needs node and
-// npm; `npm ci` installs the SDK from the lock file on first run.
-func TestOfficialJSSDK(t *testing.T) {
+// sdkDirs are the SDK versions the conformance script runs with: pinned/ is e2b
+// 2.45.0 (package-lock.json), the last release on the v1 create and connect routes;
+// latest/ is whatever the registry serves as latest (npm install e2b@latest, on the
+// first run of a checkout).
+var sdkDirs = []string{"pinned", "latest"}
+
+// installSDK installs the SDK of testdata/js/<name> when it is missing and returns
+// the directory; it skips without node and npm.
+func installSDK(t testing.TB, name string) (node, dir string) {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node is not installed: the official E2B JS SDK test needs node >= 20 and npm")
+		t.Skip("node is not installed: the official E2B JS SDK tests need node >= 20 and npm")
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		t.Skip("npm is not installed: the official E2B JS SDK test needs node >= 20 and npm")
+		t.Skip("npm is not installed: the official E2B JS SDK tests need node >= 20 and npm")
 	}
-	dir, err := filepath.Abs("testdata/js")
+	dir, err = filepath.Abs(filepath.Join("testdata", "js", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err != nil {
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-		defer cancel()
-		ci := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts")
-		ci.Dir = dir
-		if out, err := ci.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-		}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err == nil {
+		return node, dir
 	}
-	srv, _ := start(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	args := []string{"ci", "--no-audit", "--no-fund", "--ignore-scripts"}
+	if name == "latest" {
+		args = []string{"install", "--no-save", "--no-package-lock", "--no-audit", "--no-fund", "--ignore-scripts", "e2b@latest"}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "sdk.mjs")
+	cmd := exec.CommandContext(ctx, npm, args...)
 	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
+	}
+	return node, dir
+}
+
+// conformance is the conformance script's final line.
+type conformance struct {
+	Version string `json:"version"`
+	Steps   map[string]struct {
+		OK     bool `json:"ok"`
+		Detail any  `json:"detail"`
+	} `json:"steps"`
+	Methods  map[string][]string `json:"methods"`
+	Refusals map[string]string   `json:"refusals"`
+	Figures  map[string]float64  `json:"figures"`
+}
+
+// runConformance runs testdata/js/conformance.mjs with the SDK in dir against srv.
+func runConformance(t testing.TB, node, dir string, srv *e2btest.Server, figures int) conformance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "conformance.mjs", dir)
+	cmd.Dir = filepath.Dir(dir)
 	cmd.Env = append(os.Environ(), "E2B_API_KEY="+e2btest.APIKey, "E2B_API_URL="+srv.URL,
-		"E2B_SANDBOX_URL="+srv.URL, "E2B_DOMAIN=localhost", "E2B_DEBUG=false")
+		"E2B_SANDBOX_URL="+srv.URL, "E2B_DOMAIN=localhost", "E2B_DEBUG=false",
+		"E2B_CONFORMANCE_FIGURES="+strconv.Itoa(figures))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("node sdk.mjs: %v\nstdout: %s\nstderr: %s", err, out, stderr.String())
+		t.Fatalf("node conformance.mjs %s: %v\nstdout: %s\nstderr: %s", dir, err, out, stderr.String())
 	}
-	var got struct {
-		Steps []map[string]any `json:"steps"`
+	var got conformance
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "STEP ") || strings.HasPrefix(line, "REFUSED ") {
+			t.Log(line)
+			continue
+		}
+		if err := json.Unmarshal([]byte(line), &got); err != nil {
+			t.Fatalf("decode %q: %v\nstderr: %s", line, err, stderr.String())
+		}
 	}
-	if err := json.Unmarshal(out, &got); err != nil {
-		t.Fatalf("decode %q: %v", out, err)
+	return got
+}
+
+// requiredSteps is the acceptance sequence; every step of the script must pass, and
+// these must have run.
+var requiredSteps = []string{"create", "timeout+info", "commands.env", "commands.stream", "commands.exitCode", "commands.timeout",
+	"commands.stdin", "commands.list+kill", "files.write+read", "files.writeMany", "files.list+info",
+	"files.makeDir+exists", "files.rename", "files.remove", "files.watchDir", "files.signedUrls", "files.readMissing", "getHost.get", "list.filters",
+	"pty", "pause+connect", "snapshot", "fork", "kill"}
+
+// TestOfficialJSSDK runs the conformance script with each SDK version against the
+// server, and checks docs/e2b.md's table against each SDK's method list.
+func TestOfficialJSSDK(t *testing.T) {
+	for _, name := range sdkDirs {
+		t.Run(name, func(t *testing.T) {
+			node, dir := installSDK(t, name)
+			srv, _ := start(t)
+			got := runConformance(t, node, dir, srv, 0)
+			t.Logf("e2b %s", got.Version)
+			for _, s := range requiredSteps {
+				st, ok := got.Steps[s]
+				if !ok {
+					t.Errorf("e2b %s: step %s did not run", got.Version, s)
+				} else if !st.OK {
+					t.Errorf("e2b %s: step %s failed: %v", got.Version, s, st.Detail)
+				}
+			}
+			for s, st := range got.Steps {
+				if !st.OK && !slices.Contains(requiredSteps, s) {
+					t.Errorf("e2b %s: step %s failed: %v", got.Version, s, st.Detail)
+				}
+			}
+			checkMethodTable(t, got)
+		})
 	}
-	steps := map[string]map[string]any{}
-	for _, s := range got.Steps {
-		steps[s["name"].(string)] = s
+}
+
+// docRow matches a row of docs/e2b.md's SDK table: | `group.method` | status | … |.
+var docRow = regexp.MustCompile("^\\| `((?:Sandbox|sandbox)\\.(?:[a-z]+\\.)?)([A-Za-z]+)\\(\\)` \\| (served|refused|n/a) \\|")
+
+// checkMethodTable fails on an SDK method missing from docs/e2b.md's table.
+func checkMethodTable(t *testing.T, got conformance) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "e2b.md"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	id := steps["create"]["sandboxId"]
-	want := map[string]map[string]any{
-		"create":  {"name": "create", "sandboxId": id},
-		"run":     {"name": "run", "exitCode": 0.0, "stdout": "one\ntwo\n", "stderr": "warn\n", "chunks": []any{"one\n", "two\n"}},
-		"read":    {"name": "read", "content": "written by the js sdk"},
-		"fail":    {"name": "fail", "exitCode": 7.0, "error": "CommandExitError"},
-		"paused":  {"name": "paused", "state": "paused"},
-		"connect": {"name": "connect", "sandboxId": id, "content": "written by the js sdk"},
-		"list":    {"name": "list", "ids": []any{id}, "states": []any{"running"}},
-		"kill":    {"name": "kill", "running": false},
+	listed := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if m := docRow.FindStringSubmatch(line); m != nil {
+			listed[m[1]+m[2]] = true
+		}
 	}
-	if diff := cmp.Diff(want, steps); diff != "" {
-		t.Errorf("JS SDK steps (-want +got):\n%s\nstderr: %s", diff, stderr.String())
+	// The errors the docs quote are the ones the SDK shows.
+	ids := regexp.MustCompile(`\bi[0-9a-f]{20}\b|\bnope\b`) // sandbox ids; the script's snapshot id
+	for what, msg := range got.Refusals {
+		quoted := ids.ReplaceAllString(msg, "<id>")
+		if msg == "served" || !strings.Contains(string(b), quoted) {
+			t.Errorf("e2b %s: %s shows %q, which docs/e2b.md does not quote (as %q)", got.Version, what, msg, quoted)
+		}
+	}
+	if len(got.Methods) == 0 {
+		t.Fatal("the script reported no SDK methods")
+	}
+	for group, names := range got.Methods {
+		for _, n := range names {
+			if !listed[group+n] {
+				t.Errorf("e2b %s: %s%s() is not in docs/e2b.md's SDK table", got.Version, group, n)
+			}
+		}
+	}
+}
+
+// BenchmarkJSSDK measures, with the latest SDK (median of 20): create → first
+// command, a command's round trip, and file upload MB/s (16 MiB files).
+func BenchmarkJSSDK(b *testing.B) {
+	node, dir := installSDK(b, "latest")
+	srv, _ := start(b)
+	for range b.N {
+		got := runConformance(b, node, dir, srv, 20)
+		b.ReportMetric(got.Figures["createToFirstCommandMs"], "create-to-first-command-ms")
+		b.ReportMetric(got.Figures["commandRoundTripMs"], "command-rtt-ms")
+		b.ReportMetric(got.Figures["uploadMBps"], "upload-MB/s")
 	}
 }

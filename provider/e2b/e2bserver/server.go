@@ -37,9 +37,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 // Options configure a Server.
@@ -66,6 +67,12 @@ type Options struct {
 	Egress bool
 	// MaxUpload bounds one uploaded file; zero means 256 MiB.
 	MaxUpload int64
+	// MaxUploads bounds the uploads streaming at once (each holds a command in its
+	// sandbox and a few buffers); more wait their turn, unread. Zero means 4.
+	MaxUploads int
+	// MaxWatchers bounds the directory watchers (files.watchDir) at once; more are
+	// refused. Zero means 64.
+	MaxWatchers int
 	// Logger receives lifecycle events; nil discards.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -81,15 +88,19 @@ const (
 	labelSandbox  = "e2b.sandbox"
 	labelTemplate = "e2b.template"
 	labelToken    = "e2b.token"
+	labelTraffic  = "e2b.traffic"
 	labelMeta     = "e2b.meta."
 )
 
 // Server is the local E2B server. Its methods are safe for concurrent use.
 type Server struct {
-	o         Options
-	log       *slog.Logger
-	templates map[string]bool
-	handler   http.Handler
+	o             Options
+	log           *slog.Logger
+	templates     map[string]bool
+	handler       http.Handler
+	uploads       chan struct{}   // a semaphore of Options.MaxUploads
+	watchers      chan struct{}   // a semaphore of Options.MaxWatchers
+	portTransport *http.Transport // to ports inside sandboxes (hostroute.go)
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox // by E2B sandbox id
@@ -113,11 +124,14 @@ type sandbox struct {
 	engineID  string
 	template  string
 	token     string
+	traffic   string // the port hosts' token; empty: public, as E2B's default
 	metadata  map[string]string
 	envVars   map[string]string
 	started   time.Time
 	end       time.Time
 	autoPause bool
+	// diskPause makes the timeout's pause filesystem-only (autoPauseMemory false).
+	diskPause bool
 	network   bool
 	// stopped is set while a snapshot-and-stop pause holds the sandbox as stoppedSnap.
 	stopped     bool
@@ -145,6 +159,12 @@ func New(o Options) (*Server, error) {
 	if o.MaxUpload <= 0 {
 		o.MaxUpload = 256 << 20
 	}
+	if o.MaxWatchers <= 0 {
+		o.MaxWatchers = 64
+	}
+	if o.MaxUploads <= 0 {
+		o.MaxUploads = 4
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -153,7 +173,7 @@ func New(o Options) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{o: o, log: log.With("component", "e2bserver"), templates: map[string]bool{},
-		sandboxes: map[string]*sandbox{}, snapshots: map[string]snapshot{}}
+		sandboxes: map[string]*sandbox{}, snapshots: map[string]snapshot{}, uploads: make(chan struct{}, o.MaxUploads), watchers: make(chan struct{}, o.MaxWatchers)}
 	s.base, s.stop = context.WithCancel(context.Background())
 	for _, t := range o.Templates {
 		s.templates[t] = true
@@ -171,6 +191,7 @@ func New(o Options) (*Server, error) {
 		sb := s.fromLabels(in)
 		s.sandboxes[sb.id] = sb
 	}
+	s.portTransport = s.newPortTransport()
 	s.handler = s.routes()
 	return s, nil
 }
@@ -183,7 +204,7 @@ func (s *Server) fromLabels(in engine.Info) *sandbox {
 		}
 	}
 	return &sandbox{id: in.Labels[labelSandbox], engineID: in.ID, template: in.Labels[labelTemplate],
-		token: in.Labels[labelToken], metadata: meta, started: in.Created,
+		token: in.Labels[labelToken], traffic: in.Labels[labelTraffic], metadata: meta, started: in.Created,
 		procs: newProcTable(), forwards: map[int]*portfwd.Forwarder{}}
 }
 
@@ -202,7 +223,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = hs.Shutdown(sctx)
+	if err := hs.Shutdown(sctx); err != nil {
+		// Streams (process output, watchers) outlast the grace: cut them.
+		_ = hs.Close()
+	}
 	<-errc
 	return nil
 }
@@ -231,6 +255,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.stop()
 	s.wg.Wait()
+	s.portTransport.CloseIdleConnections()
 	return nil
 }
 
@@ -273,7 +298,7 @@ func (s *Server) state(ctx context.Context, sb *sandbox) (string, error) {
 	stopped, eid := sb.stopped, sb.engineID
 	s.mu.Unlock()
 	if stopped {
-		return e2b.StatePaused, nil
+		return e2bwire.StatePaused, nil
 	}
 	in, err := s.o.Engine.Get(ctx, eid)
 	if errors.Is(err, engine.ErrNotFound) || (err == nil && in.State == engine.StateDead) {
@@ -284,9 +309,9 @@ func (s *Server) state(ctx context.Context, sb *sandbox) (string, error) {
 		return "", err
 	}
 	if in.State == engine.StatePaused {
-		return e2b.StatePaused, nil
+		return e2bwire.StatePaused, nil
 	}
-	return e2b.StateRunning, nil
+	return e2bwire.StateRunning, nil
 }
 
 // forget drops sb from the table and stops what the server ran for it.
@@ -316,10 +341,10 @@ func (s *Server) expire(sb *sandbox) {
 		s.mu.Unlock()
 		return
 	}
-	auto := sb.autoPause
+	auto, disk := sb.autoPause, sb.diskPause
 	s.mu.Unlock()
 	if auto {
-		if _, err := s.pause(ctx, sb); err != nil {
+		if _, err := s.pause(ctx, sb, disk); err != nil {
 			s.log.Warn("auto-pause at timeout", "sandbox_id", sb.id, "err", err)
 		}
 		return
@@ -344,20 +369,21 @@ func (s *Server) kill(ctx context.Context, sb *sandbox) error {
 	return s.o.Engine.Terminate(ctx, eid)
 }
 
-// pause pauses sb; local is true when it was snapshotted and stopped.
-func (s *Server) pause(ctx context.Context, sb *sandbox) (local bool, err error) {
+// pause pauses sb; local is true when it was snapshotted and stopped, which disk
+// asks for (and an engine without pause needs).
+func (s *Server) pause(ctx context.Context, sb *sandbox, disk bool) (local bool, err error) {
 	st, err := s.state(ctx, sb)
 	if err != nil {
 		return false, err
 	}
-	if st == e2b.StatePaused {
+	if st == e2bwire.StatePaused {
 		return false, errConflict("sandbox " + sb.id + " is already paused")
 	}
 	s.mu.Lock()
 	s.detachLocked(sb)
 	eid := sb.engineID
 	s.mu.Unlock()
-	if s.o.Engine.Capabilities().Pause {
+	if !disk && s.o.Engine.Capabilities().Pause {
 		if err := s.o.Engine.Pause(ctx, eid); err != nil {
 			return false, err
 		}
@@ -385,7 +411,7 @@ func (s *Server) resume(ctx context.Context, sb *sandbox, timeout time.Duration)
 	if err != nil {
 		return false, err
 	}
-	if st == e2b.StatePaused {
+	if st == e2bwire.StatePaused {
 		resumed = true
 		s.mu.Lock()
 		stopped, snap, eid := sb.stopped, sb.stoppedSnap, sb.engineID
@@ -420,6 +446,9 @@ func (s *Server) spec(sb *sandbox, snapshot string) engine.Spec {
 		env = append(env, k+"="+sb.envVars[k])
 	}
 	labels := map[string]string{labelSandbox: sb.id, labelTemplate: sb.template, labelToken: sb.token}
+	if sb.traffic != "" {
+		labels[labelTraffic] = sb.traffic
+	}
 	for k, v := range sb.metadata {
 		labels[labelMeta+k] = v
 	}

@@ -20,6 +20,8 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bserver"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/internal/e2btest"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
 
 var sandboxMCP string
@@ -39,7 +41,7 @@ func startWith(t testing.TB, o e2btest.Options) (*e2btest.Server, *e2b.Client) {
 	return srv, srv.Client(t)
 }
 
-func create(t testing.TB, c *e2b.Client, ns e2b.NewSandbox) e2b.Sandbox {
+func create(t testing.TB, c *e2b.Client, ns e2bwire.NewSandbox) e2bwire.Sandbox {
 	t.Helper()
 	if ns.TemplateID == "" {
 		ns.TemplateID = "base"
@@ -58,12 +60,12 @@ func create(t testing.TB, c *e2b.Client, ns e2b.NewSandbox) e2b.Sandbox {
 func TestLifecycle(t *testing.T) {
 	_, c := start(t)
 	ctx := t.Context()
-	sb := create(t, c, e2b.NewSandbox{Metadata: map[string]string{"owner": "test"}, EnvVars: map[string]string{"GREETING": "hi there"}})
+	sb := create(t, c, e2bwire.NewSandbox{Metadata: map[string]string{"owner": "test"}, EnvVars: map[string]string{"GREETING": "hi there"}})
 	if sb.EnvdAccessToken == "" || sb.EnvdVersion == "" || sb.Domain != "localhost" {
 		t.Errorf("create = %+v, want a token, an envd version and domain localhost", sb)
 	}
 	d, err := c.Get(ctx, sb.SandboxID)
-	if err != nil || d.State != e2b.StateRunning || d.Metadata["owner"] != "test" || d.TemplateID != "base" {
+	if err != nil || d.State != e2bwire.StateRunning || d.Metadata["owner"] != "test" || d.TemplateID != "base" {
 		t.Fatalf("get = %+v, %v, want running with metadata", d, err)
 	}
 	if !d.EndAt.After(d.StartedAt) {
@@ -85,7 +87,7 @@ func TestLifecycle(t *testing.T) {
 	if err := c.Pause(ctx, sb.SandboxID); !e2b.IsConflict(err) {
 		t.Errorf("second pause = %v, want 409", err)
 	}
-	if d, _ := c.Get(ctx, sb.SandboxID); d.State != e2b.StatePaused {
+	if d, _ := c.Get(ctx, sb.SandboxID); d.State != e2bwire.StatePaused {
 		t.Errorf("state after pause = %q, want paused", d.State)
 	}
 	if _, err := e.Run(ctx, "true", e2b.RunOptions{}); err == nil {
@@ -100,7 +102,7 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("file after pause and connect = %q, %v, want kept", got, err)
 	}
 
-	running, err := c.List(ctx, e2b.ListOptions{States: []string{e2b.StateRunning}, Metadata: map[string]string{"owner": "test"}})
+	running, err := c.List(ctx, e2b.ListOptions{States: []string{e2bwire.StateRunning}, Metadata: map[string]string{"owner": "test"}})
 	if err != nil || len(running) != 1 || running[0].SandboxID != sb.SandboxID || running[0].EnvdAccessToken != "" {
 		t.Errorf("list = %+v, %v, want the sandbox without its token", running, err)
 	}
@@ -122,7 +124,7 @@ func TestListPaginates(t *testing.T) {
 	_, c := start(t)
 	var ids []string
 	for range 3 {
-		ids = append(ids, create(t, c, e2b.NewSandbox{Metadata: map[string]string{"set": "p"}}).SandboxID)
+		ids = append(ids, create(t, c, e2bwire.NewSandbox{Metadata: map[string]string{"set": "p"}}).SandboxID)
 	}
 	got, err := c.List(t.Context(), e2b.ListOptions{Limit: 1, Metadata: map[string]string{"set": "p"}})
 	if err != nil {
@@ -142,7 +144,7 @@ func TestListPaginates(t *testing.T) {
 func TestProcesses(t *testing.T) {
 	_, c := start(t)
 	ctx := t.Context()
-	e := c.Envd(create(t, c, e2b.NewSandbox{}))
+	e := c.Envd(create(t, c, e2bwire.NewSandbox{}))
 
 	// Output streams while the process runs: the first line arrives before it ends.
 	lines := make(chan string, 4)
@@ -160,7 +162,7 @@ func TestProcesses(t *testing.T) {
 		t.Fatal("no output while the process waits for stdin")
 	}
 	procs, err := e.ListProcesses(ctx)
-	if err != nil || !slices.ContainsFunc(procs, func(pi e2b.ProcessInfo) bool { return pi.PID == p.PID }) {
+	if err != nil || !slices.ContainsFunc(procs, func(pi e2bwire.ProcessInfo) bool { return pi.PID == p.PID }) {
 		t.Errorf("list processes = %+v, %v, want pid %d", procs, err, p.PID)
 	}
 	if err := e.SendInput(ctx, p.PID, []byte("abc\n")); err != nil {
@@ -179,14 +181,14 @@ func TestProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.SendSignal(ctx, p.PID, e2b.SignalSIGKILL); err != nil {
+	if err := e.SendSignal(ctx, p.PID, e2bwire.SignalSIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	res, err = p.Wait(ctx)
 	if err != nil || res.Exited {
 		t.Errorf("killed process = %+v, %v, want not exited normally", res, err)
 	}
-	if err := e.SendSignal(ctx, 999999, e2b.SignalSIGKILL); !e2b.IsNotFound(err) {
+	if err := e.SendSignal(ctx, 999999, e2bwire.SignalSIGKILL); !e2b.IsNotFound(err) {
 		t.Errorf("signal to an unknown pid = %v, want not_found", err)
 	}
 
@@ -221,7 +223,7 @@ func (f writerFunc) Write(b []byte) (int, error) { f(append([]byte(nil), b...));
 func TestFilesystem(t *testing.T) {
 	_, c := start(t)
 	ctx := t.Context()
-	e := c.Envd(create(t, c, e2b.NewSandbox{}))
+	e := c.Envd(create(t, c, e2bwire.NewSandbox{}))
 
 	if err := e.MakeDir(ctx, "/home/user/d/e"); err != nil {
 		t.Fatal(err)
@@ -238,7 +240,7 @@ func TestFilesystem(t *testing.T) {
 		t.Fatalf("read back %d bytes, %v, want %d identical bytes", len(got), err, len(big))
 	}
 	st, err := e.Stat(ctx, "/home/user/d/big.bin")
-	if err != nil || st.Type != e2b.FileTypeFile || st.Size != e2b.Int64(len(big)) || st.Name != "big.bin" {
+	if err != nil || st.Type != e2bwire.FileTypeFile || st.Size != e2bwire.Int64(len(big)) || st.Name != "big.bin" {
 		t.Errorf("stat = %+v, %v", st, err)
 	}
 	entries, err := e.ListDir(ctx, "/home/user/d")
@@ -270,9 +272,9 @@ func TestFilesystem(t *testing.T) {
 func TestAuth(t *testing.T) {
 	srv, c := start(t)
 	ctx := t.Context()
-	sb := create(t, c, e2b.NewSandbox{})
+	sb := create(t, c, e2bwire.NewSandbox{})
 	bad, _ := e2b.NewClient(e2b.ClientOptions{APIKey: "wrong", APIURL: srv.URL, SandboxURL: srv.URL})
-	var ae *e2b.APIError
+	var ae *e2bwire.APIError
 	if _, err := bad.Get(ctx, sb.SandboxID); !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
 		t.Errorf("get with a wrong key = %v, want 401", err)
 	}
@@ -290,14 +292,18 @@ func TestAuth(t *testing.T) {
 // key or the access token.
 func TestRoutesAuthenticated(t *testing.T) {
 	srv, c := start(t)
-	sb := create(t, c, e2b.NewSandbox{})
-	paths := []struct{ method, path string }{
-		{"POST", "/sandboxes"}, {"GET", "/sandboxes"}, {"GET", "/v2/sandboxes"},
-		{"GET", "/sandboxes/" + sb.SandboxID}, {"DELETE", "/sandboxes/" + sb.SandboxID},
-		{"POST", "/sandboxes/" + sb.SandboxID + "/pause"}, {"POST", "/sandboxes/" + sb.SandboxID + "/resume"},
-		{"POST", "/sandboxes/" + sb.SandboxID + "/connect"}, {"POST", "/sandboxes/" + sb.SandboxID + "/timeout"},
-		{"POST", "/sandboxes/" + sb.SandboxID + "/snapshots"}, {"GET", "/snapshots"},
-		{"GET", "/sandboxes/" + sb.SandboxID + "/ports/4000"},
+	sb := create(t, c, e2bwire.NewSandbox{})
+	// Every registered route, from the server itself, so a new one cannot slip in
+	// unauthenticated.
+	var paths []struct{ method, path string }
+	for _, pat := range srv.Server.RoutePatterns() {
+		method, p, _ := strings.Cut(pat, " ")
+		p = strings.NewReplacer("{id}", sb.SandboxID, "{port}", "4000").Replace(p)
+		paths = append(paths, struct{ method, path string }{method, p})
+	}
+	paths = append(paths, struct{ method, path string }{"GET", "/sandboxes/" + sb.SandboxID + "/metrics"}) // unserved
+	if len(paths) < 15 {
+		t.Fatalf("RoutePatterns() = %d routes, want every control-plane route", len(paths))
 	}
 	for _, p := range paths {
 		req, _ := http.NewRequest(p.method, srv.URL+p.path, strings.NewReader("{}"))
@@ -311,7 +317,8 @@ func TestRoutesAuthenticated(t *testing.T) {
 			t.Errorf("%s %s without a key = %d, want 401", p.method, p.path, resp.StatusCode)
 		}
 	}
-	for _, p := range []string{e2b.PathProcessStart, e2b.PathProcessList, e2b.PathFilesystemStat, "/files", "/envs"} {
+	for _, p := range []string{e2bwire.PathProcessStart, e2bwire.PathProcessList, e2bwire.PathProcessUpdate,
+		e2bwire.PathFilesystemStat, e2bwire.PathFilesystemMove, e2bwire.PathFilesystemWatch, "/files", "/envs"} {
 		req, _ := http.NewRequest("POST", srv.URL+p, strings.NewReader("{}"))
 		if p == "/envs" {
 			req.Method = "GET"
@@ -333,7 +340,7 @@ func TestRoutesAuthenticated(t *testing.T) {
 func TestSnapshotAsTemplate(t *testing.T) {
 	_, c := start(t)
 	ctx := t.Context()
-	sb := create(t, c, e2b.NewSandbox{})
+	sb := create(t, c, e2bwire.NewSandbox{})
 	if err := c.Envd(sb).WriteFile(ctx, "/home/user/x", []byte("from snapshot")); err != nil {
 		t.Fatal(err)
 	}
@@ -345,12 +352,12 @@ func TestSnapshotAsTemplate(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].SnapshotID != snap.SnapshotID {
 		t.Errorf("list snapshots = %+v, %v", list, err)
 	}
-	child := create(t, c, e2b.NewSandbox{TemplateID: snap.SnapshotID})
+	child := create(t, c, e2bwire.NewSandbox{TemplateID: snap.SnapshotID})
 	got, err := c.Envd(child).ReadFile(ctx, "/home/user/x")
 	if err != nil || string(got) != "from snapshot" {
 		t.Errorf("file in a sandbox from the snapshot = %q, %v", got, err)
 	}
-	if _, err := c.Create(ctx, e2b.NewSandbox{TemplateID: "no-such-template"}); !e2b.IsNotFound(err) {
+	if _, err := c.Create(ctx, e2bwire.NewSandbox{TemplateID: "no-such-template"}); !e2b.IsNotFound(err) {
 		t.Errorf("create from an unknown template = %v, want 404", err)
 	}
 }
@@ -358,7 +365,7 @@ func TestSnapshotAsTemplate(t *testing.T) {
 func TestTimeoutKills(t *testing.T) {
 	_, c := start(t)
 	ctx := t.Context()
-	sb := create(t, c, e2b.NewSandbox{Timeout: 1})
+	sb := create(t, c, e2bwire.NewSandbox{Timeout: 1})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := c.Get(ctx, sb.SandboxID)
@@ -370,11 +377,11 @@ func TestTimeoutKills(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	auto := create(t, c, e2b.NewSandbox{Timeout: 1, AutoPause: true})
+	auto := create(t, c, e2bwire.NewSandbox{Timeout: 1, AutoPause: true})
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		d, err := c.Get(ctx, auto.SandboxID)
-		if err == nil && d.State == e2b.StatePaused {
+		if err == nil && d.State == e2bwire.StatePaused {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -386,7 +393,7 @@ func TestTimeoutKills(t *testing.T) {
 
 func TestConcurrentRuns(t *testing.T) {
 	_, c := start(t)
-	e := c.Envd(create(t, c, e2b.NewSandbox{}))
+	e := c.Envd(create(t, c, e2bwire.NewSandbox{}))
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for i := range 8 {
@@ -414,7 +421,7 @@ func TestSharedMount(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(srv.Shared, "hello"), []byte("host"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.Envd(create(t, c, e2b.NewSandbox{})).Run(t.Context(), "cat "+e2btest.SharedDir+"/hello", e2b.RunOptions{})
+	r, err := c.Envd(create(t, c, e2bwire.NewSandbox{})).Run(t.Context(), "cat "+e2btest.SharedDir+"/hello", e2b.RunOptions{})
 	if err != nil || r.Stdout != "host" {
 		t.Errorf("cat shared file = %+v, %v", r, err)
 	}
@@ -425,7 +432,7 @@ func TestSharedMount(t *testing.T) {
 func TestPauseBySnapshot(t *testing.T) {
 	srv, c := startWith(t, e2btest.Options{NoPause: true})
 	ctx := t.Context()
-	sb := create(t, c, e2b.NewSandbox{})
+	sb := create(t, c, e2bwire.NewSandbox{})
 	if err := c.Envd(sb).WriteFile(ctx, "/home/user/f", []byte("kept")); err != nil {
 		t.Fatal(err)
 	}
@@ -439,10 +446,10 @@ func TestPauseBySnapshot(t *testing.T) {
 	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("X-E2b-Local-Pause") != "snapshot" {
 		t.Fatalf("pause = %d with X-E2b-Local-Pause %q, want 204 and snapshot", resp.StatusCode, resp.Header.Get("X-E2b-Local-Pause"))
 	}
-	if d, err := c.Get(ctx, sb.SandboxID); err != nil || d.State != e2b.StatePaused {
+	if d, err := c.Get(ctx, sb.SandboxID); err != nil || d.State != e2bwire.StatePaused {
 		t.Errorf("get after pause = %+v, %v, want paused", d, err)
 	}
-	if running, _ := c.List(ctx, e2b.ListOptions{States: []string{e2b.StateRunning}}); len(running) != 0 {
+	if running, _ := c.List(ctx, e2b.ListOptions{States: []string{e2bwire.StateRunning}}); len(running) != 0 {
 		t.Errorf("running after pause = %+v, want none", running)
 	}
 	again, err := c.Connect(ctx, sb.SandboxID, time.Minute)
@@ -461,7 +468,7 @@ func TestPauseBySnapshot(t *testing.T) {
 // answers without one, as E2B's does.
 func TestUnsecured(t *testing.T) {
 	_, c := start(t)
-	sb, err := c.Create(t.Context(), e2b.NewSandbox{TemplateID: "base", Timeout: 60})
+	sb, err := c.Create(t.Context(), e2bwire.NewSandbox{TemplateID: "base", Timeout: 60})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +490,7 @@ func TestUnsecured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var open e2b.Sandbox
+	var open e2bwire.Sandbox
 	err = json.NewDecoder(resp.Body).Decode(&open)
 	resp.Body.Close()
 	if err != nil || open.EnvdAccessToken != "" {
@@ -500,7 +507,7 @@ func TestUnsecured(t *testing.T) {
 func TestRestartKeepsSandboxes(t *testing.T) {
 	srv, c := start(t)
 	ctx := t.Context()
-	sb := create(t, c, e2b.NewSandbox{Metadata: map[string]string{"m": "1"}})
+	sb := create(t, c, e2bwire.NewSandbox{Metadata: map[string]string{"m": "1"}})
 	again, err := e2bserver.New(e2bserver.Options{Engine: srv.Engine, APIKey: e2btest.APIKey})
 	if err != nil {
 		t.Fatal(err)
@@ -530,7 +537,7 @@ func TestEgress(t *testing.T) {
 		allow *bool
 		proxy bool
 	}{{nil, true}, {&off, false}} {
-		sb := create(t, c, e2b.NewSandbox{AllowInternetAccess: tt.allow})
+		sb := create(t, c, e2bwire.NewSandbox{AllowInternetAccess: tt.allow})
 		r, err := c.Envd(sb).Run(t.Context(), `printf %s "$HTTPS_PROXY"`, e2b.RunOptions{})
 		if err != nil || (r.Stdout != "") != tt.proxy {
 			t.Errorf("allow_internet_access %v: HTTPS_PROXY = %q, %v, want set %v", tt.allow, r.Stdout, err, tt.proxy)

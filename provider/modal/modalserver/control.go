@@ -3,11 +3,16 @@ package modalserver
 import (
 	"context"
 	"maps"
+	"slices"
+	"strings"
 
 	pb "github.com/modal-labs/modal-client/go/proto/modal_proto"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
+
+// maxSecrets bounds the env secrets the server keeps.
+const maxSecrets = 4096
 
 // imageBuilderVersion is what the local server reports as its image builder.
 const imageBuilderVersion = "2025.06"
@@ -63,9 +68,24 @@ func (s *Server) SecretGetOrCreate(ctx context.Context, req *pb.SecretGetOrCreat
 	if req.GetDeploymentName() != "" && len(req.GetEnvDict()) == 0 {
 		return nil, localOnly("named Secrets are not stored locally (Secret '%s'); pass the values as env", req.GetDeploymentName())
 	}
-	sec := &secret{id: newID("st"), env: maps.Clone(req.GetEnvDict())}
+	// The id is the contents' (the SDKs make one per create or exec that passes env),
+	// so the same values are one record; at most maxSecrets are kept.
+	env := req.GetEnvDict()
+	var key strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		key.WriteString(k + "\x00" + env[k] + "\x00")
+	}
+	sec := &secret{id: stableID("st", key.String()), env: maps.Clone(env)}
 	s.mu.Lock()
-	s.secrets[sec.id] = sec
+	if _, ok := s.secrets[sec.id]; !ok {
+		if len(s.secrets) >= maxSecrets {
+			for id := range s.secrets { // any one: a client re-creates what it still uses
+				delete(s.secrets, id)
+				break
+			}
+		}
+		s.secrets[sec.id] = sec
+	}
 	s.mu.Unlock()
 	return pb.SecretGetOrCreateResponse_builder{SecretId: sec.id}.Build(), nil
 }

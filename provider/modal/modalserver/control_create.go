@@ -86,6 +86,70 @@ func (s *Server) addSources(env map[string]string, sources []*pb.SecretSource) e
 	return nil
 }
 
+// refuseLocalOnly refuses what a sandbox definition asks that the local server cannot
+// honour, rather than ignore it.
+func refuseLocalOnly(def *pb.Sandbox) error {
+	switch {
+	case def.GetResources().GetGpuConfig().GetCount() > 0:
+		return localOnly("GPUs are not available")
+	case len(def.GetNfsMounts()) > 0 || len(def.GetCloudBucketMounts()) > 0:
+		return localOnly("NFS and cloud bucket mounts are not available")
+	case def.GetEnableSnapshot():
+		return localOnly("memory snapshots are not available")
+	case def.GetIdleTimeoutSecs() > 0:
+		return localOnly("idle timeouts are not available (use a timeout)")
+	case def.GetNetworkAccess().GetNetworkAccessType() == pb.NetworkAccess_ALLOWLIST:
+		return localOnly("outbound allowlists are not available (a sandbox reaches any public address, or nothing with blockNetwork)")
+	case def.GetProxyId() != "":
+		return localOnly("Proxies are not available")
+	}
+	return nil
+}
+
+// imageEnv adds the image's ENV to env, below what env already has (secrets and the
+// definition's variables win), and returns its build steps.
+func imageEnv(img *image, env map[string]string) buildSteps {
+	steps := parseBuildSteps(img.commands)
+	imgEnv := map[string]string{}
+	for _, kv := range steps.env {
+		k, v, _ := strings.Cut(kv, "=")
+		imgEnv[k] = v // a later ENV of the same key wins, as in a build
+	}
+	for k, v := range imgEnv {
+		if _, set := env[k]; !set {
+			env[k] = v
+		}
+	}
+	return steps
+}
+
+// engineSpec is the engine's view of sb.
+func engineSpec(sb *sandbox, img *image, def *pb.Sandbox, env map[string]string, vols []engine.VolumeMount) engine.Spec {
+	// A Modal sandbox has its own network and reaches the outside unless blocked: the
+	// engine's Egress (its own ports, outside through a proxy), never the host's network.
+	spec := engine.Spec{Snapshot: img.snapshot, Egress: !def.GetBlockNetwork(), Volumes: vols,
+		Labels: map[string]string{labelID: sb.id, labelTask: sb.taskID, labelApp: sb.appID, labelName: sb.name, labelImage: sb.imageID,
+			labelDeadline: strconv.FormatInt(sb.deadline.UnixMilli(), 10)}}
+	var portLabels []string
+	for _, p := range sb.ports {
+		spec.Ports = append(spec.Ports, int(p.GetPort()))
+		l := strconv.Itoa(int(p.GetPort()))
+		if p.GetUnencrypted() {
+			l += "u"
+		}
+		portLabels = append(portLabels, l)
+	}
+	spec.Labels[labelPorts] = strings.Join(portLabels, ",")
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		spec.Env = append(spec.Env, k+"="+env[k])
+	}
+	spec.Timeout = sb.deadline.Sub(sb.created)
+	if mb := def.GetResources().GetMemoryMb(); mb > 0 {
+		spec.Limits.MemoryBytes = int64(mb) << 20
+	}
+	return spec
+}
+
 func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	def := a.def
 	s.mu.Lock()
@@ -98,52 +162,40 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	if img == nil {
 		return nil, status.Errorf(codes.NotFound, "Image '%s' not found", def.GetImageId())
 	}
-	switch {
-	case def.GetResources().GetGpuConfig().GetCount() > 0:
-		return nil, localOnly("GPUs are not available")
-	case len(def.GetVolumeMounts()) > 0 || len(def.GetNfsMounts()) > 0 || len(def.GetCloudBucketMounts()) > 0:
-		return nil, localOnly("Volumes and bucket mounts are not available")
-	case def.GetEnableSnapshot():
-		return nil, localOnly("memory snapshots are not available")
+	if err := refuseLocalOnly(def); err != nil {
+		return nil, err
 	}
+	vols, err := s.volumeMounts(ctx, def)
+	if err != nil {
+		return nil, err
+	}
+	steps := imageEnv(img, a.env)
 	for _, k := range slices.Sorted(maps.Keys(def.GetEnvironmentVariables().GetContents())) {
 		a.env[k] = def.GetEnvironmentVariables().GetContents()[k]
+	}
+	workdir := def.GetWorkdir()
+	if workdir == "" {
+		workdir = steps.workdir
 	}
 	now := s.o.Now()
 	id := newID("sb")
 	if a.v2 {
 		id = newV2SandboxID(now)
 	}
-	sb := &sandbox{id: id, taskID: "ta-" + strings.TrimPrefix(id, "sb-"), appID: a.appID, name: def.GetName(),
-		imageID: img.id, created: now, ports: def.GetOpenPorts().GetPorts(), tags: map[string]string{},
-		workdir: def.GetWorkdir(), execs: map[string]*process{}}
+	sb := newSandbox(&sandbox{id: id, taskID: "ta-" + strings.TrimPrefix(id, "sb-"), appID: a.appID, name: def.GetName(),
+		imageID: img.id, created: now, ports: def.GetOpenPorts().GetPorts(), workdir: workdir})
 	for _, t := range a.tags {
 		sb.tags[t.GetTagName()] = t.GetTagValue()
 	}
-	var portLabels []string
-	// A Modal sandbox has its own network and reaches the outside unless blocked: the
-	// engine's Egress (its own ports, outside through a proxy), never the host's network.
-	spec := engine.Spec{Snapshot: img.snapshot, Egress: !def.GetBlockNetwork(),
-		Labels: map[string]string{labelID: sb.id, labelTask: sb.taskID, labelApp: sb.appID, labelName: sb.name, labelImage: sb.imageID}}
-	for _, p := range sb.ports {
-		spec.Ports = append(spec.Ports, int(p.GetPort()))
-		l := strconv.Itoa(int(p.GetPort()))
-		if p.GetUnencrypted() {
-			l += "u"
-		}
-		portLabels = append(portLabels, l)
+	timeout := time.Duration(def.GetTimeoutSecs()) * time.Second
+	if timeout == 0 {
+		timeout = defaultSandboxTimeout
 	}
-	spec.Labels[labelPorts] = strings.Join(portLabels, ",")
-	for _, k := range slices.Sorted(maps.Keys(a.env)) {
-		spec.Env = append(spec.Env, k+"="+a.env[k])
+	sb.deadline = now.Add(timeout)
+	if def.HasReadinessProbe() {
+		sb.ready = make(chan struct{})
 	}
-	spec.Timeout = time.Duration(def.GetTimeoutSecs()) * time.Second
-	if spec.Timeout == 0 {
-		spec.Timeout = defaultSandboxTimeout
-	}
-	if mb := def.GetResources().GetMemoryMb(); mb > 0 {
-		spec.Limits.MemoryBytes = int64(mb) << 20
-	}
+	spec := engineSpec(sb, img, def, a.env, vols)
 
 	// The name is unique among an app's running sandboxes (Modal's rule); the engine's
 	// own name space is global, so the server keeps this one.
@@ -170,40 +222,24 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	s.mu.Lock()
 	sb.engineID = info.ID
 	s.mu.Unlock()
+	if steps.workdir != "" {
+		// WORKDIR makes its directory, as a build would have.
+		if err := s.o.Engine.MkdirAll(ctx, info.ID, steps.workdir); err != nil {
+			s.finish(sb, terminatedResult())
+			s.endSandbox(sb)
+			return nil, engineError("WORKDIR "+steps.workdir, err)
+		}
+	}
 	if args := def.GetEntrypointArgs(); len(args) > 0 {
-		s.runEntrypoint(sb, args, spec.Env)
+		if err := s.runEntrypoint(sb, args, def.GetPtyInfo()); err != nil {
+			s.finish(sb, pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_FAILURE, Exception: err.Error()}.Build())
+			s.endSandbox(sb)
+			return nil, err
+		}
 	}
+	if def.HasReadinessProbe() {
+		s.startProbe(sb, def.GetReadinessProbe())
+	}
+	s.watchDeadline(sb)
 	return sb, nil
-}
-
-// runEntrypoint runs the sandbox's command; the sandbox ends when it does, as on Modal.
-func (s *Server) runEntrypoint(sb *sandbox, args, env []string) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		code, err := s.o.Engine.Exec(s.ctx(), sb.engineID, engine.ExecRequest{Argv: args, Cwd: sb.workdir})
-		if s.ctx().Err() != nil {
-			return // the server is closing; the sandbox lives on
-		}
-		st := pb.GenericResult_GENERIC_STATUS_SUCCESS
-		msg := ""
-		if err != nil {
-			st, msg = pb.GenericResult_GENERIC_STATUS_FAILURE, err.Error()
-		} else if code != 0 {
-			st = pb.GenericResult_GENERIC_STATUS_FAILURE
-		}
-		s.finish(sb, pb.GenericResult_builder{Status: st, Exitcode: int32(code), Exception: msg}.Build())
-		_ = s.o.Engine.Terminate(context.WithoutCancel(s.ctx()), sb.engineID)
-		s.closeTunnels(sb.id)
-	}()
-}
-
-// finish records how a sandbox ended, once.
-func (s *Server) finish(sb *sandbox, r *pb.GenericResult) {
-	s.mu.Lock()
-	if sb.result == nil {
-		sb.result = r
-	}
-	s.mu.Unlock()
-	sb.cancelExecs()
 }

@@ -53,6 +53,9 @@ func (s *Server) ImageGetOrCreate(ctx context.Context, req *pb.ImageGetOrCreateR
 		}
 		next.tag = from
 	}
+	if err := s.checkBuildSteps(next.commands); err != nil {
+		return nil, err
+	}
 	key := next.tag + "\x00" + next.snapshot + "\x00" + strings.Join(next.commands, "\x00")
 	next.id = stableID("im", key)
 	if err := s.addImage(next); err != nil {
@@ -70,7 +73,8 @@ func (s *Server) ImageJoinStreaming(req *pb.ImageJoinStreamingRequest, stream gr
 	if img == nil {
 		return status.Errorf(codes.NotFound, "Image '%s' not found", req.GetImageId())
 	}
-	line := fmt.Sprintf("local Modal server: %s stands in for %s; its %d build commands were recorded, not run\n", "the host", img.tag, len(img.commands))
+	line := fmt.Sprintf("local Modal server: the host stands in for %s; ENV and WORKDIR are applied, and %d build steps were accepted without running (SkipRunSteps)\n",
+		img.tag, len(parseBuildSteps(img.commands).unrun))
 	return stream.Send(pb.ImageJoinStreamingResponse_builder{
 		TaskLogs: []*pb.TaskLogs{pb.TaskLogs_builder{Data: line, FileDescriptor: pb.FileDescriptor_FILE_DESCRIPTOR_INFO}.Build()},
 		Result:   pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_SUCCESS}.Build(),
@@ -90,4 +94,21 @@ func (s *Server) ImageFromId(ctx context.Context, req *pb.ImageFromIdRequest) (*
 
 func (s *Server) ImageGetByTag(ctx context.Context, req *pb.ImageGetByTagRequest) (*pb.ImageGetByTagResponse, error) {
 	return nil, localOnly("published images are not stored locally (%q)", req.GetTag())
+}
+
+// checkBuildSteps refuses the build steps the server cannot run (RUN, COPY, …), unless
+// Options.SkipRunSteps accepts them unrun.
+func (s *Server) checkBuildSteps(cmds []string) error {
+	unrun := parseBuildSteps(cmds).unrun
+	if len(unrun) == 0 || s.o.SkipRunSteps {
+		return nil
+	}
+	if s.o.Engine.Capabilities().Images {
+		// TODO(images): the engine boots images (Spec.Image) but has no builder in its
+		// contract yet; once it has one, build the steps into an image here and record
+		// its id on the image instead of refusing.
+		return localOnly("cannot run the image's build step %q: the engine boots images but the local server cannot build them yet", unrun[0])
+	}
+	return localOnly("cannot run the image's build step %q: the local engine has no image builder, so the sandbox would start without what the step makes "+
+		"(start the server with SkipRunSteps — sandboxctl: %s=1 — to accept such steps unrun, on the host's userland)", unrun[0], EnvSkipRunSteps)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	pb "github.com/modal-labs/modal-client/go/proto/modal_proto"
 	"google.golang.org/grpc/codes"
@@ -50,7 +51,8 @@ func (s *Server) lookupTask(ctx context.Context, taskID string) (*sandbox, error
 	return sb, nil
 }
 
-// refresh asks the engine whether a running sandbox still is.
+// refresh asks the engine whether a running sandbox still is; one that ended is
+// finished (TIMEOUT when its timeout ended it) and removed from the engine.
 func (s *Server) refresh(ctx context.Context, sb *sandbox) {
 	s.mu.Lock()
 	done, eid := sb.result != nil, sb.engineID
@@ -59,20 +61,15 @@ func (s *Server) refresh(ctx context.Context, sb *sandbox) {
 		return
 	}
 	info, err := s.o.Engine.Get(ctx, eid)
-	switch {
-	case errors.Is(err, engine.ErrNotFound):
-		s.finish(sb, pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_TERMINATED}.Build())
-	case err == nil && info.State == engine.StateDead:
-		r := pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_TERMINATED}.Build()
-		if info.ExitCode != nil {
-			r.SetExitcode(int32(*info.ExitCode))
-			if *info.ExitCode == 124 {
-				r.SetStatus(pb.GenericResult_GENERIC_STATUS_TIMEOUT)
-			}
-		}
-		s.finish(sb, r)
-		s.closeTunnels(sb.id)
+	if err != nil && !errors.Is(err, engine.ErrNotFound) || err == nil && info.State != engine.StateDead {
+		return
 	}
+	r := terminatedResult()
+	if s.timedOut(sb) {
+		r = timeoutResult()
+	}
+	s.finish(sb, r)
+	s.endSandbox(sb)
 }
 
 // reload adds the engine's sandboxes that carry this server's labels.
@@ -81,6 +78,14 @@ func (s *Server) reload(ctx context.Context) error {
 	if err != nil {
 		return engineError("Sandbox list", err)
 	}
+	var found []*sandbox
+	defer func() {
+		// Outside s.mu: a dead one is finished and removed, a live one watched.
+		for _, sb := range found {
+			s.refresh(ctx, sb)
+			s.watchDeadline(sb)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, info := range infos {
@@ -88,20 +93,20 @@ func (s *Server) reload(ctx context.Context) error {
 		if id == "" || s.sandboxes[id] != nil {
 			continue
 		}
-		sb := &sandbox{id: id, taskID: info.Labels[labelTask], engineID: info.ID, appID: info.Labels[labelApp],
-			name: info.Labels[labelName], imageID: info.Labels[labelImage], created: info.Created,
-			tags: map[string]string{}, execs: map[string]*process{}}
+		sb := newSandbox(&sandbox{id: id, taskID: info.Labels[labelTask], engineID: info.ID, appID: info.Labels[labelApp],
+			name: info.Labels[labelName], imageID: info.Labels[labelImage], created: info.Created})
+		if ms, err := strconv.ParseInt(info.Labels[labelDeadline], 10, 64); err == nil {
+			sb.deadline = time.UnixMilli(ms)
+		}
 		for _, p := range strings.Split(info.Labels[labelPorts], ",") {
 			n, err := strconv.Atoi(strings.TrimSuffix(p, "u"))
 			if err == nil {
 				sb.ports = append(sb.ports, pb.PortSpec_builder{Port: uint32(n), Unencrypted: strings.HasSuffix(p, "u")}.Build())
 			}
 		}
-		if info.State == engine.StateDead {
-			sb.result = pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_TERMINATED}.Build()
-		}
 		s.sandboxes[id] = sb
 		s.tasks[sb.taskID] = id
+		found = append(found, sb)
 	}
 	return nil
 }

@@ -26,13 +26,16 @@ func (s *Server) SandboxGetTaskId(ctx context.Context, req *pb.SandboxGetTaskIdR
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if sb.result != nil {
+	switch {
+	case sb.engineID != "":
+		// It had its task, even if it has ended since (a command that exits at once):
+		// the SDKs take a result here as "finished before it was scheduled" and fail
+		// the create.
+		return pb.SandboxGetTaskIdResponse_builder{TaskId: proto.String(sb.taskID)}.Build(), nil
+	case sb.result != nil:
 		return pb.SandboxGetTaskIdResponse_builder{TaskResult: sb.result}.Build(), nil
 	}
-	if sb.engineID == "" {
-		return pb.SandboxGetTaskIdResponse_builder{}.Build(), nil // still being created
-	}
-	return pb.SandboxGetTaskIdResponse_builder{TaskId: proto.String(sb.taskID)}.Build(), nil
+	return pb.SandboxGetTaskIdResponse_builder{}.Build(), nil // still being created
 }
 
 func (s *Server) SandboxGetTaskIdV2(ctx context.Context, req *pb.SandboxGetTaskIdRequest) (*pb.SandboxGetTaskIdResponse, error) {
@@ -86,10 +89,12 @@ func (s *Server) SandboxTerminate(ctx context.Context, req *pb.SandboxTerminateR
 	if err != nil {
 		return nil, err
 	}
+	// Recorded before the engine kills anything, so the command's death that follows
+	// does not count as its exit: terminated wins.
+	s.finish(sb, terminatedResult())
 	if err := s.o.Engine.Terminate(ctx, sb.engineID); err != nil && !errors.Is(err, engine.ErrNotFound) {
 		return nil, engineError("Sandbox", err)
 	}
-	s.finish(sb, pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_TERMINATED}.Build())
 	s.closeTunnels(sb.id)
 	return pb.SandboxTerminateResponse_builder{}.Build(), nil
 }

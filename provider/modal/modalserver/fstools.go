@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"path"
@@ -17,8 +18,13 @@ import (
 // calls, with the same JSON command, stdout and error payload.
 const fsToolsPath = "/__modal/.bin/modal-sandbox-fs-tools"
 
-// maxReadFile is the largest file ReadFile returns (FileTooLarge beyond).
-const maxReadFile = 100 << 20
+// File sizes the filesystem calls take: the largest file ReadFile returns and
+// WriteFile takes (FileTooLarge beyond), and how many uploads are held at once.
+const (
+	maxReadFile       = 100 << 20
+	maxWriteFile      = 100 << 20
+	concurrentUploads = 4
+)
 
 type fsPathArgs struct {
 	Path      string `json:"path"`
@@ -163,17 +169,7 @@ func (s *Server) fsRun(ctx context.Context, id, arg string, stdin io.Reader) ([]
 		}
 		return data, nil
 	case "WriteFile":
-		data, err := io.ReadAll(stdin)
-		if err != nil {
-			return nil, &fsError{Kind: "Other", Message: "reading stdin: " + err.Error()}
-		}
-		if fi, err := e.Stat(ctx, id, p); err == nil && fi.IsDir {
-			return nil, &fsError{Kind: "IsDirectory", Message: "Is a directory"}
-		}
-		if err := e.WriteFile(ctx, id, p, data, 0o644); err != nil {
-			return nil, classify(err, "write")
-		}
-		return nil, nil
+		return nil, s.fsWrite(ctx, id, p, stdin)
 	case "ListFiles":
 		fi, err := e.Stat(ctx, id, p)
 		if err != nil {
@@ -232,4 +228,30 @@ func (s *Server) fsRun(ctx context.Context, id, arg string, stdin io.Reader) ([]
 		return nil, nil
 	}
 	return nil, &fsError{Kind: "NotSupported", Message: "command not supported by the local Modal server: " + arg}
+}
+
+// fsWrite writes stdin to p. The engine takes a file whole: an upload is held in
+// memory, so its size and the number held at once are bounded.
+func (s *Server) fsWrite(ctx context.Context, id, p string, stdin io.Reader) error {
+	e := s.o.Engine
+	select {
+	case s.uploads <- struct{}{}:
+		defer func() { <-s.uploads }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	data, err := io.ReadAll(io.LimitReader(stdin, maxWriteFile+1))
+	if err != nil {
+		return &fsError{Kind: "Other", Message: "reading stdin: " + err.Error()}
+	}
+	if len(data) > maxWriteFile {
+		return &fsError{Kind: "FileTooLarge", Message: fmt.Sprintf("File is too large to write: the local Modal server takes at most %d MiB at once", maxWriteFile>>20)}
+	}
+	if fi, err := e.Stat(ctx, id, p); err == nil && fi.IsDir {
+		return &fsError{Kind: "IsDirectory", Message: "Is a directory"}
+	}
+	if err := e.WriteFile(ctx, id, p, data, 0o644); err != nil {
+		return classify(err, "write")
+	}
+	return nil
 }

@@ -4,103 +4,217 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 )
 
-// TestJSSDK runs Modal's official JS SDK (npm `modal`, pinned in testdata/js with its
-// package-lock.json) against the server on the isolated local engine: create, exec
-// echo, write+read a file, a tunnel to an HTTP server that node serves inside the
-// sandbox (the host's node binary, seen through the sandbox's read-only view of the
-// host's root), snapshot and create from its image id, list, terminate. It installs
-// the SDK with `npm install --no-save` (from the npm registry) and is skipped only when
-// node or npm is missing.
-func TestJSSDK(t *testing.T) {
+// jsDir is the node project that pins the SDK: npm `modal` 0.11.1, the newest Modal
+// SDK release the registry serves (its `latest` tag, 1.2.0, is an unrelated 2013
+// browser package that once had the name).
+func jsDir(t testing.TB) string {
+	t.Helper()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed: the official JS SDK check needs node and npm", tool)
+			t.Skipf("%s is not installed: the official JS SDK checks need node and npm", tool)
 		}
 	}
 	dir, err := filepath.Abs("testdata/js")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
-	defer cancel()
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "modal", "package.json")); err != nil {
 		// npm install --no-save keeps the lock file's pins and leaves it as it is;
 		// unlike npm ci it accepts a lock without the platform-specific optional
 		// packages that some registries and npm configurations leave out.
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
 		ci := exec.CommandContext(ctx, "npm", "install", "--no-save", "--no-audit", "--no-fund", "--ignore-scripts")
 		ci.Dir = dir
 		if out, err := ci.CombinedOutput(); err != nil {
 			t.Fatalf("npm install: %v\n%s", err, out)
 		}
 	}
+	return dir
+}
 
-	eng := modaltest.Engine(t, local.EngineOptions{})
+// jsStep is one line the conformance script prints.
+type jsStep struct {
+	Step    string          `json:"step"`
+	OK      bool            `json:"ok"`
+	Ms      int             `json:"ms"`
+	Refused bool            `json:"refused"`
+	Method  string          `json:"method"`
+	Error   string          `json:"error"`
+	Detail  json.RawMessage `json:"detail"`
+	// Bench lines.
+	Bench                  bool    `json:"bench"`
+	Runs                   int     `json:"runs"`
+	CreateToFirstCommandMs float64 `json:"createToFirstCommandMs"`
+	CommandRoundTripMs     float64 `json:"commandRoundTripMs"`
+	UploadMBps             float64 `json:"uploadMBps"`
+}
+
+// runJS serves a fresh server on eng and runs the conformance script against it with
+// extra environment; ENGINE_VOLUMES tells the script whether eng has volumes.
+func runJS(t testing.TB, eng engine.Engine, extra ...string) []jsStep {
+	dir := jsDir(t)
 	url, srv := startServer(t, eng)
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, srv.CACertPEM(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	node := exec.CommandContext(ctx, "node", "check.mjs")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	node := exec.CommandContext(ctx, "node", "conformance.mjs")
 	node.Dir = dir
-	node.Env = append(append(os.Environ(), modaltest.SDKEnv(t, url)...), "MODAL_TOKEN_ID=ak-jscheck", "MODAL_TOKEN_SECRET=as-jscheck",
-		"TUNNEL_PORT="+strconv.Itoa(tunnelPort), "NODE_EXTRA_CA_CERTS="+ca)
+	node.Env = append(append(append(os.Environ(), modaltest.SDKEnv(t, url)...), "MODAL_TOKEN_ID="+testToken.ID,
+		"MODAL_TOKEN_SECRET="+testToken.Secret, "TUNNEL_PORT="+strconv.Itoa(tunnelPort), "NODE_EXTRA_CA_CERTS="+ca,
+		fmt.Sprintf("ENGINE_VOLUMES=%v", eng.Capabilities().Volumes)), extra...)
 	var stderr bytes.Buffer
 	node.Stderr = &stderr
 	out, err := node.Output()
 	if err != nil {
-		t.Fatalf("node check.mjs: %v\nstdout: %s\nstderr: %s", err, out, stderr.String())
+		t.Fatalf("node conformance.mjs: %v\nstdout: %s\nstderr: %s", err, out, stderr.String())
 	}
-	var got struct {
-		OK                 bool
-		Error              string
-		SandboxID          string
-		Stdout             string
-		ExitCode           int
-		ReadBack           string
-		TunnelURL          string
-		TunnelBody         string
-		SnapshotImageID    string
-		RestoredRead       string
-		Listed             []string
-		ExitAfterTerminate int
+	var steps []jsStep
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var s jsStep
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Fatalf("conformance.mjs printed %q: %v\nstderr: %s", line, err, stderr.String())
+		}
+		steps = append(steps, s)
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
-		t.Fatalf("check.mjs printed %q: %v\nstderr: %s", out, err, stderr.String())
+	return steps
+}
+
+// TestJSSDK runs Modal's official JS SDK through what a user does, step by step
+// (testdata/js/conformance.mjs): a sandbox with a command (its stdin, stdout, stderr),
+// exec with env, exit codes, streaming, stdin, timeout and a PTY, the files API, a
+// tunnel to an HTTP server inside, list with filters, fromName and fromId,
+// snapshotFilesystem → images.fromId → create, terminate → wait() 137, timeout →
+// wait() 124, a command's exit code, a readiness probe; volumes (on the local engine,
+// which has them where loop devices and e2fsprogs exist: a named volume kept across
+// two sandboxes, left out of a snapshot, an ephemeral one, delete refused while
+// mounted and served after); and the refusals (RUN steps, GPUs, queues, …) are clear
+// errors naming the local server, with the text docs/modal.md gives for their method.
+// It runs with the SDK's V2 sandbox calls (its default) and its V1 ones, and runs the
+// volume steps once more on the engine with its volumes hidden (Capabilities().Volumes
+// false), where they are the refusals the docs give. Skipped only without node or npm.
+func TestJSSDK(t *testing.T) {
+	for _, v2 := range []bool{true, false} {
+		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {
+			eng := modaltest.Engine(t, local.EngineOptions{})
+			testJSSDK(t, eng, v2, false, runJS(t, eng, fmt.Sprintf("MODAL_SANDBOX_V2=%v", v2)))
+		})
 	}
-	if !got.OK {
-		t.Fatalf("JS SDK check failed: %s\nstderr: %s", got.Error, stderr.String())
+	t.Run("engine without volumes", func(t *testing.T) {
+		eng := noVolumes{modaltest.Engine(t, local.EngineOptions{})}
+		testJSSDK(t, eng, true, true, runJS(t, eng, "ONLY=volumes"))
+	})
+}
+
+// testJSSDK checks the steps of one run: every step passed, every step expected of the
+// engine ran (only the volume steps when onlyVolumes), and, for V2, the docs table.
+func testJSSDK(t *testing.T, eng engine.Engine, v2, onlyVolumes bool, steps []jsStep) {
+	volumes := eng.Capabilities().Volumes
+	var want []string
+	if !onlyVolumes {
+		want = []string{"create with command, env, name, tags, timeout", "entrypoint stdin and stdout", "entrypoint stderr",
+			"exec with env", "exec exit code and stderr", "exec streaming", "exec stdin", "exec timeout", "exec with pty", "files",
+			"tunnel to an HTTP server inside", "list with filters, fromName, fromId", "snapshotFilesystem, images.fromId, create from it",
+			"terminate, then wait() is 137", "exec after terminate is refused", "timeout, then wait() is 124", "command's own exit code", "readiness probe, waitUntilReady",
+			"image RUN steps"}
 	}
-	if !strings.HasPrefix(got.SandboxID, "sb-") || got.Stdout != "hello yes\n" || got.ExitCode != 0 || got.ReadBack != "written from js\n" || got.TunnelBody != "js tunnel ok" {
-		t.Errorf("JS SDK results = %+v", got)
+	if volumes {
+		want = append(want, "volumes.fromName (createIfMissing) kept across two sandboxes", "snapshotFilesystem leaves the volume out",
+			"volumes.ephemeral mounted at create", "volumes.delete of a mounted volume is refused", "volumes.delete once no sandbox mounts it")
+	} else {
+		want = append(want, "volumes", "ephemeral volume", "volume delete")
 	}
-	if !strings.HasPrefix(got.SnapshotImageID, "im-") || got.RestoredRead != "written from js\n" {
-		t.Errorf("JS SDK snapshot: image %q, restored file %q", got.SnapshotImageID, got.RestoredRead)
+	got := map[string]jsStep{}
+	for _, s := range steps {
+		got[s.Step] = s
+		if s.OK {
+			t.Logf("ok   %-60s %5d ms %s%s", s.Step, s.Ms, s.Detail, s.Error)
+		} else {
+			t.Errorf("FAIL %s: %s", s.Step, s.Error)
+		}
 	}
-	if len(got.Listed) != 2 || !slices.Contains(got.Listed, got.SandboxID) {
-		t.Errorf("JS SDK list = %v, want the two running sandboxes incl. %s", got.Listed, got.SandboxID)
+	for _, w := range want {
+		if _, ok := got[w]; !ok {
+			t.Errorf("step %q did not run", w)
+		}
 	}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}, Timeout: 10 * time.Second}
-	// The sandbox is terminated, so its tunnel is closed: a GET must fail.
-	if resp, err := hc.Get(got.TunnelURL); err == nil {
-		resp.Body.Close()
-		t.Errorf("tunnel %s still answers after terminate", got.TunnelURL)
+	if !v2 {
+		return // the docs give the errors of the SDK's default, V2
 	}
-	if !strings.HasPrefix(got.TunnelURL, "https://127.0.0.1:") {
-		t.Errorf("tunnel URL = %q, want https://127.0.0.1:PORT", got.TunnelURL)
+	checkDocs(t, steps, volumes, onlyVolumes)
+}
+
+// checkDocs checks the steps against docs/modal.md's table on an engine with volumes
+// or without: every method the table lists as refused there was checked refused, with
+// the table's error; every method a step shows served is listed served there. A run of
+// the volume steps alone checks only the rows that depend on volumes.
+func checkDocs(t *testing.T, steps []jsStep, volumes, onlyVolumes bool) {
+	table := docsTable(t)
+	exercised := map[string]jsStep{}
+	for _, s := range steps {
+		if s.Method != "" {
+			exercised[s.Method] = s
+		}
+	}
+	for m, row := range table {
+		if onlyVolumes && !row.needsVolumes {
+			continue
+		}
+		s, ok := exercised[m]
+		switch want := row.expect(volumes); {
+		case want == "refused" && (!ok || !s.Refused):
+			t.Errorf("docs/modal.md lists %s as refused (engine volumes: %v), but conformance.mjs does not check the error the SDK shows", m, volumes)
+		case want == "served" && row.needsVolumes && (!ok || s.Refused):
+			t.Errorf("docs/modal.md lists %s as served on an engine with volumes, but conformance.mjs does not show it served", m)
+		}
+	}
+	for _, s := range steps {
+		if s.Method == "" {
+			continue
+		}
+		row, ok := table[s.Method]
+		switch {
+		case !ok:
+			t.Errorf("docs/modal.md does not list %s", s.Method)
+		case s.Refused && row.expect(volumes) != "refused":
+			t.Errorf("docs/modal.md does not list %s as refused (engine volumes: %v; the SDK shows %q)", s.Method, volumes, s.Error)
+		case s.Refused && (row.err == "" || !strings.Contains(s.Error, row.err)):
+			t.Errorf("docs/modal.md gives %s the error %q; the SDK shows %q", s.Method, row.err, s.Error)
+		case !s.Refused && row.expect(volumes) != "served":
+			t.Errorf("conformance.mjs shows %s served; docs/modal.md lists it as %s (engine volumes: %v)", s.Method, row.expect(volumes), volumes)
+		}
+	}
+}
+
+// BenchmarkJSSDK reports what a user of the JS SDK sees against the local server on
+// the isolated local engine, as medians of 20 runs: create → first command done,
+// one command's round trip (exec `true`, wait), and an 8 MiB file upload in MB/s.
+func BenchmarkJSSDK(b *testing.B) {
+	for b.Loop() {
+		steps := runJS(b, modaltest.Engine(b, local.EngineOptions{}), "BENCH=20")
+		s := steps[len(steps)-1]
+		if !s.Bench {
+			b.Fatalf("bench printed %+v", steps)
+		}
+		b.ReportMetric(s.CreateToFirstCommandMs, "create-to-first-command-ms")
+		b.ReportMetric(s.CommandRoundTripMs, "command-round-trip-ms")
+		b.ReportMetric(s.UploadMBps, "upload-MB/s")
 	}
 }

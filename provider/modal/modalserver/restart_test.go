@@ -17,7 +17,7 @@ func TestRestart(t *testing.T) {
 	eng := modaltest.Engine(t, local.EngineOptions{})
 	state := t.TempDir()
 	serve := func() (*Server, string) {
-		srv, err := New(Options{Engine: eng, StateDir: state})
+		srv, err := New(Options{Engine: eng, StateDir: state, Token: testToken})
 		if err != nil {
 			t.Fatal(err)
 		}

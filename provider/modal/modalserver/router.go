@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"sync"
 	"time"
 
 	pb "github.com/modal-labs/modal-client/go/proto/modal_proto"
@@ -21,224 +20,6 @@ import (
 type routerServer struct {
 	pb.UnimplementedTaskCommandRouterServer
 	s *Server
-}
-
-// output is one stream of a process, kept whole so a reader can resume at any offset
-// (the SDKs reconnect with the offset they have).
-type output struct {
-	mu     sync.Mutex
-	data   []byte
-	closed bool
-	wake   chan struct{}
-}
-
-func newOutput() *output { return &output{wake: make(chan struct{})} }
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed {
-		return 0, os.ErrClosed
-	}
-	o.data = append(o.data, p...)
-	close(o.wake)
-	o.wake = make(chan struct{})
-	return len(p), nil
-}
-
-func (o *output) close() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !o.closed {
-		o.closed = true
-		close(o.wake)
-	}
-}
-
-// read returns the bytes from off (at most max), or waits for more; eof is true when
-// the stream is closed and everything was read.
-func (o *output) read(ctx context.Context, off uint64, max int) (chunk []byte, eof bool, err error) {
-	for {
-		o.mu.Lock()
-		n := uint64(len(o.data))
-		if off < n {
-			end := min(n, off+uint64(max))
-			chunk = append([]byte(nil), o.data[off:end]...)
-			o.mu.Unlock()
-			return chunk, false, nil
-		}
-		closed, wake := o.closed, o.wake
-		o.mu.Unlock()
-		if closed {
-			return nil, true, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, false, ctx.Err()
-		case <-wake:
-		}
-	}
-}
-
-// process is one exec: a command in the engine, or the filesystem tool the server
-// runs itself.
-type process struct {
-	stdout, stderr *output
-
-	stdinMu      sync.Mutex
-	stdinW       *os.File // nil once closed
-	stdinWritten uint64
-	stdinQueue   chan []byte
-
-	cancel context.CancelFunc
-	done   chan struct{}
-	code   int32
-	err    error
-
-	// forget drops the exec's record (and its kept output) from its sandbox.
-	forget   func()
-	seenMu   sync.Mutex
-	seen     int // stdout EOF, stderr EOF and a wait answered: 3 means forget
-	seenOnce [3]bool
-}
-
-// execRetention is how long a finished exec's output stays for a reader that has not
-// taken it all: the record goes when stdout and stderr were read to the end and the
-// exit code was answered, or this long after the exec ended.
-const execRetention = 2 * time.Minute
-
-// delivered records one of the three things a client takes from an exec (0 stdout
-// EOF, 1 stderr EOF, 2 the exit code); with all three the record is dropped.
-func (p *process) delivered(what int) {
-	p.seenMu.Lock()
-	if !p.seenOnce[what] {
-		p.seenOnce[what] = true
-		p.seen++
-	}
-	all := p.seen == 3
-	p.seenMu.Unlock()
-	if all {
-		p.forget()
-	}
-}
-
-// stdinWrite appends data at offset; bytes before the written count are ones the
-// client resent after a reconnect.
-func (p *process) stdinWrite(offset uint64, data []byte, eof bool) error {
-	p.stdinMu.Lock()
-	defer p.stdinMu.Unlock()
-	if offset > p.stdinWritten {
-		return status.Errorf(codes.InvalidArgument, "stdin offset %d is past the %d bytes written", offset, p.stdinWritten)
-	}
-	skip := p.stdinWritten - offset
-	if skip < uint64(len(data)) {
-		if p.stdinQueue == nil {
-			if len(data) > 0 {
-				return status.Error(codes.FailedPrecondition, "stdin is closed")
-			}
-		} else {
-			chunk := append([]byte(nil), data[skip:]...)
-			select {
-			case p.stdinQueue <- chunk:
-			case <-p.done:
-				// What Modal answers when the program is gone; the SDKs' file writes
-				// take it as "exited early".
-				return status.Error(codes.FailedPrecondition, "the process has exited")
-			}
-			p.stdinWritten += uint64(len(chunk))
-		}
-	}
-	if eof && p.stdinQueue != nil {
-		close(p.stdinQueue)
-		p.stdinQueue = nil
-	}
-	return nil
-}
-
-func (p *process) stdinStatus() (uint64, bool) {
-	p.stdinMu.Lock()
-	defer p.stdinMu.Unlock()
-	return p.stdinWritten, p.stdinQueue == nil
-}
-
-const stdinQueueDepth = 1024
-
-// start runs fn as a process of sb under exec id; fn gets stdin as a reader.
-func (s *Server) start(sb *sandbox, execID string, fn func(ctx context.Context, stdin *os.File, stdout, stderr io.Writer) (int, error)) (*process, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "stdin pipe: %v", err)
-	}
-	ctx, cancel := context.WithCancel(s.ctx())
-	p := &process{stdout: newOutput(), stderr: newOutput(), stdinW: w, stdinQueue: make(chan []byte, stdinQueueDepth),
-		cancel: cancel, done: make(chan struct{})}
-	sb.execMu.Lock()
-	if sb.execs == nil {
-		sb.execMu.Unlock()
-		cancel()
-		r.Close()
-		w.Close()
-		return nil, status.Error(codes.FailedPrecondition, "Sandbox has already finished")
-	}
-	if _, dup := sb.execs[execID]; dup {
-		sb.execMu.Unlock()
-		cancel()
-		r.Close()
-		w.Close()
-		return nil, status.Errorf(codes.AlreadyExists, "exec %s already exists", execID)
-	}
-	sb.execs[execID] = p
-	sb.execMu.Unlock()
-	p.forget = func() {
-		sb.execMu.Lock()
-		if sb.execs[execID] == p {
-			delete(sb.execs, execID)
-		}
-		sb.execMu.Unlock()
-	}
-
-	queue := p.stdinQueue
-	s.wg.Add(2)
-	go func() { // stdin: the queue keeps writes from blocking on a process that does not read
-		defer s.wg.Done()
-		defer w.Close()
-		for {
-			select {
-			case chunk, ok := <-queue:
-				if !ok {
-					return
-				}
-				if _, err := w.Write(chunk); err != nil {
-					return
-				}
-			case <-p.done:
-				return
-			}
-		}
-	}()
-	go func() {
-		defer s.wg.Done()
-		defer cancel()
-		code, err := fn(ctx, r, p.stdout, p.stderr)
-		r.Close()
-		p.code, p.err = int32(code), err
-		p.stdout.close()
-		p.stderr.close()
-		close(p.done)
-		time.AfterFunc(execRetention, p.forget)
-	}()
-	return p, nil
-}
-
-// cancelExecs kills every process of a sandbox that ended.
-func (sb *sandbox) cancelExecs() {
-	sb.execMu.Lock()
-	execs := sb.execs
-	sb.execs = nil
-	sb.execMu.Unlock()
-	for _, p := range execs {
-		p.cancel()
-	}
 }
 
 func (r *routerServer) process(ctx context.Context, taskID, execID string) (*process, error) {
@@ -306,6 +87,13 @@ func (r *routerServer) TaskExecStart(ctx context.Context, req *pb.TaskExecStartR
 	} else {
 		fn = func(ctx context.Context, stdin *os.File, stdout, stderr io.Writer) (int, error) {
 			er := engine.ExecRequest{Argv: args, Cwd: cwd, Env: envList, Timeout: timeout, Stdin: stdin, Stdout: stdout, Stderr: stderr}
+			if pty := req.GetPtyInfo(); pty.GetEnabled() {
+				// One terminal: everything the command prints comes on stdout.
+				er.TTY, er.Size = true, engine.WindowSize{Cols: uint16(pty.GetWinszCols()), Rows: uint16(pty.GetWinszRows())}
+				if t := pty.GetEnvTerm(); t != "" {
+					er.Env = append(er.Env, "TERM="+t)
+				}
+			}
 			if discardOut {
 				er.Stdout = nil
 			}
@@ -326,6 +114,9 @@ func (r *routerServer) TaskExecStart(ctx context.Context, req *pb.TaskExecStartR
 }
 
 func (r *routerServer) TaskExecStdioRead(req *pb.TaskExecStdioReadRequest, stream grpc.ServerStreamingServer[pb.TaskExecStdioReadResponse]) error {
+	if err := taskAllowed(stream.Context(), req.GetTaskId()); err != nil {
+		return err
+	}
 	p, err := r.process(stream.Context(), req.GetTaskId(), req.GetExecId())
 	if err != nil {
 		return err
@@ -340,9 +131,9 @@ func (r *routerServer) TaskExecStdioRead(req *pb.TaskExecStdioReadRequest, strea
 	}
 	off := req.GetOffset()
 	for {
-		chunk, eof, err := out.read(stream.Context(), off, 64<<10)
+		chunk, _, eof, err := out.read(stream.Context(), off, 64<<10)
 		if err != nil {
-			return status.FromContextError(err).Err()
+			return grpcError(err)
 		}
 		if eof {
 			p.delivered(which)
@@ -360,7 +151,7 @@ func (r *routerServer) TaskExecStdinWrite(ctx context.Context, req *pb.TaskExecS
 	if err != nil {
 		return nil, err
 	}
-	if err := p.stdinWrite(req.GetOffset(), req.GetData(), req.GetEof()); err != nil {
+	if err := p.stdinWrite(ctx, req.GetOffset(), req.GetData(), req.GetEof()); err != nil {
 		return nil, err
 	}
 	return pb.TaskExecStdinWriteResponse_builder{}.Build(), nil
@@ -375,6 +166,9 @@ func (r *routerServer) TaskExecStdinWriteStream(stream grpc.ClientStreamingServe
 	if start == nil {
 		return status.Error(codes.InvalidArgument, "the first message must be start")
 	}
+	if err := taskAllowed(stream.Context(), start.GetTaskId()); err != nil {
+		return err
+	}
 	p, err := r.process(stream.Context(), start.GetTaskId(), start.GetExecId())
 	if err != nil {
 		return err
@@ -384,7 +178,7 @@ func (r *routerServer) TaskExecStdinWriteStream(stream grpc.ClientStreamingServe
 		msg, err := stream.Recv()
 		if err == io.EOF {
 			// The end of the stream is the end of stdin.
-			if err := p.stdinWrite(off, nil, true); err != nil {
+			if err := p.stdinWrite(stream.Context(), off, nil, true); err != nil {
 				return err
 			}
 			return stream.SendAndClose(pb.TaskExecStdinWriteStreamResponse_builder{}.Build())
@@ -393,12 +187,12 @@ func (r *routerServer) TaskExecStdinWriteStream(stream grpc.ClientStreamingServe
 			return err
 		}
 		if msg.HasEnd() {
-			if err := p.stdinWrite(off, nil, true); err != nil {
+			if err := p.stdinWrite(stream.Context(), off, nil, true); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := p.stdinWrite(off, msg.GetData(), false); err != nil {
+		if err := p.stdinWrite(stream.Context(), off, msg.GetData(), false); err != nil {
 			return err
 		}
 		off += uint64(len(msg.GetData()))
@@ -472,9 +266,4 @@ func (r *routerServer) TaskSnapshotFilesystem(ctx context.Context, req *pb.TaskS
 		return nil, status.Errorf(codes.Internal, "saving image: %v", err)
 	}
 	return pb.TaskSnapshotFilesystemResponse_builder{ImageId: img.id}.Build(), nil
-}
-
-func (r *routerServer) SandboxWaitUntilReady(ctx context.Context, req *pb.SandboxWaitUntilReadyTcrRequest) (*pb.SandboxWaitUntilReadyTcrResponse, error) {
-	// The local server has no readiness probes: a created sandbox is ready.
-	return pb.SandboxWaitUntilReadyTcrResponse_builder{}.Build(), nil
 }

@@ -2,13 +2,16 @@
 // control plane (modal.client.ModalClient) and the task command router
 // (modal.task_command_router.TaskCommandRouter) on one plaintext listener — and runs
 // the sandboxes on an engine.Engine. Modal's own SDKs (Go and JS) work against it
-// with MODAL_SERVER_URL=http://127.0.0.1:PORT and any ak-…/as-… token pair.
+// with MODAL_SERVER_URL=http://127.0.0.1:PORT and the server's token pair (Options.Token).
 //
-// It implements the calls the SDKs make to create a sandbox from an image, exec
-// with streamed stdio, use the filesystem, get tunnels, snapshot, list, tag, wait
-// and terminate. What it cannot do locally it refuses the way Modal refuses, with a
-// message that says what is local-only: registry images other than the ones the host
-// stands in for, GPUs, volumes, memory snapshots. See docs/modal.md.
+// It implements the calls the SDKs make to create a sandbox from an image (with its
+// own command and stdio), exec with streamed stdio and PTYs, use the filesystem, get
+// tunnels, snapshot, list, tag, wait and terminate, and Modal Volumes on an engine
+// that has volumes. What it cannot do locally it refuses with a message that starts
+// "local Modal server:" and says what is missing: registry images other than the ones
+// the host stands in for, image build steps (RUN, …), GPUs, memory snapshots, and
+// every call it does not serve. Output is bounded: an exec keeps at most a window of
+// unread output, a sandbox's command a ring. See docs/modal.md.
 package modalserver
 
 import (
@@ -20,7 +23,6 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +54,13 @@ type Options struct {
 	// StateDir, when set, keeps the server's images (registry stand-ins and
 	// snapshots) in StateDir/modal-images.json, so image ids outlive a restart.
 	StateDir string
+	// SkipRunSteps accepts image build steps the server cannot run (RUN, COPY, …)
+	// without running them: the host's userland is taken to have what they install (the
+	// provider's own base image on a host that has its packages). Off, they are refused.
+	SkipRunSteps bool
+	// Token is the one pair of MODAL_TOKEN_ID/MODAL_TOKEN_SECRET the server accepts;
+	// zero means a random pair (see Server.Token; LoadOrCreateToken keeps one in a file).
+	Token Token
 }
 
 // Server is the local Modal-compatible server. Its state (apps, images, secrets,
@@ -73,6 +82,14 @@ type Server struct {
 	sandboxes map[string]*sandbox // by Modal sandbox id
 	tasks     map[string]string   // task id -> sandbox id
 	tunnels   map[tunnelKey]*tunnel
+	// finished are the ended sandboxes still remembered, oldest first (at most
+	// maxFinished, a field so tests can lower it).
+	finished    []*sandbox
+	maxFinished int
+	// uploads holds a token per WriteFile holding its data (concurrentUploads).
+	uploads chan struct{}
+	// volumeBeats: the ephemeral volumes' last heartbeats, by volume id.
+	volumeBeats map[string]time.Time
 
 	grpc *grpc.Server
 	wg   sync.WaitGroup
@@ -108,11 +125,32 @@ type sandbox struct {
 	created              time.Time
 	ports                []*pb.PortSpec
 	tags                 map[string]string
-	// result is set once the sandbox has ended.
+	// result is set once the sandbox has ended; ended is closed then.
 	result *pb.GenericResult
+	ended  chan struct{}
+	// deadline is when the sandbox's timeout ends it; zero when unknown.
+	deadline time.Time
+	// stdout and stderr are the entrypoint's streams (rings, so they stay bounded);
+	// entry is the entrypoint, nil for a sandbox without a command. stdinIndex is the
+	// last chunk index a V1 SandboxStdinWrite took.
+	stdout, stderr *output
+	entry          *process
+	stdinIndex     uint32
+	// ready, for a sandbox with a readiness probe, is closed once the probe passed
+	// (at readyAt); nil without a probe.
+	ready   chan struct{}
+	readyAt time.Time
 
 	execMu sync.Mutex
 	execs  map[string]*process
+}
+
+// newSandbox fills a sandbox's channels, streams and maps.
+func newSandbox(sb *sandbox) *sandbox {
+	sb.ended = make(chan struct{})
+	sb.stdout, sb.stderr = newOutput(stdioRing, true), newOutput(stdioRing, true)
+	sb.tags, sb.execs = map[string]string{}, map[string]*process{}
+	return sb
 }
 
 // Label keys the server keeps on engine sandboxes.
@@ -123,7 +161,13 @@ const (
 	labelName  = "modal.name"
 	labelImage = "modal.image_id"
 	labelPorts = "modal.ports"
+	// labelDeadline is the Unix time in ms at which the sandbox's timeout ends it.
+	labelDeadline = "modal.deadline"
 )
+
+// EnvSkipRunSteps is the variable with which `sandboxctl serve --protocol modal` sets
+// Options.SkipRunSteps ("1").
+const EnvSkipRunSteps = "SANDBOXCTL_MODAL_SKIP_RUN"
 
 // New returns a Server; call Serve to answer on a listener.
 func New(o Options) (*Server, error) {
@@ -136,6 +180,12 @@ func New(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Token == (Token{}) {
+		o.Token = NewToken()
+	}
+	if !o.Token.valid() {
+		return nil, errors.New("modalserver: Token must be an ak-… id and an as-… secret")
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -147,6 +197,7 @@ func New(o Options) (*Server, error) {
 	s := &Server{o: o, log: log, tokens: newTokens(time.Hour, o.Now), tls: cfg,
 		apps: map[string]*app{}, images: map[string]*image{}, secrets: map[string]*secret{},
 		sandboxes: map[string]*sandbox{}, tasks: map[string]string{}, tunnels: map[tunnelKey]*tunnel{},
+		volumeBeats: map[string]time.Time{}, maxFinished: maxFinished, uploads: make(chan struct{}, concurrentUploads),
 		done: make(chan struct{})}
 	if err := s.loadImages(); err != nil {
 		return nil, fmt.Errorf("modalserver: %w", err)
@@ -162,6 +213,9 @@ func New(o Options) (*Server, error) {
 	pb.RegisterTaskCommandRouterServer(s.grpc, &s.router)
 	return s, nil
 }
+
+// Token is the token pair the server accepts.
+func (s *Server) Token() Token { return s.o.Token }
 
 // TLSConfig is the client side of the certificate the encrypted tunnels present
 // (self-signed, generated at New): a client that trusts it reaches the tunnels' https
@@ -211,54 +265,6 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// --- authentication -----------------------------------------------------------------
-
-const routerPrefix = "/modal.task_command_router.TaskCommandRouter/"
-
-func (s *Server) authenticate(ctx context.Context, method string) error {
-	md, _ := metadata.FromIncomingContext(ctx)
-	first := func(k string) string {
-		if v := md.Get(k); len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
-	if strings.HasPrefix(method, routerPrefix) {
-		tok, ok := strings.CutPrefix(first("authorization"), "Bearer ")
-		if !ok {
-			return status.Error(codes.Unauthenticated, "missing command router token")
-		}
-		if _, err := s.tokens.check(tok); err != nil {
-			return status.Error(codes.Unauthenticated, "command router token: "+err.Error())
-		}
-		return nil
-	}
-	id, secret := first("x-modal-token-id"), first("x-modal-token-secret")
-	if !strings.HasPrefix(id, "ak-") || !strings.HasPrefix(secret, "as-") {
-		// The local server accepts any well-shaped pair: it has no accounts.
-		return status.Error(codes.Unauthenticated, "Token missing or malformed: the local Modal server accepts any MODAL_TOKEN_ID=ak-… and MODAL_TOKEN_SECRET=as-… pair")
-	}
-	return nil
-}
-
-func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := s.authenticate(ctx, info.FullMethod); err != nil {
-		return nil, err
-	}
-	resp, err := handler(ctx, req)
-	if err != nil {
-		s.log.Debug("modal call failed", "method", info.FullMethod, "err", err)
-	}
-	return resp, err
-}
-
-func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := s.authenticate(ss.Context(), info.FullMethod); err != nil {
-		return err
-	}
-	return handler(srv, ss)
-}
-
 // routerURL is where the SDK reaches the command router: this same listener, named
 // as the client named it. The SDKs require https and, for a localhost server URL,
 // dial it without TLS.
@@ -292,6 +298,14 @@ func engineError(what string, err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	}
 	return status.Errorf(codes.Internal, "%s: %v", what, err)
+}
+
+// grpcError keeps a status error and turns a context's into its status.
+func grpcError(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.FromContextError(err).Err()
 }
 
 func localOnly(format string, args ...any) error {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -22,19 +23,30 @@ import (
 // startServer serves a Server on a loopback port and returns its URL.
 func startServer(t testing.TB, eng engine.Engine) (string, *Server) {
 	t.Helper()
-	srv, err := New(Options{Engine: eng})
+	srv, err := New(Options{Engine: eng, Token: testToken, Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return modaltest.Serve(t, srv), srv
 }
 
+// testWriter sends the server's warnings to the test's log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// testToken is the pair the tests' servers accept.
+var testToken = Token{ID: "ak-localtest", Secret: "as-localtest"}
+
 // sdkEnv points Modal's Go SDK at url with a well-shaped token pair and no config
 // file. v2 selects the SDK's V2 sandbox calls (its default) or the V1 ones.
 func sdkEnv(t testing.TB, url string, v2 bool) {
 	modaltest.PointSDK(t, url)
-	t.Setenv("MODAL_TOKEN_ID", "ak-localtest")
-	t.Setenv("MODAL_TOKEN_SECRET", "as-localtest")
+	t.Setenv("MODAL_TOKEN_ID", testToken.ID)
+	t.Setenv("MODAL_TOKEN_SECRET", testToken.Secret)
 	t.Setenv("MODAL_SANDBOX_V2", fmt.Sprint(v2))
 }
 
@@ -97,7 +109,7 @@ func testSDKLifecycle(t *testing.T, c *modal.Client, srv *Server, eng *local.Eng
 		t.Errorf("Apps.FromName of a missing app without CreateIfMissing succeeded")
 	}
 
-	img := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands([]string{"RUN echo recorded"}, nil)
+	img := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands([]string{"ENV FROM_IMAGE=img GREETING=overridden", "WORKDIR /home/user/wd"}, nil)
 	sb, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{Name: "box-1", EncryptedPorts: []int{tunnelPort},
 		Env: map[string]string{"GREETING": "hi"}, Tags: map[string]string{"k": "v"}})
 	if err != nil {
@@ -110,10 +122,10 @@ func testSDKLifecycle(t *testing.T, c *modal.Client, srv *Server, eng *local.Eng
 		t.Errorf("a second running sandbox named box-1 was created")
 	}
 
-	out, errOut, code := execOut(t, ctx, sb, []string{"sh", "-c", "echo $GREETING $EXTRA; echo oops >&2; exit 3"},
+	out, errOut, code := execOut(t, ctx, sb, []string{"sh", "-c", "echo $GREETING $EXTRA $FROM_IMAGE $PWD; echo oops >&2; exit 3"},
 		&modal.SandboxExecParams{Env: map[string]string{"EXTRA": "there"}})
-	if out != "hi there\n" || errOut != "oops\n" || code != 3 {
-		t.Errorf("exec = %q, %q, %d; want %q, %q, 3", out, errOut, code, "hi there\n", "oops\n")
+	if want := "hi there img /home/user/wd\n"; out != want || errOut != "oops\n" || code != 3 {
+		t.Errorf("exec = %q, %q, %d; want %q, %q, 3", out, errOut, code, want, "oops\n")
 	}
 
 	proc, err := sb.Exec(ctx, []string{"cat"}, nil)
@@ -262,19 +274,6 @@ func TestRegistryImageRefused(t *testing.T) {
 	}
 }
 
-// TestBadToken: a token pair without Modal's shapes is refused before anything runs.
-func TestBadToken(t *testing.T) {
-	eng := modaltest.Engine(t, local.EngineOptions{})
-	url, _ := startServer(t, eng)
-	sdkEnv(t, url, true)
-	t.Setenv("MODAL_TOKEN_ID", "not-a-token")
-	c := newSDK(t)
-	_, err := c.Apps.FromName(t.Context(), "x", &modal.AppFromNameParams{CreateIfMissing: true})
-	if err == nil || !strings.Contains(err.Error(), "ak-") {
-		t.Errorf("call with a malformed token = %v, want Unauthenticated with the token hint", err)
-	}
-}
-
 // TestExecRecordsForgotten: once a client has both streams to EOF and the exit code,
 // the server drops the exec and the output it kept.
 func TestExecRecordsForgotten(t *testing.T) {
@@ -306,5 +305,36 @@ func TestExecRecordsForgotten(t *testing.T) {
 	rec.execMu.Unlock()
 	if n != 0 {
 		t.Errorf("%d exec records kept after their output and exit codes were taken", n)
+	}
+}
+
+// TestRunStepsRefused: an image with a RUN step is refused with the reason (the local
+// engine has no builder) unless the server was told to accept such steps unrun.
+func TestRunStepsRefused(t *testing.T) {
+	eng := modaltest.Engine(t, local.EngineOptions{})
+	for _, skip := range []bool{false, true} {
+		srv, err := New(Options{Engine: eng, Token: testToken, SkipRunSteps: skip})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sdkEnv(t, modaltest.Serve(t, srv), true)
+		c := newSDK(t)
+		app, err := c.Apps.FromName(t.Context(), "run", &modal.AppFromNameParams{CreateIfMissing: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		img := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands([]string{"RUN touch /made-by-run"}, nil)
+		sb, err := c.Sandboxes.Create(t.Context(), app, img, nil)
+		if !skip {
+			if err == nil || !strings.Contains(err.Error(), "local Modal server: cannot run the image's build step \"RUN touch /made-by-run\"") ||
+				!strings.Contains(err.Error(), "no image builder") {
+				t.Errorf("Create with a RUN step = %v, want the local server's refusal with its reason", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Create with a RUN step and SkipRunSteps: %v", err)
+		}
+		sb.Terminate(t.Context(), nil)
 	}
 }

@@ -50,7 +50,8 @@ func init() {
 // Engine is the isolated local engine on a temp data dir of t (o.DataDir is set
 // here). It is skipped where namespaces are not permitted: an unisolated sandbox's
 // paths are the host's, and these tests write /home/user and /tmp. Every sandbox it
-// made is terminated at cleanup, so no process or goroutine outlives the test.
+// made is terminated at cleanup, and then every volume removed (the engine keeps a
+// volume loop-mounted until then), so no process, goroutine or mount outlives the test.
 func Engine(t testing.TB, o local.EngineOptions) *local.Engine {
 	t.Helper()
 	o.DataDir = t.TempDir()
@@ -66,6 +67,12 @@ func Engine(t testing.TB, o local.EngineOptions) *local.Engine {
 		for _, in := range infos {
 			if err := eng.Terminate(context.Background(), in.ID); err != nil {
 				t.Errorf("terminate %s: %v", in.ID, err)
+			}
+		}
+		vols, _ := eng.ListVolumes(context.Background())
+		for _, v := range vols {
+			if err := eng.RemoveVolume(context.Background(), v.Name); err != nil {
+				t.Errorf("remove volume %s: %v", v.Name, err)
 			}
 		}
 		eng.Close()

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/build"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/debian"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+)
+
+// imageStoreDir is the local image store inside the data dir.
+func imageStoreDir(dataDir string) string { return filepath.Join(dataDir, "images") }
+
+// openImageStore opens the data dir's image store; Remove asks the local engine which
+// live sandboxes boot from an image.
+func (a *app) openImageStore() (*store.Store, error) {
+	return store.Open(store.Options{Dir: imageStoreDir(a.dataDir), InUse: a.imageUsers})
+}
+
+// imageUsers are the live local sandboxes that booted from image id.
+func (a *app) imageUsers(ctx context.Context, id string) ([]string, error) {
+	e, err := local.NewEngine(local.EngineOptions{DataDir: a.dataDir, Unisolated: a.unisolated, Logger: a.logger()})
+	if err != nil {
+		return nil, fmt.Errorf("check which sandboxes use the image: %w", err)
+	}
+	defer e.Close()
+	list, err := e.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var users []string
+	for _, in := range list {
+		if in.Image == id && in.State != engine.StateDead {
+			users = append(users, in.ID)
+		}
+	}
+	return users, nil
+}
+
+// newBuildRunner makes the build sandbox of run and apt steps; nil until an engine
+// that boots images provides one (then run steps fail with build.ErrNoRunner).
+var newBuildRunner func(ctx context.Context, a *app, s *store.Store) (build.Runner, func(), error)
+
+func newCmdImageBuild(a *app) *cobra.Command {
+	var file, contextDir, tag, mirror string
+	var binaries []string
+	cmd := &cobra.Command{
+		Use:   "build [-f image.json] [--context DIR] [--binary NAME=PATH]... [--tag NAME]",
+		Short: "Build an image into the local image store",
+		Long: "Build the sandbox image (or the JSON definition given with -f) into the data dir's image\n" +
+			"store and print its id. Each step becomes an image cached under its content key: a\n" +
+			"second build does no work and prints the same id; a changed step rebuilds itself\n" +
+			"and the steps after it. A debian:<suite>[-slim] base the store lacks is built with\n" +
+			"mmdebstrap from the machine's Debian mirror (about 20 s, once). Run and apt steps run\n" +
+			"in a build sandbox on the local engine. Progress goes to stderr.",
+		Example: "  sandboxctl image build\n" +
+			"  sandboxctl image build -f image.json --context . --tag myimage\n" +
+			"  sandboxctl image build --binary sandbox-mcp=dist/linux_amd64/sandbox-mcp --json",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			img, err := loadDefinition(file)
+			if err != nil {
+				return err
+			}
+			if tag != "" {
+				img.Name = tag
+			}
+			src, err := a.buildSources(img, contextDir, binaries)
+			if err != nil {
+				return err
+			}
+			s, err := a.openImageStore()
+			if err != nil {
+				return err
+			}
+			opts := build.Options{Store: s, Sources: src, Progress: a.stderr, Debian: debian.Options{Mirror: mirror, Log: a.debianLog()}}
+			if newBuildRunner != nil {
+				r, done, err := newBuildRunner(cmd.Context(), a, s)
+				if err != nil {
+					return err
+				}
+				defer done()
+				opts.Runner = r
+			}
+			res, err := build.Build(cmd.Context(), img, opts)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(res)
+			}
+			fmt.Fprintln(a.stdout, res.ID)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "file", "f", "", "image definition in JSON (default: the sandbox image)")
+	f.StringVar(&contextDir, "context", ".", "folder the copy steps' sources are relative to")
+	f.StringArrayVar(&binaries, "binary", nil, "file of a binary step, NAME=PATH (repeatable; default: found like create's)")
+	f.StringVar(&tag, "tag", "", "name the image (default: the definition's name)")
+	f.StringVar(&mirror, "mirror", "", "Debian mirror for a debian base (default: the machine's apt sources)")
+	return cmd
+}
+
+func (a *app) debianLog() io.Writer {
+	if a.verbose {
+		return a.stderr
+	}
+	return nil
+}
+
+// buildSources are the files of img's copy and binary steps: --binary NAME=PATH, else
+// the binary found the way create finds it.
+func (a *app) buildSources(img image.Image, contextDir string, binaries []string) (image.Sources, error) {
+	src := image.Sources{Context: contextDir, Binaries: map[string]string{}}
+	for _, kv := range binaries {
+		name, p, ok := strings.Cut(kv, "=")
+		if !ok || name == "" || p == "" {
+			return image.Sources{}, usageError{fmt.Errorf("--binary %q: want NAME=PATH", kv)}
+		}
+		src.Binaries[name] = p
+	}
+	for _, s := range img.Steps {
+		if s.Kind != image.KindBinary || src.Binaries[s.Name] != "" {
+			continue
+		}
+		env := "SANDBOXCTL_" + strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_"))
+		if p := findBinary(a.getenv, env, s.Name); p != "" {
+			src.Binaries[s.Name] = p
+		}
+	}
+	return src, nil
+}
+
+func newCmdImageList(a *app) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "list [--all]",
+		Short: "List the images in the local image store",
+		Long: "List the images in the local image store: named images and unnamed ones nothing\n" +
+			"builds on; --all adds a build's intermediate images (one per step).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := a.openImageStore()
+			if err != nil {
+				return err
+			}
+			list, err := s.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if !all {
+				list = withoutIntermediates(list)
+			}
+			if a.json {
+				if list == nil {
+					list = []store.Info{}
+				}
+				return a.printJSON(list)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAMES\tLAYERS\tSIZE")
+			for _, in := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", in.ID[:12], strings.Join(in.Names, ","), len(in.Layers), humanBytes(in.Size))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "also list intermediate images")
+	return cmd
+}
+
+// withoutIntermediates drops unnamed images that other images build on.
+func withoutIntermediates(list []store.Info) []store.Info {
+	parents := map[string]bool{}
+	for _, in := range list {
+		parents[in.Parent] = true
+	}
+	out := list[:0]
+	for _, in := range list {
+		if len(in.Names) > 0 || !parents[in.ID] {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func newCmdImageRm(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm REF...",
+		Short: "Remove images (by name or id) and what only they use",
+		Long: "Remove images by name, id or id prefix, with their untagged ancestors that no other\n" +
+			"image builds on (a build's intermediate images and their cache), then the layers and\n" +
+			"blobs no image uses. An image that another image was built on, or that a live sandbox\n" +
+			"booted from, is refused.",
+		Example: "  sandboxctl image rm sandbox\n  sandboxctl image rm 3f2a9c1b",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := a.openImageStore()
+			if err != nil {
+				return err
+			}
+			for _, ref := range args {
+				ids, err := s.Remove(cmd.Context(), ref)
+				if err != nil {
+					return err
+				}
+				for _, id := range ids {
+					fmt.Fprintln(a.stdout, "removed", id)
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func newCmdImageImport(a *app) *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "import FILE|- [--name NAME]",
+		Short: "Import an OCI image tarball into the local image store",
+		Long: "Import an OCI image layout as a tar, optionally gzip-compressed (skopeo copy …\n" +
+			"oci-archive:FILE, docker save of Docker 25+), and print the ids of its images. The\n" +
+			"tarball's names are kept unless --name names its (single) image.",
+		Example: "  sandboxctl image import debian.tar --name debian:bookworm-slim\n" +
+			"  skopeo copy docker://alpine:3 oci-archive:/dev/stdout | sandboxctl image import -",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var r io.Reader = a.stdin
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				r = f
+			}
+			s, err := a.openImageStore()
+			if err != nil {
+				return err
+			}
+			a.progress("importing %s", args[0])
+			ids, err := s.Import(cmd.Context(), r, name)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(ids)
+			}
+			for _, id := range ids {
+				fmt.Fprintln(a.stdout, id)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "", "name of the imported image")
+	return cmd
+}
+
+func newCmdImagePull(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "pull REF",
+		Short: "Pull an image from a registry into the local image store",
+		Long: "Pull an image (anonymously) from its registry, Docker Hub unless the reference names\n" +
+			"another, and print its id. Where no registry is reachable, build a debian base\n" +
+			"(image build) or import an OCI tarball made elsewhere (image import).",
+		Example: "  sandboxctl image pull debian:bookworm-slim\n  sandboxctl image pull ghcr.io/org/image:1.0",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := a.openImageStore()
+			if err != nil {
+				return err
+			}
+			a.progress("pulling %s", args[0])
+			id, err := s.Pull(cmd.Context(), args[0], nil)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, id)
+			return nil
+		},
+	}
+}

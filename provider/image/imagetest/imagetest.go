@@ -1,0 +1,91 @@
+// Package imagetest gives tests of any package the Debian base image, built once per
+// machine (mmdebstrap, about 20 s) and cached in a shared test data dir:
+// $SANDBOX_TEST_IMAGES, else $TMPDIR/sandbox-mcp-test-images. A file lock makes
+// concurrent test packages wait for one build instead of each running their own.
+package imagetest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/debian"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
+)
+
+// BaseRef is the base every test image starts from.
+const BaseRef = "debian:bookworm-slim"
+
+// EnvDir names the shared test data dir.
+const EnvDir = "SANDBOX_TEST_IMAGES"
+
+// Dir is the shared test data dir.
+func Dir() string {
+	if d := os.Getenv(EnvDir); d != "" {
+		return d
+	}
+	return filepath.Join(os.TempDir(), "sandbox-mcp-test-images")
+}
+
+// Store opens the shared test image store (Dir()/store).
+func Store(t testing.TB) *store.Store {
+	t.Helper()
+	s, err := store.Open(store.Options{Dir: filepath.Join(Dir(), "store")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Base returns the shared store and the id of BaseRef in it, building the base the
+// first time. Without mmdebstrap the test is skipped, unless $CI is set: there it
+// fails, since CI must install mmdebstrap.
+func Base(t testing.TB) (*store.Store, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the test image store unpacks layers with their owners and whiteouts: needs root")
+	}
+	if _, err := exec.LookPath("mmdebstrap"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI must install mmdebstrap: %v", err)
+		}
+		t.Skipf("mmdebstrap is not installed (apt-get install mmdebstrap): %v", err)
+	}
+	s := Store(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if in, err := s.Get(ctx, BaseRef); err == nil {
+		return s, in.ID
+	}
+	unlock := lock(t, filepath.Join(Dir(), "base.lock"))
+	defer unlock()
+	start := time.Now()
+	id, err := debian.Build(ctx, s, BaseRef, debian.Options{})
+	if errors.Is(err, debian.ErrNoMmdebstrap) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatalf("build %s: %v", BaseRef, err)
+	}
+	t.Logf("built %s (%s) in %v", BaseRef, id[:12], time.Since(start).Round(time.Millisecond))
+	return s, id
+}
+
+func lock(t testing.TB, name string) func() {
+	t.Helper()
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	return func() { f.Close() }
+}

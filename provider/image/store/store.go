@@ -1,0 +1,318 @@
+// Package store is the local image store: OCI images in an image layout on disk, their
+// layers also unpacked once into read-only overlayfs-form folders that an engine stacks
+// as lowerdirs (Store implements engine.ImageResolver), and the build cache that maps a
+// step's content key (provider/image) to the image it made.
+//
+// Layout of the data dir:
+//
+//	oci/             an OCI image layout (oci-layout, index.json, blobs/sha256/…);
+//	                 index.json names images (org.opencontainers.image.ref.name)
+//	layers/<diffid>  a layer unpacked, OCI whiteouts turned into overlayfs ones
+//	layers/<diffid>.json  the descriptor of the layer's blob
+//	cache/<key>      the image id a build step with that key made
+//	tmp/             staging; a layer appears under layers/ only complete (rename)
+//	lock             flock held by every change
+//
+// An image's id is the digest of its configuration (hex), so the same layers and
+// configuration are the same id. Imported tarballs and layer tars are untrusted: entries
+// that would write outside their layer are refused (ErrUnsafeEntry).
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Dir is the store's data dir (required); created if missing.
+	Dir string
+	// InUse returns the live sandboxes that boot from image id; Remove refuses an image
+	// in use. Nil: no engine is asked.
+	InUse func(ctx context.Context, id string) ([]string, error)
+	// GCGrace: Remove's clean-up leaves blobs and layers younger than this, which an
+	// import, pull or build in another process may be about to name. Zero means 10
+	// minutes; negative means none.
+	GCGrace time.Duration
+}
+
+// Store is a local image store. Its methods are safe for concurrent use, also by
+// several processes sharing Dir.
+type Store struct {
+	dir   string
+	inUse func(ctx context.Context, id string) ([]string, error)
+	grace time.Duration
+}
+
+var _ engine.ImageResolver = (*Store)(nil)
+
+// Info describes a stored image.
+type Info struct {
+	ID string `json:"id"`
+	// Names are the image's names (tags), sorted.
+	Names []string `json:"names,omitempty"`
+	// Parent is the image a build step started from, if any.
+	Parent string `json:"parent,omitempty"`
+	// Layers are the layers' diff ids (sha256:…), lowest first.
+	Layers []string `json:"layers"`
+	// Size is the sum of the layer blobs' sizes.
+	Size   int64  `json:"size"`
+	Config Config `json:"config"`
+}
+
+// Open opens (and creates) the store in o.Dir.
+func Open(o Options) (*Store, error) {
+	if o.Dir == "" {
+		return nil, errors.New("image store: no data dir")
+	}
+	for _, d := range []string{"oci/blobs/sha256", "layers", "cache", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("image store: %w", err)
+		}
+	}
+	layout := filepath.Join(o.Dir, "oci", "oci-layout")
+	if _, err := os.Stat(layout); os.IsNotExist(err) {
+		if err := os.WriteFile(layout, []byte(`{"imageLayoutVersion":"1.0.0"}`+"\n"), 0o644); err != nil {
+			return nil, fmt.Errorf("image store: %w", err)
+		}
+	}
+	switch {
+	case o.GCGrace == 0:
+		o.GCGrace = 10 * time.Minute
+	case o.GCGrace < 0:
+		o.GCGrace = 0
+	}
+	return &Store{dir: o.Dir, inUse: o.InUse, grace: o.GCGrace}, nil
+}
+
+// Dir is the store's data dir.
+func (s *Store) Dir() string { return s.dir }
+
+// lock takes the store's lock (flock: held across processes) until unlock.
+func (s *Store) lock() (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(s.dir, "lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock image store: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// List returns every image, sorted by id.
+func (s *Store) List(ctx context.Context) ([]Info, error) {
+	idx, err := s.readIndex()
+	if err != nil {
+		return nil, err
+	}
+	byID := map[string]*Info{}
+	for _, d := range idx.Manifests {
+		info, err := s.info(d)
+		if err != nil {
+			return nil, err
+		}
+		if have, ok := byID[info.ID]; ok {
+			have.Names = append(have.Names, info.Names...)
+			continue
+		}
+		byID[info.ID] = &info
+	}
+	list := make([]Info, 0, len(byID))
+	for _, id := range slices.Sorted(mapsKeys(byID)) {
+		in := byID[id]
+		slices.Sort(in.Names)
+		list = append(list, *in)
+	}
+	return list, nil
+}
+
+func mapsKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// info reads the manifest and configuration behind an index entry.
+func (s *Store) info(d descriptor) (Info, error) {
+	var m manifest
+	if err := s.readJSON(d, &m); err != nil {
+		return Info{}, err
+	}
+	var cfg imageConfig
+	if err := s.readJSON(m.Config, &cfg); err != nil {
+		return Info{}, err
+	}
+	in := Info{ID: strings.TrimPrefix(m.Config.Digest, "sha256:"), Parent: d.Annotations[annotationParent],
+		Layers: cfg.RootFS.DiffIDs, Config: cfg.Config}
+	if n := d.Annotations[annotationName]; n != "" {
+		in.Names = []string{n}
+	}
+	for _, l := range m.Layers {
+		in.Size += l.Size
+	}
+	return in, nil
+}
+
+// Get finds an image by name, full id (with or without "sha256:") or a unique id
+// prefix of at least 4 characters; engine.ErrNotFound when there is none.
+func (s *Store) Get(ctx context.Context, ref string) (Info, error) {
+	list, err := s.List(ctx)
+	if err != nil {
+		return Info{}, err
+	}
+	id := strings.TrimPrefix(ref, "sha256:")
+	var match []Info
+	for _, in := range list {
+		if slices.Contains(in.Names, ref) || in.ID == id {
+			return in, nil
+		}
+		if len(id) >= 4 && strings.HasPrefix(in.ID, id) {
+			match = append(match, in)
+		}
+	}
+	switch len(match) {
+	case 1:
+		return match[0], nil
+	case 0:
+		return Info{}, fmt.Errorf("image %q: %w", ref, engine.ErrNotFound)
+	}
+	return Info{}, fmt.Errorf("image %q: the prefix matches %d images", ref, len(match))
+}
+
+// ResolveImage returns the image's unpacked layers and configuration.
+func (s *Store) ResolveImage(ctx context.Context, ref string) (engine.RootFS, error) {
+	in, err := s.Get(ctx, ref)
+	if err != nil {
+		return engine.RootFS{}, err
+	}
+	fs := engine.RootFS{ID: in.ID, Env: in.Config.Env, WorkDir: in.Config.WorkingDir, User: in.Config.User}
+	for _, l := range in.Layers {
+		dir := s.layerDir(l)
+		if _, err := os.Stat(dir); err != nil {
+			return engine.RootFS{}, fmt.Errorf("image %s: layer %s is not unpacked: %w", in.ID, l, err)
+		}
+		fs.Layers = append(fs.Layers, dir)
+	}
+	return fs, nil
+}
+
+func (s *Store) layerDir(diffID string) string {
+	return filepath.Join(s.dir, "layers", strings.TrimPrefix(diffID, "sha256:"))
+}
+
+// Tag names image id; the name moves from any image that had it.
+func (s *Store) Tag(ctx context.Context, ref, name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	in, err := s.Get(ctx, ref)
+	if err != nil {
+		return err
+	}
+	return s.setName(in.ID, name)
+}
+
+var hex64 = regexp.MustCompile(`^(sha256:)?[0-9a-f]{64}$`)
+
+func checkName(name string) error {
+	if name == "" || len(name) > 255 || strings.HasPrefix(name, "-") || hex64.MatchString(name) {
+		return fmt.Errorf("image name %q is not valid", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._-:/@", c)) {
+			return fmt.Errorf("image name %q may contain only letters, digits and ._-:/@", name)
+		}
+	}
+	return nil
+}
+
+// setName points name at id (under the lock): other entries lose the name; an entry of
+// id without a name takes it, else a new entry is added.
+func (s *Store) setName(id, name string) error {
+	idx, err := s.readIndex()
+	if err != nil {
+		return err
+	}
+	var entry *descriptor
+	for i := range idx.Manifests {
+		d := &idx.Manifests[i]
+		in, err := s.info(*d)
+		if err != nil {
+			return err
+		}
+		if d.Annotations[annotationName] == name && in.ID != id {
+			delete(d.Annotations, annotationName)
+		}
+		if in.ID == id && (entry == nil || d.Annotations[annotationName] == name) {
+			entry = d
+		}
+	}
+	if entry == nil {
+		return fmt.Errorf("image %s: %w", id, engine.ErrNotFound)
+	}
+	if n := entry.Annotations[annotationName]; n != "" && n != name {
+		e := *entry
+		e.Annotations = cloneMap(entry.Annotations)
+		e.Annotations[annotationName] = name
+		idx.Manifests = append(idx.Manifests, e)
+	} else {
+		if entry.Annotations == nil {
+			entry.Annotations = map[string]string{}
+		}
+		entry.Annotations[annotationName] = name
+	}
+	return s.writeIndex(dedupe(idx))
+}
+
+// dedupe drops unnamed entries of images that also have a named one, and repeated
+// entries.
+func dedupe(idx index) index {
+	named := map[string]bool{}
+	for _, d := range idx.Manifests {
+		if d.Annotations[annotationName] != "" {
+			named[d.Digest] = true
+		}
+	}
+	seen := map[string]bool{}
+	out := idx.Manifests[:0]
+	for _, d := range idx.Manifests {
+		k := d.Digest + "\x00" + d.Annotations[annotationName]
+		if seen[k] || d.Annotations[annotationName] == "" && named[d.Digest] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, d)
+	}
+	idx.Manifests = out
+	return idx
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}

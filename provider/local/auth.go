@@ -1,0 +1,72 @@
+package local
+
+// Who may use a sandbox's control socket: only a process of the engine's user outside
+// every sandbox. Init reads the peer's credentials (SO_PEERCRED, taken by the kernel at
+// connect) in the host's user namespace: a process of any isolated sandbox has a uid
+// of the sandbox range, never the engine's; a process of this sandbox is also visible
+// in its pid namespace, which the engine never is (its pid reads 0). Unisolated
+// sandboxes run as the engine's user on the host, so an engine refuses to run them
+// beside isolated ones (the data dir's mode file), and the data dir is 0700.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+)
+
+// trustedPeer reports whether the connection comes from the engine's user outside the
+// sandbox.
+func trustedPeer(c net.Conn, isolated bool) bool {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return false
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	cerr := raw.Control(func(fd uintptr) {
+		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if cerr != nil || err != nil || cred.Uid != uint32(os.Geteuid()) {
+		return false
+	}
+	return !isolated || cred.Pid == 0
+}
+
+// fileMode is the data dir's record of the kind of sandboxes it holds.
+const fileMode = "mode"
+
+// privateDataDir makes dir private to the engine's user.
+func privateDataDir(dir string) error { return os.Chmod(dir, 0o700) }
+
+// claimKind records in the data dir the kind of sandboxes it holds, at the first
+// create; a create of the other kind is refused. Reading (List, Get, Terminate) is
+// open to both.
+func (e *Engine) claimKind() error {
+	mode := "isolated"
+	if e.o.Unisolated {
+		mode = "unisolated"
+	}
+	p := filepath.Join(e.dir, fileMode)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return writeFileAtomic(p, []byte(mode+"\n"), 0o600)
+	}
+	if err != nil {
+		return err
+	}
+	if have := strings.TrimSpace(string(b)); have != mode {
+		return fmt.Errorf("data dir %s holds %s sandboxes: no %s one beside them (their processes could reach the others' control sockets): %w",
+			e.dir, have, mode, engine.ErrUnsupported)
+	}
+	return nil
+}

@@ -1,0 +1,354 @@
+package local
+
+// What the egress proxy lets a sandbox reach. Every destination is checked
+// where it is dialed, after name resolution, on the address actually dialed
+// (so a name cannot resolve to one address for the check and another for the
+// connection):
+//
+//   - never the host's loopback, unspecified (0.0.0.0 and :: reach the
+//     host's loopback) or multicast addresses, whatever the allow-list says;
+//   - not the host's own interface addresses, the private (RFC 1918, ULA),
+//     link-local, carrier-grade NAT and other special ranges, where cloud
+//     metadata services and the host's neighbours live, unless an
+//     EgressHosts entry (an IP address or CIDR prefix) names them;
+//   - IPv4 addresses carried in IPv6 (v4-mapped, v4-compatible, SIIT,
+//     NAT64, 6to4) are judged as the IPv4 address; Teredo and local-use
+//     NAT64 are refused outright;
+//   - with EgressHosts, only the names it lists ("api.example.com", or
+//     "*.example.com" for any name below example.com; "*" for any name) and
+//     the addresses it lists.
+//
+// Authorities are parsed strictly: host names are LDH labels whose last label
+// is not numeric, IPv4 literals are dotted quads without leading zeros, IPv6
+// literals are bracketed and have no zone. The other spellings of an address
+// (2130706433, 0x7f.1, 127.1, 0177.0.0.1) are refused rather than guessed at.
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// errEgressRefused marks a destination the policy refuses (403 to the sandbox).
+var errEgressRefused = errors.New("refused by the sandbox's egress policy")
+
+// errBadAuthority marks a host:port the proxy does not parse (400).
+var errBadAuthority = errors.New("bad host:port")
+
+type addrRange struct {
+	prefix netip.Prefix
+	why    string
+	// hard ranges are refused even when an EgressHosts entry covers them.
+	hard bool
+}
+
+var refusedRanges = func() []addrRange {
+	rs := []struct {
+		p, why string
+		hard   bool
+	}{
+		{"0.0.0.0/8", "this-network (reaches the host's loopback)", true},
+		{"127.0.0.0/8", "loopback", true},
+		{"224.0.0.0/4", "multicast", true},
+		{"255.255.255.255/32", "broadcast", true},
+		{"::/128", "unspecified (reaches the host's loopback)", true},
+		{"::1/128", "loopback", true},
+		{"ff00::/8", "multicast", true},
+		{"10.0.0.0/8", "private", false},
+		{"172.16.0.0/12", "private", false},
+		{"192.168.0.0/16", "private", false},
+		{"100.64.0.0/10", "carrier-grade NAT", false},
+		{"169.254.0.0/16", "link-local (cloud metadata)", false},
+		{"192.0.0.0/24", "IETF protocol assignments", false},
+		{"198.18.0.0/15", "benchmarking", false},
+		{"240.0.0.0/4", "reserved", false},
+		{"fc00::/7", "unique local", false},
+		{"fe80::/10", "link-local", false},
+		{"fec0::/10", "site-local", false},
+		{"100::/64", "discard-only", false},
+		{"2001::/32", "Teredo", false},
+		{"64:ff9b:1::/48", "local-use NAT64", false},
+	}
+	out := make([]addrRange, len(rs))
+	for i, r := range rs {
+		out[i] = addrRange{netip.MustParsePrefix(r.p), r.why, r.hard}
+	}
+	return out
+}()
+
+// embeddedV4 is the IPv4 address that ip, an IPv6 address, reaches in a
+// form that carries one: v4-mapped (::ffff:a.b.c.d), SIIT (::ffff:0:a.b.c.d),
+// NAT64 (64:ff9b::a.b.c.d), 6to4 (2002:AABB:CCDD::) and the deprecated
+// v4-compatible form (::a.b.c.d).
+func embeddedV4(ip netip.Addr) (netip.Addr, bool) {
+	if !ip.Is6() {
+		return netip.Addr{}, false
+	}
+	b := ip.As16()
+	low := netip.AddrFrom4([4]byte(b[12:]))
+	zero := func(p []byte) bool {
+		for _, x := range p {
+			if x != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	switch {
+	case ip.Is4In6():
+		return ip.Unmap(), true
+	case zero(b[:12]):
+		return low, true
+	case zero(b[:8]) && b[8] == 0xff && b[9] == 0xff && b[10] == 0 && b[11] == 0:
+		return low, true
+	case b[0] == 0 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && zero(b[4:12]):
+		return low, true
+	case b[0] == 0x20 && b[1] == 0x02:
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	}
+	return netip.Addr{}, false
+}
+
+// classify says why no sandbox may reach ip ("" when it is a public
+// address) and whether even an allow-list entry cannot change that.
+func classify(ip netip.Addr) (why string, hard bool) {
+	ip = ip.WithZone("")
+	if !ip.IsValid() {
+		return "not an address", true
+	}
+	if ip == netip.IPv6Unspecified() || ip == netip.IPv6Loopback() {
+		return refusedRange(ip)
+	}
+	if v4, ok := embeddedV4(ip); ok {
+		if why, hard := refusedRange(v4); why != "" {
+			return why + " (IPv4 in IPv6)", hard
+		}
+		return "", false
+	}
+	return refusedRange(ip)
+}
+
+func refusedRange(ip netip.Addr) (string, bool) {
+	for _, r := range refusedRanges {
+		if r.prefix.Contains(ip) {
+			return r.why, r.hard
+		}
+	}
+	return "", false
+}
+
+// egressPolicy is a sandbox's Spec.EgressHosts, parsed.
+type egressPolicy struct {
+	// anyName: no list, or "*": any host name.
+	anyName bool
+	// anyAddr: no list: any public IP literal.
+	anyAddr  bool
+	names    map[string]bool
+	suffixes []string // ".example.com"
+	addrs    []netip.Prefix
+}
+
+// newEgressPolicy parses EgressHosts: host names, "*.suffix" patterns, "*",
+// IP addresses and CIDR prefixes.
+func newEgressPolicy(hosts []string) (*egressPolicy, error) {
+	p := &egressPolicy{names: map[string]bool{}, anyName: len(hosts) == 0, anyAddr: len(hosts) == 0}
+	for _, h := range hosts {
+		switch {
+		case h == "*":
+			p.anyName = true
+		case strings.Contains(h, "/"):
+			pf, err := netip.ParsePrefix(h)
+			if err != nil {
+				return nil, fmt.Errorf("egress host %q: %w", h, err)
+			}
+			p.addrs = append(p.addrs, unmapPrefix(pf.Masked()))
+		case strings.HasPrefix(h, "*."):
+			name, ok := hostName(h[2:])
+			if !ok {
+				return nil, fmt.Errorf("egress host %q: not *. and a host name", h)
+			}
+			p.suffixes = append(p.suffixes, "."+name)
+		default:
+			if ip, err := netip.ParseAddr(h); err == nil && ip.Zone() == "" {
+				ip = ip.Unmap()
+				p.addrs = append(p.addrs, netip.PrefixFrom(ip, ip.BitLen()))
+				continue
+			}
+			name, ok := hostName(h)
+			if !ok {
+				return nil, fmt.Errorf("egress host %q: not a host name, *.suffix, IP address or CIDR prefix", h)
+			}
+			p.names[name] = true
+		}
+	}
+	return p, nil
+}
+
+// unmapPrefix turns ::ffff:a.b.c.d/n (n ≥ 96) into a.b.c.d/(n-96).
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p
+}
+
+// allowHost checks the destination as the sandbox named it: host is a
+// canonical host name, or ip is valid for an IP literal.
+func (p *egressPolicy) allowHost(host string, ip netip.Addr) error {
+	if ip.IsValid() {
+		if p.anyAddr || p.listed(ip) {
+			return nil
+		}
+		return fmt.Errorf("%s is not in the sandbox's egress hosts: %w", ip, errEgressRefused)
+	}
+	if p.anyName || p.names[host] {
+		return nil
+	}
+	for _, s := range p.suffixes {
+		if strings.HasSuffix(host, s) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not in the sandbox's egress hosts: %w", host, errEgressRefused)
+}
+
+// listed reports whether an EgressHosts address or prefix covers ip.
+func (p *egressPolicy) listed(ip netip.Addr) bool {
+	ip = ip.WithZone("").Unmap()
+	for _, a := range p.addrs {
+		if a.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkAddr checks an address about to be dialed; host holds the host's own
+// interface addresses (unmapped, without zones).
+func (p *egressPolicy) checkAddr(ip netip.Addr, host map[netip.Addr]bool) error {
+	ip = ip.WithZone("")
+	why, hard := classify(ip)
+	if why == "" {
+		v4, ok := embeddedV4(ip)
+		if host[ip.Unmap()] || (ok && host[v4]) {
+			why = "an address of the host"
+		}
+	}
+	if why == "" || (!hard && p.listed(ip)) {
+		return nil
+	}
+	return fmt.Errorf("%s is %s: %w", ip, why, errEgressRefused)
+}
+
+// parseAuthority parses host:port as a proxy request names it. host is a
+// canonical host name, or ip is valid (an IP literal; host is its text).
+// Without a port, defaultPort is used; an empty defaultPort makes the port
+// required.
+func parseAuthority(authority, defaultPort string) (host string, ip netip.Addr, port uint16, err error) {
+	bad := func(why string) (string, netip.Addr, uint16, error) {
+		return "", netip.Addr{}, 0, fmt.Errorf("%q: %s: %w", authority, why, errBadAuthority)
+	}
+	if authority == "" || len(authority) > 300 {
+		return bad("empty or too long")
+	}
+	var h, p string
+	hasPort := false
+	if rest, ok := strings.CutPrefix(authority, "["); ok {
+		end := strings.IndexByte(rest, ']')
+		if end < 0 {
+			return bad("unclosed [")
+		}
+		h, rest = rest[:end], rest[end+1:]
+		if rest != "" {
+			if p, hasPort = strings.CutPrefix(rest, ":"); !hasPort {
+				return bad("text after ]")
+			}
+		}
+		a, err := netip.ParseAddr(h)
+		if err != nil || !a.Is6() || a.Zone() != "" {
+			return bad("not an IPv6 address in brackets")
+		}
+		ip = a
+	} else {
+		if strings.Count(authority, ":") > 1 {
+			return bad("an IPv6 address needs brackets")
+		}
+		h, p, hasPort = strings.Cut(authority, ":")
+		if a, err := netip.ParseAddr(h); err == nil {
+			ip = a
+		} else if name, ok := hostName(h); ok {
+			h = name
+		} else {
+			return bad("not a host name or an IP address")
+		}
+	}
+	if hasPort && p == "" {
+		return bad("empty port")
+	}
+	if !hasPort {
+		if p = defaultPort; p == "" {
+			return bad("no port")
+		}
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || n == 0 || p[0] < '1' || p[0] > '9' {
+		return bad("port is not 1-65535")
+	}
+	if ip.IsValid() {
+		h = ip.String()
+	}
+	return h, ip, uint16(n), nil
+}
+
+// hostName returns s as a canonical DNS host name (lower case, without a
+// trailing dot), or false: labels of 1–63 letters, digits, '-' and '_', not
+// starting or ending with '-', 253 bytes at most, and a last label that is
+// not a number (decimal or 0x…), so no spelling of an IPv4 address passes.
+func hostName(s string) (string, bool) {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return "", false
+	}
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case 'A' <= c && c <= 'Z':
+			b[i] = c + 'a' - 'A'
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return "", false
+		}
+	}
+	s = string(b)
+	labels := strings.Split(s, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return "", false
+		}
+	}
+	if numeric(labels[len(labels)-1]) {
+		return "", false
+	}
+	return s, true
+}
+
+// numeric reports whether l reads as a number in some inet_aton spelling.
+func numeric(l string) bool {
+	if hex, ok := strings.CutPrefix(l, "0x"); ok {
+		l = hex
+		for _, c := range l {
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+		return true
+	}
+	for _, c := range l {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,277 @@
+package local
+
+import (
+	"errors"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestEgressClassify(t *testing.T) {
+	tests := []struct {
+		ip       string
+		refused  bool
+		hard     bool
+		contains string
+	}{
+		// Public.
+		{"93.184.215.14", false, false, ""},
+		{"8.8.8.8", false, false, ""},
+		{"2606:4700::6810:84e5", false, false, ""},
+		{"198.51.100.7", false, false, ""},     // documentation: not routed, harmless
+		{"64:ff9b::808:808", false, false, ""}, // NAT64 of 8.8.8.8
+		{"2002:808:808::1", false, false, ""},  // 6to4 of 8.8.8.8
+		{"::ffff:8.8.8.8", false, false, ""},
+		{"172.32.0.1", false, false, ""},
+		{"100.128.0.1", false, false, ""},
+		// Never, whatever the allow-list.
+		{"127.0.0.1", true, true, "loopback"},
+		{"127.255.255.254", true, true, "loopback"},
+		{"0.0.0.0", true, true, "this-network"},
+		{"0.1.2.3", true, true, "this-network"},
+		{"::", true, true, "unspecified"},
+		{"::1", true, true, "loopback"},
+		{"::ffff:127.0.0.1", true, true, "loopback (IPv4 in IPv6)"},
+		{"::127.0.0.1", true, true, "loopback (IPv4 in IPv6)"},
+		{"::ffff:0:127.0.0.1", true, true, "loopback (IPv4 in IPv6)"},
+		{"64:ff9b::7f00:1", true, true, "loopback (IPv4 in IPv6)"},
+		{"2002:7f00:1::", true, true, "loopback (IPv4 in IPv6)"},
+		{"::ffff:0.0.0.0", true, true, "this-network"},
+		{"224.0.0.1", true, true, "multicast"},
+		{"255.255.255.255", true, true, "broadcast"},
+		{"ff02::1", true, true, "multicast"},
+		// Private, link-local, metadata: refused unless listed.
+		{"10.0.0.1", true, false, "private"},
+		{"172.16.5.4", true, false, "private"},
+		{"172.31.255.255", true, false, "private"},
+		{"192.168.1.1", true, false, "private"},
+		{"100.64.0.1", true, false, "carrier-grade NAT"},
+		{"100.100.100.200", true, false, "carrier-grade NAT"}, // Alibaba metadata
+		{"169.254.169.254", true, false, "link-local"},        // AWS, GCP, Azure metadata
+		{"192.0.0.192", true, false, "IETF"},                  // Oracle metadata
+		{"198.18.0.1", true, false, "benchmarking"},
+		{"240.0.0.1", true, false, "reserved"},
+		{"fd00:ec2::254", true, false, "unique local"}, // AWS metadata over IPv6
+		{"fc00::1", true, false, "unique local"},
+		{"fe80::1", true, false, "link-local"},
+		{"fe80::1%eth0", true, false, "link-local"},
+		{"fec0::1", true, false, "site-local"},
+		{"100::1", true, false, "discard-only"},
+		{"2001::1", true, false, "Teredo"},
+		{"64:ff9b:1::a00:1", true, false, "local-use NAT64"},
+		{"::ffff:10.1.2.3", true, false, "private (IPv4 in IPv6)"},
+		{"::ffff:169.254.169.254", true, false, "link-local (cloud metadata) (IPv4 in IPv6)"},
+		{"::a9fe:a9fe", true, false, "link-local"},        // v4-compatible 169.254.169.254
+		{"64:ff9b::a9fe:a9fe", true, false, "link-local"}, // NAT64 of it
+		{"2002:a9fe:a9fe::", true, false, "link-local"},   // 6to4 of it
+		{"2002:c0a8:101::1", true, false, "private"},      // 6to4 of 192.168.1.1
+	}
+	for _, tc := range tests {
+		why, hard := classify(netip.MustParseAddr(tc.ip))
+		if (why != "") != tc.refused || hard != tc.hard || !strings.Contains(why, tc.contains) {
+			t.Errorf("classify(%s) = %q, hard %v; want refused %v (%q), hard %v", tc.ip, why, hard, tc.refused, tc.contains, tc.hard)
+		}
+	}
+}
+
+func TestEgressParseAuthority(t *testing.T) {
+	tests := []struct {
+		in, def  string
+		host     string
+		ip       bool
+		port     uint16
+		wantFail bool
+	}{
+		{"example.com:443", "", "example.com", false, 443, false},
+		{"Example.COM.:80", "", "example.com", false, 80, false},
+		{"example.com", "80", "example.com", false, 80, false},
+		{"a_b.example-1.io:8080", "", "a_b.example-1.io", false, 8080, false},
+		{"xn--bcher-kva.example:443", "", "xn--bcher-kva.example", false, 443, false},
+		{"localhost:80", "", "localhost", false, 80, false},
+		{"93.184.215.14:443", "", "93.184.215.14", true, 443, false},
+		{"[2606:4700::1]:443", "", "2606:4700::1", true, 443, false},
+		{"[::ffff:127.0.0.1]:80", "", "::ffff:127.0.0.1", true, 80, false},
+		{"[2606:4700::1]", "443", "2606:4700::1", true, 443, false},
+		{"example.com", "", "", false, 0, true},       // CONNECT needs a port
+		{"example.com:", "80", "", false, 0, true},    // empty port
+		{"example.com:0", "", "", false, 0, true},     // port 0
+		{"example.com:65536", "", "", false, 0, true}, // too big
+		{"example.com:080", "", "", false, 0, true},   // leading zero
+		{"example.com:+80", "", "", false, 0, true},
+		{"example.com:http", "", "", false, 0, true},
+		{"2130706433:80", "", "", false, 0, true}, // 127.0.0.1 in decimal
+		{"0x7f000001:80", "", "", false, 0, true}, // in hex
+		{"0x7f.1:80", "", "", false, 0, true},
+		{"127.1:80", "", "", false, 0, true},
+		{"0177.0.0.1:80", "", "", false, 0, true}, // octal
+		{"127.000.000.001:80", "", "", false, 0, true},
+		{"127.0.0.1.:80", "", "", false, 0, true},
+		{"::1:80", "", "", false, 0, true},              // IPv6 without brackets
+		{"[::1%lo]:80", "", "", false, 0, true},         // zone
+		{"[fe80::1%25eth0]:80", "", "", false, 0, true}, // zone, URL-escaped
+		{"[127.0.0.1]:80", "", "", false, 0, true},      // IPv4 in brackets
+		{"[::1]x:80", "", "", false, 0, true},
+		{"[::1:80", "", "", false, 0, true},
+		{"user@example.com:80", "", "", false, 0, true},
+		{"exa mple.com:80", "", "", false, 0, true},
+		{"-example.com:80", "", "", false, 0, true},
+		{"example-.com:80", "", "", false, 0, true},
+		{"a..b:80", "", "", false, 0, true},
+		{".:80", "", "", false, 0, true},
+		{":80", "", "", false, 0, true},
+		{"", "80", "", false, 0, true},
+		{"ex\u212Aample.com:80", "", "", false, 0, true}, // Kelvin sign lower-cases to k
+		{strings.Repeat("a", 64) + ".com:80", "", "", false, 0, true},
+	}
+	for _, tc := range tests {
+		host, ip, port, err := parseAuthority(tc.in, tc.def)
+		if tc.wantFail {
+			if err == nil || !errors.Is(err, errBadAuthority) {
+				t.Errorf("parseAuthority(%q, %q) = %q, %v, %d, %v; want errBadAuthority", tc.in, tc.def, host, ip, port, err)
+			}
+			continue
+		}
+		if err != nil || host != tc.host || ip.IsValid() != tc.ip || port != tc.port {
+			t.Errorf("parseAuthority(%q, %q) = %q, %v, %d, %v; want %q, ip %v, %d", tc.in, tc.def, host, ip, port, err, tc.host, tc.ip, tc.port)
+		}
+	}
+}
+
+func TestEgressPolicy(t *testing.T) {
+	hostOwn := map[netip.Addr]bool{netip.MustParseAddr("203.0.113.9"): true, netip.MustParseAddr("2001:db8::9"): true}
+	tests := []struct {
+		name  string
+		hosts []string
+		dest  string // host as the sandbox names it
+		addr  string // the address it resolves to
+		ok    bool
+	}{
+		{"empty list: public name", nil, "example.com", "93.184.215.14", true},
+		{"empty list: public literal", nil, "93.184.215.14", "93.184.215.14", true},
+		{"empty list: name resolving to a private address", nil, "evil.example", "10.0.0.5", false},
+		{"empty list: name resolving to metadata", nil, "evil.example", "169.254.169.254", false},
+		{"empty list: the host's own public address", nil, "203.0.113.9", "203.0.113.9", false},
+		{"empty list: the host's own address, v4-mapped", nil, "::ffff:203.0.113.9", "::ffff:203.0.113.9", false},
+		{"empty list: the host's own IPv6 address", nil, "2001:db8::9", "2001:db8::9", false},
+		{"empty list: name resolving to the host", nil, "me.example", "203.0.113.9", false},
+		{"exact name", []string{"api.example.com"}, "api.example.com", "93.184.215.14", true},
+		{"exact name: another name", []string{"api.example.com"}, "www.example.com", "93.184.215.14", false},
+		{"exact name: not its subdomains", []string{"example.com"}, "a.example.com", "93.184.215.14", false},
+		{"wildcard: subdomain", []string{"*.example.com"}, "a.example.com", "93.184.215.14", true},
+		{"wildcard: deeper subdomain", []string{"*.example.com"}, "a.b.example.com", "93.184.215.14", true},
+		{"wildcard: not the apex", []string{"*.example.com"}, "example.com", "93.184.215.14", false},
+		{"wildcard: not a lookalike", []string{"*.example.com"}, "badexample.com", "93.184.215.14", false},
+		{"listed name still may not resolve privately", []string{"internal.example"}, "internal.example", "10.0.0.5", false},
+		{"listed name resolving into a listed prefix", []string{"internal.example", "10.0.0.0/8"}, "internal.example", "10.0.0.5", true},
+		{"listed address", []string{"10.1.2.3"}, "10.1.2.3", "10.1.2.3", true},
+		{"listed address, v4-mapped", []string{"10.1.2.3"}, "::ffff:10.1.2.3", "::ffff:10.1.2.3", true},
+		{"listed prefix, v4-mapped form", []string{"::ffff:10.0.0.0/104"}, "10.9.9.9", "10.9.9.9", true},
+		{"listed host address", []string{"203.0.113.9"}, "203.0.113.9", "203.0.113.9", true},
+		{"list without *: public literal", []string{"example.com"}, "93.184.215.14", "93.184.215.14", false},
+		{"list without *: unlisted name", []string{"10.0.0.0/8"}, "example.com", "93.184.215.14", false},
+		{"star: any public name", []string{"*"}, "example.com", "93.184.215.14", true},
+		{"star: no literal", []string{"*"}, "93.184.215.14", "93.184.215.14", false},
+		{"listed loopback stays refused", []string{"127.0.0.1"}, "127.0.0.1", "127.0.0.1", false},
+		{"listed 0/0 does not open loopback", []string{"0.0.0.0/0"}, "127.0.0.1", "127.0.0.1", false},
+		{"listed 0/0 does not open 0.0.0.0", []string{"0.0.0.0/0"}, "0.0.0.0", "0.0.0.0", false},
+		{"listed 0/0 opens private", []string{"0.0.0.0/0"}, "10.0.0.1", "10.0.0.1", true},
+	}
+	for _, tc := range tests {
+		p, err := newEgressPolicy(tc.hosts)
+		if err != nil {
+			t.Fatalf("%s: newEgressPolicy(%q): %v", tc.name, tc.hosts, err)
+		}
+		var host string
+		var ip netip.Addr
+		if a, perr := netip.ParseAddr(tc.dest); perr == nil {
+			host, ip = a.String(), a
+		} else {
+			host, ip = tc.dest, netip.Addr{}
+		}
+		err = p.allowHost(host, ip)
+		if err == nil {
+			err = p.checkAddr(netip.MustParseAddr(tc.addr), hostOwn)
+		}
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, errEgressRefused)) {
+			t.Errorf("%s: %q with EgressHosts %q (resolving to %s): %v, want allowed %v", tc.name, tc.dest, tc.hosts, tc.addr, err, tc.ok)
+		}
+	}
+}
+
+func TestEgressHostsRejected(t *testing.T) {
+	for _, h := range []string{"", " ", "exa mple.com", "*.", "*", "**.example.com", "*example.com", "a.*.com", "10.0.0.0/33", "fe80::1%eth0", "http://example.com", "example.com:443", "2130706433"} {
+		_, err := newEgressPolicy([]string{h})
+		if h == "*" {
+			if err != nil {
+				t.Errorf("newEgressPolicy(%q) = %v, want accepted", h, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("newEgressPolicy(%q) = nil, want an error", h)
+		}
+	}
+}
+
+// FuzzParseAuthority: whatever a sandbox sends, the parser never panics, and
+// what it accepts is canonical: it parses again to itself, an IP literal is
+// an address, and a name never parses as an IP address.
+func FuzzParseAuthority(f *testing.F) {
+	for _, s := range []string{"example.com:443", "[::1]:80", "127.0.0.1:80", "2130706433:80", "0x7f.1:80",
+		"[::ffff:127.0.0.1]:443", "Example.COM.:80", "[fe80::1%25eth0]:80", "a_b:1", "[::1", ":80"} {
+		f.Add(s, "")
+		f.Add(s, "80")
+	}
+	f.Fuzz(func(t *testing.T, in, def string) {
+		host, ip, port, err := parseAuthority(in, def)
+		if err != nil {
+			if !errors.Is(err, errBadAuthority) {
+				t.Fatalf("parseAuthority(%q, %q) error %v is not errBadAuthority", in, def, err)
+			}
+			return
+		}
+		if port == 0 {
+			t.Fatalf("parseAuthority(%q, %q) accepted port 0", in, def)
+		}
+		if ip.IsValid() {
+			if host != ip.String() || ip.Zone() != "" {
+				t.Fatalf("parseAuthority(%q, %q) = %q, %v: not the address's text", in, def, host, ip)
+			}
+		} else if _, err := netip.ParseAddr(host); err != nil && numeric(host[strings.LastIndexByte(host, '.')+1:]) {
+			t.Fatalf("parseAuthority(%q, %q) = name %q ending in a number", in, def, host)
+		} else if err == nil {
+			t.Fatalf("parseAuthority(%q, %q) = name %q that is an address", in, def, host)
+		}
+		again := host
+		if ip.Is6() {
+			again = "[" + host + "]"
+		}
+		again += ":" + strconv.Itoa(int(port))
+		h2, ip2, p2, err := parseAuthority(again, "")
+		if err != nil || h2 != host || ip2 != ip || p2 != port {
+			t.Fatalf("parseAuthority(%q) = %q, %v, %d, %v; want %q, %v, %d (from %q)", again, h2, ip2, p2, err, host, ip, port, in)
+		}
+	})
+}
+
+// The proxy lists the host's addresses and checks the policy on every dial.
+func BenchmarkEgressDialCheck(b *testing.B) {
+	p, err := newEgressPolicy([]string{"*.example.com", "10.0.0.0/8"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ip := netip.MustParseAddr("93.184.215.14")
+	for b.Loop() {
+		own, err := hostAddrs()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := p.allowHost("a.example.com", netip.Addr{}); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.checkAddr(ip, own); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

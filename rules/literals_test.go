@@ -1,0 +1,120 @@
+package rules_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+)
+
+// TestNoRuleLiterals walks the syntax of every non-test Go file of the module outside
+// package rules and fails on a literal that spells a rule again: a sandbox path, an
+// environment variable's name, or a port of the sandbox as a number or in an address.
+// Such a value must come from package rules, so a change of the rule is one edit.
+func TestNoRuleLiterals(t *testing.T) {
+	paths := []string{rules.HomeDir, rules.StateDir, rules.SandboxMCPBin, rules.ProliferateBin,
+		rules.EnvOverridesFile, rules.PreviewURLFile}
+	envs := rules.EnvNames()
+	ports := []int{rules.PortSidecar, rules.PortPreview, rules.PortPreviewProxy, rules.PortVSCode,
+		rules.PortOpenCode, rules.PortEgressProxy}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if p != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules" || p == filepath.Join(root, "rules")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		f, err := parser.ParseFile(fset, p, src, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		if testOnly(f) {
+			return nil
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok {
+				return true
+			}
+			rel, _ := filepath.Rel(root, fset.Position(lit.Pos()).Filename)
+			at := rel + ":" + strconv.Itoa(fset.Position(lit.Pos()).Line)
+			switch lit.Kind {
+			case token.STRING:
+				s, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					return true
+				}
+				if why := ruleIn(s, paths, envs, ports); why != "" {
+					t.Errorf("%s: literal %s spells %s; use package rules", at, lit.Value, why)
+				}
+			case token.INT:
+				v, err := strconv.Atoi(lit.Value)
+				if err == nil && v != rules.PortOpenCode && contains(ports, v) {
+					t.Errorf("%s: literal %s is a sandbox port; use package rules", at, lit.Value)
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ruleIn says which rule s spells, or "".
+func ruleIn(s string, paths, envs []string, ports []int) string {
+	for _, p := range paths {
+		if s == p || strings.HasPrefix(s, p+"/") || strings.Contains(s, " "+p) || strings.Contains(s, "="+p) {
+			return "the path " + p
+		}
+	}
+	for _, e := range envs {
+		if s == e || strings.HasPrefix(s, e+"=") {
+			return "the variable " + e
+		}
+	}
+	for _, p := range ports {
+		for _, form := range []string{":" + strconv.Itoa(p), "localhost:" + strconv.Itoa(p)} {
+			if s == form || strings.HasSuffix(s, "127.0.0.1"+form) || strings.HasSuffix(s, "0.0.0.0"+form) || s == "localhost"+form {
+				return "the port " + strconv.Itoa(p)
+			}
+		}
+	}
+	return ""
+}
+
+// testOnly reports files of test-helper packages (their package name ends in "test").
+func testOnly(f *ast.File) bool { return strings.HasSuffix(f.Name.Name, "test") }
+
+func contains(xs []int, v int) bool {
+	for _, x := range xs {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
