@@ -70,9 +70,17 @@ type GitBundleSpec struct {
 	Pull bool `json:"pull,omitempty"`
 }
 
-// StepNameSandboxMCP is the name of the step that starts the sandbox-mcp API; an
-// executor that returns the API's URL waits for its health after this step.
-const StepNameSandboxMCP = "start sandbox-mcp"
+// Names of the steps providers look at.
+const (
+	// StepNameSandboxMCP is the step that starts the sandbox-mcp API; the runner
+	// waits for its health after it.
+	StepNameSandboxMCP = "start sandbox-mcp"
+	// StepNameOpenCode is the step that starts OpenCode; a provider waits for it to
+	// be ready when it ran.
+	StepNameOpenCode = "start opencode"
+	// StepNameCaddy is the step that starts Caddy's preview proxy.
+	StepNameCaddy = "start caddy"
+)
 
 // Mode is a file mode that encodes as an octal string ("0644").
 type Mode fs.FileMode

@@ -58,7 +58,7 @@ func (b *planBuilder) additional() {
 	b.bg(Step{Name: "caddy admin dir", Kind: StepMkdir, Path: b.p.CaddyAdminDir(), Mode: 0o700})
 	b.bg(writeStep("caddy snippet", b.p.UserCaddyFile(), 0o644, b.snippet))
 	b.bg(writeStep("caddyfile", b.p.Caddyfile(), 0o644, b.caddyfile))
-	b.bg(Step{Name: "start caddy", Kind: StepStart, Requires: "caddy", TimeoutMs: BackgroundProcessTimeout.Milliseconds(),
+	b.bg(Step{Name: StepNameCaddy, Kind: StepStart, Requires: "caddy", TimeoutMs: BackgroundProcessTimeout.Milliseconds(),
 		Command: "exec caddy run --config " + ShellEscape(b.p.Caddyfile()) + " > " + ShellEscape(b.p.CaddyLog()) + " 2>&1"})
 
 	mcp := b.cfg.SandboxMCPCommand
@@ -137,7 +137,9 @@ func (b *planBuilder) bootServices() {
 	}
 	for _, c := range b.opts.ServiceCommands {
 		cwd := ServiceCwd(b.p, c.WorkspacePath, c.Cwd)
-		b.bg(Step{Name: "service " + c.Name, Kind: StepService, Requires: "proliferate",
+		// No Requires: the runner starts it through sandbox-mcp's API, which the
+		// step needs up, not the CLI.
+		b.bg(Step{Name: "service " + c.Name, Kind: StepService,
 			TimeoutMs: ServiceStartTimeout.Milliseconds(),
 			Command:   BuildServiceStartCommand(c.Name, c.Command, cwd),
 			Service:   &ServiceStart{Name: c.Name, Command: c.Command, Cwd: cwd}})

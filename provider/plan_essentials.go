@@ -66,7 +66,7 @@ func (b *planBuilder) essentials() {
 	if b.cfg.SandboxAgent {
 		return // sandbox-agent starts in the background phase and launches OpenCode itself
 	}
-	b.block(Step{Name: "start opencode", Kind: StepStart, Requires: "opencode", Env: b.agentEnv(),
+	b.block(Step{Name: StepNameOpenCode, Kind: StepStart, Requires: "opencode", Env: b.agentEnv(),
 		TimeoutMs: BackgroundProcessTimeout.Milliseconds(),
 		Command: "cd " + ShellEscape(repoDir) + " && exec opencode serve --print-logs --log-level ERROR --port " +
 			strconv.Itoa(PortOpenCode) + " --hostname 0.0.0.0 > " + ShellEscape(b.p.OpenCodeLog()) + " 2>&1"})

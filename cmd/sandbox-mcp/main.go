@@ -1,22 +1,18 @@
 // Command sandbox-mcp is the sandbox sidecar: `sandbox-mcp api` serves the HTTP
 // API and the terminal WebSocket; `sandbox-mcp mcp` serves the service manager as
-// MCP tools over stdio.
+// MCP tools over stdio (internal/cli/sandboxmcp). Started under the name
+// proliferate (a link or bind of this binary), it is the proliferate CLI.
 package main
 
 import (
-	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/services"
+	"github.com/proliferate-ai/sandbox-mcp/internal/cli"
+	"github.com/proliferate-ai/sandbox-mcp/internal/cli/sandboxmcp"
 )
 
 func main() {
-	// The service monitor is this binary re-executed; it must not start the sidecar.
-	services.RunMonitorIfRequested()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	// The service monitor (this binary re-executed) and the proliferate name.
+	cli.Main()
+	os.Exit(cli.Exec(sandboxmcp.Run, os.Args[1:]))
 }

@@ -15,9 +15,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
@@ -45,6 +47,9 @@ type backendOptions struct {
 	// Stderr receives progress lines.
 	Stderr io.Writer
 	Logger *slog.Logger
+	// Spec holds create's --image, --runtime, limits and volumes for the sandboxes
+	// the backend creates.
+	Spec engine.Spec
 }
 
 // backends maps --provider names to their constructors.
@@ -88,14 +93,70 @@ func findBinary(getenv func(string) string, envName, name string) string {
 	return ""
 }
 
-func newLocalBackend(ctx context.Context, o backendOptions) (*backend, error) {
-	mcp := findBinary(o.Getenv, "SANDBOXCTL_SANDBOX_MCP", "sandbox-mcp")
-	if mcp == "" {
-		return nil, errors.New("sandbox-mcp binary not found: set SANDBOXCTL_SANDBOX_MCP, or put it next to sandboxctl or on PATH")
+// selfAs links dir/name to this executable and returns the link: started under
+// that name, sandboxctl is that command (internal/cli), so a sandboxctl installed
+// alone carries the sidecar and the CLI it puts into sandboxes.
+func selfAs(dir, name string) (string, error) {
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
 	}
-	p, err := local.New(local.Options{Root: o.DataDir, SandboxMCP: mcp,
-		Proliferate: findBinary(o.Getenv, "SANDBOXCTL_PROLIFERATE", "proliferate"),
-		Unisolated:  o.Unisolated, Getenv: o.Getenv, Logger: o.Logger, Progress: o.Stderr})
+	if err != nil {
+		return "", fmt.Errorf("find sandboxctl's own binary: %w", err)
+	}
+	link := filepath.Join(dir, name)
+	if cur, err := os.Readlink(link); err == nil && cur == exe {
+		return link, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp := link + ".tmp-" + strconv.Itoa(os.Getpid())
+	os.Remove(tmp)
+	if err := os.Symlink(exe, tmp); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return link, nil
+}
+
+// carried is the binary sandboxctl binds into local sandboxes as name: a separate
+// one when findBinary finds it, else sandboxctl itself acting as name.
+func carried(o backendOptions, envName, name string) (string, error) {
+	if p := findBinary(o.Getenv, envName, name); p != "" {
+		return p, nil
+	}
+	p, err := selfAs(filepath.Join(o.DataDir, "bin"), name)
+	if err != nil {
+		return "", fmt.Errorf("no %s binary (set %s, or put it next to sandboxctl or on PATH), and sandboxctl cannot stand in: %w", name, envName, err)
+	}
+	return p, nil
+}
+
+func newLocalBackend(ctx context.Context, o backendOptions) (*backend, error) {
+	mcp, err := carried(o, "SANDBOXCTL_SANDBOX_MCP", "sandbox-mcp")
+	if err != nil {
+		return nil, err
+	}
+	cli, err := carried(o, "SANDBOXCTL_PROLIFERATE", "proliferate")
+	if err != nil {
+		return nil, err
+	}
+	var images engine.ImageResolver
+	if o.Spec.Image != "" {
+		// --image boots from the data dir's image store (sandboxctl image build).
+		s, err := store.Open(store.Options{Dir: imageStoreDir(o.DataDir)})
+		if err != nil {
+			return nil, err
+		}
+		images = s
+	}
+	p, err := local.New(local.Options{Root: o.DataDir, SandboxMCP: mcp, Proliferate: cli, Images: images,
+		Unisolated: o.Unisolated, Getenv: o.Getenv, Logger: o.Logger, Progress: o.Stderr,
+		Image: o.Spec.Image, Runtime: o.Spec.Runtime, Limits: o.Spec.Limits, Volumes: o.Spec.Volumes})
 	if errors.Is(err, engine.ErrNotIsolated) {
 		return nil, fmt.Errorf("%w\nsandboxctl --unisolated runs sandboxes as plain host processes, without isolation", err)
 	}

@@ -1,193 +1,158 @@
 package main
 
+// The commands over one sandbox of the engine. Each is NewCmdX(f, runF): the RunE
+// parses and validates into XOptions, then calls runF (a test's) or xRun, which
+// goes through withBackend, the one open-call-print.
+
 import (
+	"context"
 	"fmt"
-	"path"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
-func newCmdCreate(a *app) *cobra.Command {
-	var repos, envs []string
-	var snapshot, session, tokenEnv string
-	cmd := &cobra.Command{
-		Use:   "create [--repo URL[#branch]]... [--token-env VAR] [--snapshot ID] [--env K=V]... [--session ID]",
-		Short: "Create a sandbox and boot it with the platform's boot plan",
-		Long: "Create a sandbox: clone the repos, write the boot plan's files, start sandbox-mcp\n" +
-			"(and OpenCode and Caddy when installed), and print its id and URLs. Progress goes\n" +
-			"to stderr.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := provider.CreateOptions{SessionID: session, SnapshotID: snapshot, EnvVars: map[string]string{}}
-			token, err := gitToken(a, tokenEnv)
-			if err != nil {
-				return err
-			}
-			if opts.SessionID == "" {
-				opts.SessionID = "sandboxctl-" + time.Now().UTC().Format("20060102-150405")
-			}
-			for i, r := range repos {
-				url, branch, _ := strings.Cut(r, "#")
-				name := strings.TrimSuffix(path.Base(strings.TrimRight(url, "/")), ".git")
-				if name == "" || name == "." || name == "/" {
-					name = fmt.Sprintf("repo%d", i+1)
-				}
-				opts.Repos = append(opts.Repos, provider.RepoSpec{RepoURL: url, Token: token, Branch: branch, WorkspacePath: name})
-			}
-			for _, kv := range envs {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok || k == "" {
-					return usageError{errorf("--env %q: want KEY=VALUE", kv)}
-				}
-				opts.EnvVars[k] = v
-			}
-			b, err := a.open(cmd.Context(), "")
-			if err != nil {
-				return err
-			}
-			defer b.close()
-			if b.Provider == nil {
-				if len(repos) > 0 || session != "" {
-					return errorf("provider %s cannot boot the platform's plan (--repo, --session)", a.provider)
-				}
-				spec := engine.Spec{Snapshot: snapshot}
-				for k, v := range opts.EnvVars {
-					spec.Env = append(spec.Env, k+"="+v)
-				}
-				info, err := b.Engine.Create(cmd.Context(), spec)
-				if err != nil {
-					return err
-				}
-				if a.json {
-					return a.printJSON(info)
-				}
-				fmt.Fprintln(a.stdout, info.ID)
-				return nil
-			}
-			start := time.Now()
-			res, err := b.Provider.CreateSandbox(cmd.Context(), opts)
-			if err != nil {
-				return err
-			}
-			a.progress("created %s in %v", res.SandboxID, time.Since(start).Round(time.Millisecond))
-			if err := writeGitRecord(a.dataDir, res.SandboxID, opts.Repos); err != nil {
-				a.progress("warning: %v (push and sync will need --remote)", err)
-			}
-			if a.json {
-				return a.printJSON(res)
-			}
-			fmt.Fprintln(a.stdout, res.SandboxID)
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			for _, kv := range [][2]string{{"sandbox-mcp", res.SandboxMCPURL}, {"opencode", res.TunnelURL}, {"preview", res.PreviewURL}} {
-				if kv[1] != "" {
-					fmt.Fprintf(tw, "  %s\t%s\n", kv[0], kv[1])
-				}
-			}
-			return tw.Flush()
-		},
-	}
-	f := cmd.Flags()
-	f.StringArrayVar(&repos, "repo", nil, "git repository to clone, URL[#branch] (repeatable)")
-	f.StringVar(&snapshot, "snapshot", "", "start from this snapshot")
-	f.StringArrayVar(&envs, "env", nil, "environment variable KEY=VALUE for the sandbox (repeatable)")
-	f.StringVar(&session, "session", "", "session id (default: generated)")
-	f.StringVar(&tokenEnv, "token-env", "", "environment variable holding the git token of the --repo URLs (used on the host only)")
-	return cmd
+// IDOptions are the inputs of the commands on one sandbox id (snapshot, pause,
+// resume, tunnels).
+type IDOptions struct {
+	Ctx     context.Context
+	Factory *Factory
+	ID      string
 }
 
-func newCmdList(a *app) *cobra.Command {
+// IDsOptions are the inputs of terminate.
+type IDsOptions struct {
+	Ctx     context.Context
+	Factory *Factory
+	IDs     []string
+}
+
+// ListOptions are the inputs of list.
+type ListOptions struct {
+	Ctx     context.Context
+	Factory *Factory
+}
+
+// runOr calls runF with o when set, else run.
+func runOr[T any](o *T, runF, run func(*T) error) error {
+	if runF != nil {
+		return runF(o)
+	}
+	return run(o)
+}
+
+// NewCmdList builds `list`.
+func NewCmdList(f *Factory, runF func(*ListOptions) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
 		Short: "List sandboxes, dead ones included until terminated",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := a.open(cmd.Context(), "")
-			if err != nil {
-				return err
-			}
-			defer b.close()
-			list, err := b.Engine.List(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if a.json {
-				if list == nil {
-					list = []engine.Info{}
-				}
-				return a.printJSON(list)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tCREATED\tNAME")
-			for _, i := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", i.ID, i.State, i.Created.Local().Format(time.DateTime), i.Name)
-			}
-			return tw.Flush()
+			return runOr(&ListOptions{Ctx: cmd.Context(), Factory: f}, runF, listRun)
 		},
 	}
 }
 
-func newCmdExec(a *app) *cobra.Command {
-	var cwd string
-	var envs []string
-	var timeout time.Duration
-	var stdin, tty bool
+func listRun(o *ListOptions) error {
+	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) ([]engine.Info, error) {
+		list, err := b.Engine.List(ctx)
+		if list == nil {
+			list = []engine.Info{}
+		}
+		return list, err
+	}, func(w io.Writer, list []engine.Info) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSTATE\tCREATED\tNAME")
+		for _, i := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", i.ID, i.State, i.Created.Local().Format(time.DateTime), i.Name)
+		}
+		return tw.Flush()
+	})
+}
+
+// ExecOptions are the inputs of exec.
+type ExecOptions struct {
+	Ctx     context.Context
+	Factory *Factory
+	ID      string
+	Argv    []string
+	Cwd     string
+	Env     []string
+	Timeout time.Duration
+	Stdin   bool
+	TTY     bool
+}
+
+// NewCmdExec builds `exec`.
+func NewCmdExec(f *Factory, runF func(*ExecOptions) error) *cobra.Command {
+	o := &ExecOptions{Factory: f}
 	cmd := &cobra.Command{
 		Use:   "exec ID [flags] -- ARGV...",
 		Short: "Run a command in a sandbox; exit with its exit code",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := a.open(cmd.Context(), "")
-			if err != nil {
-				return err
+			o.Ctx, o.ID, o.Argv = cmd.Context(), args[0], args[1:]
+			for _, kv := range o.Env {
+				if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+					return usageError{errorf("--env %q: want KEY=VALUE", kv)}
+				}
 			}
-			defer b.close()
-			req := engine.ExecRequest{Argv: args[1:], Cwd: cwd, Env: envs, Timeout: timeout,
-				Stdout: a.stdout, Stderr: a.stderr}
-			resize := make(chan engine.WindowSize, 1)
-			if stdin || tty {
-				req.Stdin = a.stdin
-			}
-			if tty {
-				req.TTY = true
-				stop := a.terminalSetup(cmd.Context(), func(ws engine.WindowSize) {
-					if req.Size == (engine.WindowSize{}) {
-						req.Size = ws
-						return
-					}
-					select {
-					case resize <- ws:
-					default:
-					}
-				})
-				defer stop()
-				req.Resize = resize
-			}
-			code, err := b.Engine.Exec(cmd.Context(), args[0], req)
-			if err != nil && code != 124 {
-				return err
-			}
-			if err != nil {
-				fmt.Fprintln(a.stderr, "Error:", err)
-			}
-			if code != 0 {
-				return exitError{code}
-			}
-			return nil
+			return runOr(o, runF, execRun)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&cwd, "cwd", "", "working directory inside (default: the home directory)")
-	f.StringArrayVar(&envs, "env", nil, "extra environment variable KEY=VALUE (repeatable)")
-	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long (exit code 124)")
-	f.BoolVarP(&stdin, "interactive", "i", false, "pass stdin to the command")
-	f.BoolVarP(&tty, "tty", "t", false, "run the command on a terminal (raw mode and resizes when stdin is one; implies -i)")
+	fl := cmd.Flags()
+	fl.StringVar(&o.Cwd, "cwd", "", "working directory inside (default: the home directory)")
+	fl.StringArrayVar(&o.Env, "env", nil, "extra environment variable KEY=VALUE (repeatable)")
+	fl.DurationVar(&o.Timeout, "timeout", 0, "kill the command after this long (exit code 124)")
+	fl.BoolVarP(&o.Stdin, "interactive", "i", false, "pass stdin to the command")
+	fl.BoolVarP(&o.TTY, "tty", "t", false, "run the command on a terminal (raw mode and resizes when stdin is one; implies -i)")
 	return cmd
+}
+
+// execRun streams the command's output; its exit code becomes sandboxctl's.
+func execRun(o *ExecOptions) error {
+	f := o.Factory
+	b, err := f.open(o.Ctx, "")
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	req := engine.ExecRequest{Argv: o.Argv, Cwd: o.Cwd, Env: o.Env, Timeout: o.Timeout, Stdout: f.stdout, Stderr: f.stderr}
+	resize := make(chan engine.WindowSize, 1)
+	if o.Stdin || o.TTY {
+		req.Stdin = f.stdin
+	}
+	if o.TTY {
+		req.TTY = true
+		stop := f.terminalSetup(o.Ctx, func(ws engine.WindowSize) {
+			if req.Size == (engine.WindowSize{}) {
+				req.Size = ws
+				return
+			}
+			select {
+			case resize <- ws:
+			default:
+			}
+		})
+		defer stop()
+		req.Resize = resize
+	}
+	code, err := b.Engine.Exec(o.Ctx, o.ID, req)
+	if err != nil && code != 124 {
+		return err
+	}
+	if err != nil {
+		fmt.Fprintln(f.stderr, "Error:", err)
+	}
+	if code != 0 {
+		return exitError{code}
+	}
+	return nil
 }
 
 // sandboxPath splits ID:/path; ok is false for a local path.
@@ -199,7 +164,19 @@ func sandboxPath(s string) (id, p string, ok bool) {
 	return id, p, true
 }
 
-func newCmdCp(a *app) *cobra.Command {
+// CpOptions are the inputs of cp: exactly one side is in a sandbox.
+type CpOptions struct {
+	Ctx     context.Context
+	Factory *Factory
+	// ID is the sandbox; Out says it is the source (copy out), else the destination.
+	ID  string
+	Out bool
+	// Src and Dst are the paths, the sandbox's without its ID: prefix.
+	Src, Dst string
+}
+
+// NewCmdCp builds `cp`.
+func NewCmdCp(f *Factory, runF func(*CpOptions) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy a file or directory between the host and a sandbox (ID:/path; - is stdin/stdout)",
@@ -210,115 +187,115 @@ func newCmdCp(a *app) *cobra.Command {
 			if srcIn == dstIn {
 				return usageError{errorf("cp: exactly one of SRC and DST must be ID:/path")}
 			}
-			b, err := a.open(cmd.Context(), "")
-			if err != nil {
-				return err
-			}
-			defer b.close()
-			ctx := cmd.Context()
+			o := &CpOptions{Ctx: cmd.Context(), Factory: f, ID: dstID, Src: args[0], Dst: dstPath}
 			if srcIn {
-				return copyOut(ctx, b.Engine, srcID, srcPath, args[1], a.stdout)
+				o.ID, o.Out, o.Src, o.Dst = srcID, true, srcPath, args[1]
 			}
-			return copyIn(ctx, b.Engine, args[0], dstID, dstPath, a.stdin)
+			return runOr(o, runF, cpRun)
 		},
 	}
 }
 
-func newCmdSnapshot(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "snapshot ID",
-		Short: "Snapshot a sandbox's writable state; print the snapshot id",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := a.open(cmd.Context(), "")
-			if err != nil {
-				return err
-			}
-			defer b.close()
-			a.progress("snapshotting %s", args[0])
-			id, err := b.Engine.Snapshot(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(map[string]string{"snapshotId": id})
-			}
-			fmt.Fprintln(a.stdout, id)
-			return nil
-		},
-	}
+func cpRun(o *CpOptions) error {
+	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) (struct{}, error) {
+		if o.Out {
+			return struct{}{}, copyOut(ctx, b.Engine, o.ID, o.Src, o.Dst, o.Factory.stdout)
+		}
+		return struct{}{}, copyIn(ctx, b.Engine, o.Src, o.ID, o.Dst, o.Factory.stdin)
+	}, nil)
 }
 
-func newCmdPause(a *app, pause bool) *cobra.Command {
-	use, short := "resume ID", "Resume a paused sandbox"
-	if pause {
-		use, short = "pause ID", "Freeze every process of a sandbox"
-	}
+// idCmd is a command on one sandbox id.
+func idCmd(f *Factory, use, short string, runF, run func(*IDOptions) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   use,
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := a.open(cmd.Context(), "")
-			if err != nil {
-				return err
-			}
-			defer b.close()
-			f := b.Engine.Resume
-			if pause {
-				f = b.Engine.Pause
-			}
-			if err := f(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			return a.printState(cmd, b, args[0])
+			return runOr(&IDOptions{Ctx: cmd.Context(), Factory: f, ID: args[0]}, runF, run)
 		},
 	}
 }
 
-func (a *app) printState(cmd *cobra.Command, b openedBackend, id string) error {
-	info, err := b.Engine.Get(cmd.Context(), id)
-	if err != nil {
-		return err
-	}
-	if a.json {
-		return a.printJSON(info)
-	}
-	fmt.Fprintf(a.stdout, "%s %s\n", info.ID, info.State)
-	return nil
+// NewCmdSnapshot builds `snapshot`.
+func NewCmdSnapshot(f *Factory, runF func(*IDOptions) error) *cobra.Command {
+	return idCmd(f, "snapshot ID", "Snapshot a sandbox's writable state; print the snapshot id", runF, snapshotRun)
 }
 
-func newCmdTerminate(a *app) *cobra.Command {
+type snapshotView struct {
+	SnapshotID string `json:"snapshotId"`
+}
+
+func snapshotRun(o *IDOptions) error {
+	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) (snapshotView, error) {
+		o.Factory.progress("snapshotting %s", o.ID)
+		id, err := b.Engine.Snapshot(ctx, o.ID)
+		return snapshotView{id}, err
+	}, func(w io.Writer, v snapshotView) error {
+		_, err := fmt.Fprintln(w, v.SnapshotID)
+		return err
+	})
+}
+
+// NewCmdPause builds `pause` (pause true) or `resume`.
+func NewCmdPause(f *Factory, pause bool, runF func(*IDOptions) error) *cobra.Command {
+	if pause {
+		return idCmd(f, "pause ID", "Freeze every process of a sandbox", runF, func(o *IDOptions) error { return pauseRun(o, true) })
+	}
+	return idCmd(f, "resume ID", "Resume a paused sandbox", runF, func(o *IDOptions) error { return pauseRun(o, false) })
+}
+
+func pauseRun(o *IDOptions, pause bool) error {
+	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) (engine.Info, error) {
+		f := b.Engine.Resume
+		if pause {
+			f = b.Engine.Pause
+		}
+		if err := f(ctx, o.ID); err != nil {
+			return engine.Info{}, err
+		}
+		return b.Engine.Get(ctx, o.ID)
+	}, func(w io.Writer, info engine.Info) error {
+		_, err := fmt.Fprintf(w, "%s %s\n", info.ID, info.State)
+		return err
+	})
+}
+
+// NewCmdTerminate builds `terminate`.
+func NewCmdTerminate(f *Factory, runF func(*IDsOptions) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "terminate ID...",
 		Short: "Terminate sandboxes: kill every process, remove mounts, tunnels and state",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := a.open(cmd.Context(), "")
-			if err != nil {
-				return err
-			}
-			defer b.close()
-			for _, id := range args {
-				if b.Provider != nil {
-					err = b.Provider.Terminate(cmd.Context(), "", id)
-				} else {
-					err = b.Engine.Terminate(cmd.Context(), id)
-				}
-				if err != nil {
-					return err
-				}
-				removeGitRecord(a.dataDir, id)
-				if !a.json {
-					fmt.Fprintf(a.stdout, "%s terminated\n", id)
-				}
-			}
-			if a.json {
-				return a.printJSON(map[string][]string{"terminated": args})
-			}
-			return nil
+			return runOr(&IDsOptions{Ctx: cmd.Context(), Factory: f, IDs: args}, runF, terminateRun)
 		},
 	}
+}
+
+type terminatedView struct {
+	Terminated []string `json:"terminated"`
+}
+
+func terminateRun(o *IDsOptions) error {
+	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) (terminatedView, error) {
+		for _, id := range o.IDs {
+			var err error
+			if b.Provider != nil {
+				err = b.Provider.Terminate(ctx, "", id)
+			} else {
+				err = b.Engine.Terminate(ctx, id)
+			}
+			if err != nil {
+				return terminatedView{}, err
+			}
+			removeGitRecord(o.Factory.dataDir, id)
+			if !o.Factory.json {
+				fmt.Fprintf(o.Factory.stdout, "%s terminated\n", id)
+			}
+		}
+		return terminatedView{o.IDs}, nil
+	}, nil)
 }
 
 // tunnelView is a tunnel as printed.
@@ -327,36 +304,27 @@ type tunnelView struct {
 	URL string `json:"url"`
 }
 
-func newCmdTunnels(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "tunnels ID",
-		Short: "List a sandbox's tunnels: port inside and URL on the host",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := a.open(cmd.Context(), "")
-			if err != nil {
-				return err
-			}
-			defer b.close()
-			info, err := b.Engine.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			views := []tunnelView{}
-			for _, t := range info.Tunnels {
-				views = append(views, tunnelView{t, fmt.Sprintf("http://%s", hostPort(t))})
-			}
-			if a.json {
-				return a.printJSON(views)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "PORT\tURL")
-			for _, v := range views {
-				fmt.Fprintf(tw, "%d\t%s\n", v.Port, v.URL)
-			}
-			return tw.Flush()
-		},
-	}
+// NewCmdTunnels builds `tunnels`.
+func NewCmdTunnels(f *Factory, runF func(*IDOptions) error) *cobra.Command {
+	return idCmd(f, "tunnels ID", "List a sandbox's tunnels: port inside and URL on the host", runF, tunnelsRun)
+}
+
+func tunnelsRun(o *IDOptions) error {
+	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) ([]tunnelView, error) {
+		info, err := b.Engine.Get(ctx, o.ID)
+		views := []tunnelView{}
+		for _, t := range info.Tunnels {
+			views = append(views, tunnelView{t, fmt.Sprintf("http://%s", hostPort(t))})
+		}
+		return views, err
+	}, func(w io.Writer, views []tunnelView) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PORT\tURL")
+		for _, v := range views {
+			fmt.Fprintf(tw, "%d\t%s\n", v.Port, v.URL)
+		}
+		return tw.Flush()
+	})
 }
 
 func hostPort(t engine.Tunnel) string {

@@ -20,8 +20,18 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-func newCmdTerminal(a *app) *cobra.Command {
-	var token string
+// TerminalOptions are the inputs of terminal.
+type TerminalOptions struct {
+	Ctx     context.Context
+	Factory *Factory
+	// Target is a sandbox id or a sidecar URL.
+	Target string
+	Token  string
+}
+
+// NewCmdTerminal builds `terminal`.
+func NewCmdTerminal(f *Factory, runF func(*TerminalOptions) error) *cobra.Command {
+	o := &TerminalOptions{Factory: f}
 	cmd := &cobra.Command{
 		Use:   "terminal ID|URL",
 		Short: "Attach an interactive terminal to a sandbox's sidecar (or any sandbox-mcp URL)",
@@ -31,34 +41,38 @@ func newCmdTerminal(a *app) *cobra.Command {
 			"--token or $SANDBOX_MCP_AUTH_TOKEN.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			url := args[0]
-			if !strings.Contains(url, "://") {
-				b, err := a.open(ctx, "")
-				if err != nil {
-					return err
-				}
-				defer b.close()
-				if b.Sidecar == nil {
-					return errorf("provider %s cannot tell a sandbox's sidecar URL; give the URL", a.provider)
-				}
-				u, tok, err := b.Sidecar(ctx, url)
-				if err != nil {
-					return err
-				}
-				url = u
-				if token == "" {
-					token = tok
-				}
-			}
-			if token == "" {
-				token = a.getenv(rules.EnvAuthToken)
-			}
-			return a.terminal(ctx, url, token)
+			o.Ctx, o.Target = cmd.Context(), args[0]
+			return runOr(o, runF, terminalRun)
 		},
 	}
-	cmd.Flags().StringVar(&token, "token", "", "sidecar auth token (default: the sandbox's, or $SANDBOX_MCP_AUTH_TOKEN)")
+	cmd.Flags().StringVar(&o.Token, "token", "", "sidecar auth token (default: the sandbox's, or $SANDBOX_MCP_AUTH_TOKEN)")
 	return cmd
+}
+
+func terminalRun(o *TerminalOptions) error {
+	f, url, token := o.Factory, o.Target, o.Token
+	if !strings.Contains(url, "://") {
+		b, err := f.open(o.Ctx, "")
+		if err != nil {
+			return err
+		}
+		defer b.close()
+		if b.Sidecar == nil {
+			return errorf("provider %s cannot tell a sandbox's sidecar URL; give the URL", f.provider)
+		}
+		u, tok, err := b.Sidecar(o.Ctx, url)
+		if err != nil {
+			return err
+		}
+		url = u
+		if token == "" {
+			token = tok
+		}
+	}
+	if token == "" {
+		token = f.getenv(rules.EnvAuthToken)
+	}
+	return f.terminal(o.Ctx, url, token)
 }
 
 // terminalURL turns a sidecar base URL into its terminal WebSocket URL.

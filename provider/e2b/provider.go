@@ -32,7 +32,8 @@ type Options struct {
 	// SandboxMCPCommand is how sandbox-mcp is invoked inside the sandbox; empty means
 	// "sandbox-mcp" from PATH.
 	SandboxMCPCommand string
-	// SidecarTimeout bounds the wait for sandbox-mcp's health; zero means 30s.
+	// SidecarTimeout bounds the wait for sandbox-mcp's health; zero means
+	// provider.SidecarWaitTimeout.
 	SidecarTimeout time.Duration
 	// Logger receives boot steps and restore fallbacks; nil discards.
 	Logger *slog.Logger
@@ -78,7 +79,7 @@ func New(o Options) (*Provider, error) {
 		o.Now = time.Now
 	}
 	if o.SidecarTimeout <= 0 {
-		o.SidecarTimeout = 30 * time.Second
+		o.SidecarTimeout = provider.SidecarWaitTimeout
 	}
 	log := o.Logger
 	if log == nil {

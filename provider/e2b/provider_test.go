@@ -116,8 +116,19 @@ func sidecarHealthy(t *testing.T, url string) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	if _, err := cl.Health(ctx); err != nil {
-		t.Errorf("sandbox-mcp health through the tunnel %s: %v", url, err)
+	// The boot waits for the sidecar, not for Caddy: the preview route may take a
+	// moment more (a reset connection until Caddy listens).
+	for {
+		_, err := cl.Health(ctx)
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Errorf("sandbox-mcp health through the tunnel %s: %v", url, err)
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 

@@ -243,7 +243,7 @@ func TestUnisolatedBoot(t *testing.T) {
 	if code := health(t, b.SandboxMCPURL); code != http.StatusOK {
 		t.Errorf("health = %d", code)
 	}
-	if rep := report(b); rep["start caddy"].Status != StatusSkipped || rep["start opencode"].Status != StatusSkipped {
+	if rep := report(b); rep["start caddy"].Status != provider.StepSkipped || rep["start opencode"].Status != provider.StepSkipped {
 		t.Errorf("fixed-port programs ran unisolated: %+v %+v", rep["start caddy"], rep["start opencode"])
 	}
 	if err := p.Terminate(t.Context(), "s", b.SandboxID); err != nil {

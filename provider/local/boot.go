@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+
 	"io/fs"
 	"net/url"
 	"os"
-	"path"
+
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +20,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // tunnelPorts are the ports of an isolated sandbox published on the host: the
@@ -78,10 +79,10 @@ func hostPort(host string, port int) string {
 }
 
 // Boot creates a sandbox on the engine, builds the boot plan for it and runs every
-// step inside it, blocking then background, and waits for sandbox-mcp's health. A
-// failed fatal step or an unhealthy sidecar ends the boot: the sandbox is terminated
-// and the error is a *provider.ProviderError; the returned Boot still holds the plan
-// and the report.
+// step inside it with provider.RunPlan, blocking then background, which waits for
+// sandbox-mcp's health. A failed fatal step or an unhealthy sidecar ends the boot:
+// the sandbox is terminated and the error is a *provider.ProviderError; the returned
+// Boot still holds the plan and the report.
 func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot, error) {
 	fail := func(err error) (Boot, error) {
 		return Boot{}, provider.FromError(err, provider.KindLocal, provider.OpCreateSandbox)
@@ -89,44 +90,90 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 	if opts.SessionID == "" {
 		return fail(errors.New("build plan: sessionId is required"))
 	}
-	isolated := !p.o.Unisolated
-	spec := engine.Spec{Snapshot: opts.SnapshotID, Labels: map[string]string{"session": opts.SessionID}}
-	if isolated {
+	info, err := p.create(ctx, opts)
+	if err != nil {
+		return fail(err)
+	}
+	id := info.ID
+	cleanup := func() {
+		_ = p.eng.Terminate(context.Background(), id)
+		os.Remove(p.statePath(id))
+	}
+	t, plan, err := p.prepare(ctx, info, opts)
+	if err != nil {
+		cleanup()
+		return fail(err)
+	}
+	st := state{SandboxID: id, SessionID: opts.SessionID, Home: info.Home, Paths: t.paths, SidecarToken: t.token,
+		Result: provider.CreateResult{SandboxID: id, SandboxMCPURL: t.sidecarURL,
+			ExpiresAt: p.o.Now().Add(provider.SandboxTimeout(p.o.Getenv)).UnixMilli()}}
+	for _, w := range plan.Warnings {
+		p.log.Warn("boot plan", "sandbox_id", id, "warning", w)
+	}
+	r := provider.NewRunner(plan, t, provider.RunOptions{SidecarTimeout: p.o.SidecarTimeout,
+		SidecarLog: t.paths.SandboxMCPLog(), GitMirrors: p.o.GitMirrors, Skip: p.skip, OnStep: t.onStep, Ended: t.ended})
+	bootErr := r.RunPhase(ctx, provider.PhaseBlocking)
+	if bootErr == nil {
+		bootErr = r.RunPhase(ctx, provider.PhaseBackground)
+	}
+	if bootErr == nil {
+		bootErr = r.SidecarError()
+	}
+	st.Report = r.Report()
+	if bootErr == nil {
+		p.publish(ctx, &st.Result, info, r)
+		bootErr = p.writeState(st)
+	}
+	b := Boot{CreateResult: st.Result, Home: info.Home, Paths: t.paths, SidecarToken: t.token, Plan: plan, Report: st.Report}
+	if bootErr != nil {
+		// A failed boot leaves nothing behind: the caller gets no sandbox to terminate.
+		// The report in the returned Boot says what happened.
+		cleanup()
+		b.SandboxID, b.SandboxMCPURL = "", ""
+		return b, provider.FromError(bootErr, provider.KindLocal, provider.OpCreateSandbox)
+	}
+	return b, nil
+}
+
+// create creates the sandbox of a boot on the engine.
+func (p *Provider) create(ctx context.Context, opts provider.CreateOptions) (engine.Info, error) {
+	spec := p.spec()
+	spec.Snapshot = opts.SnapshotID
+	spec.Labels = map[string]string{"session": opts.SessionID}
+	if !p.o.Unisolated {
 		// Its own network (the fixed ports are its own), the outside through the
 		// egress proxy (remote clones, the LLM), local repos bound in.
 		spec.Ports = tunnelPorts
 		spec.Egress = true
-		spec.Mounts = repoMounts(opts)
+		spec.Mounts = append(spec.Mounts, repoMounts(opts)...)
 	}
 	p.progress("creating sandbox")
 	info, err := p.eng.Create(ctx, spec)
 	if err != nil {
 		if errors.Is(err, engine.ErrNotFound) && opts.SnapshotID != "" {
-			return fail(fmt.Errorf("snapshot %q not found: %w", opts.SnapshotID, err))
+			return info, fmt.Errorf("snapshot %q not found: %w", opts.SnapshotID, err)
 		}
-		return fail(err)
+		return info, err
 	}
-	id := info.ID
-	p.progress("sandbox %s created", id)
-	paths := provider.DefaultPaths()
+	p.progress("sandbox %s created", info.ID)
+	return info, nil
+}
+
+// prepare builds the plan of a created sandbox and the Target it runs in.
+func (p *Provider) prepare(ctx context.Context, info engine.Info, opts provider.CreateOptions) (*target, provider.Plan, error) {
+	isolated := !p.o.Unisolated
+	t := &target{p: p, id: info.ID, paths: provider.DefaultPaths(), sidecarURL: tunnelURL(info, provider.PortSandboxMCP)}
 	if !isolated {
-		paths = provider.RootedPaths(info.Home)
-		if err := p.eng.MkdirAll(ctx, id, paths.Tmp); err != nil {
-			_ = p.eng.Terminate(context.Background(), id)
-			return fail(err)
+		t.paths = provider.RootedPaths(info.Home)
+		if err := p.eng.MkdirAll(ctx, t.id, t.paths.Tmp); err != nil {
+			return nil, provider.Plan{}, err
 		}
-	}
-	st := state{SandboxID: id, SessionID: opts.SessionID, Home: info.Home, Paths: paths}
-	cleanup := func() {
-		_ = p.eng.Terminate(context.Background(), id)
-		os.Remove(p.statePath(id))
 	}
 	var meta *provider.SessionMetadata
 	if opts.SnapshotID != "" {
-		m, err := p.restoredMetadata(ctx, id, opts.SnapshotID, paths)
+		m, err := p.restoredMetadata(ctx, t.id, opts.SnapshotID, t.paths)
 		if err != nil {
-			cleanup()
-			return fail(err)
+			return nil, provider.Plan{}, err
 		}
 		meta = m
 	}
@@ -139,80 +186,63 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 		env[provider.EnvSandboxMCPAuthToken] = newID("tok-")
 	}
 	opts.EnvVars = env
-	token := env[provider.EnvSandboxMCPAuthToken]
-	cfg := provider.PlanConfig{Kind: provider.KindLocal, Paths: paths, Settings: provider.LoadHostSettings(p.o.Getenv),
+	t.token = env[provider.EnvSandboxMCPAuthToken]
+	cfg := provider.PlanConfig{Kind: provider.KindLocal, Paths: t.paths, Settings: provider.LoadHostSettings(p.o.Getenv),
 		Now: p.o.Now(), Metadata: meta}
-	sidecarURL := tunnelURL(info, provider.PortSandboxMCP)
 	if !isolated {
 		port, err := freePort()
 		if err != nil {
-			cleanup()
-			return fail(err)
+			return nil, provider.Plan{}, err
 		}
-		sidecarURL = "http://127.0.0.1:" + strconv.Itoa(port)
+		t.sidecarURL = "http://127.0.0.1:" + strconv.Itoa(port)
 		cfg.SandboxMCPCommand = p.o.SandboxMCP
 		cfg.SidecarEnv = map[string]string{
 			rules.EnvAddr:         "127.0.0.1:" + strconv.Itoa(port),
-			rules.EnvStateDir:     paths.SidecarStateDir(),
+			rules.EnvStateDir:     t.paths.SidecarStateDir(),
 			rules.EnvPreviewAddr:  "127.0.0.1:0",
-			rules.EnvCaddySnippet: paths.UserCaddyFile(),
-			rules.EnvCaddyfile:    paths.Caddyfile(),
+			rules.EnvCaddySnippet: t.paths.UserCaddyFile(),
+			rules.EnvCaddyfile:    t.paths.Caddyfile(),
 			// Never the host's own Caddy: an admin socket inside the sandbox.
-			rules.EnvCaddyAdmin: "unix/" + filepath.Join(paths.Tmp, "caddy-admin.sock"),
+			rules.EnvCaddyAdmin: "unix/" + filepath.Join(t.paths.Tmp, "caddy-admin.sock"),
 		}
 	}
 	plan, err := provider.BuildPlan(opts, cfg)
-	if err != nil {
-		cleanup()
-		return fail(err)
+	return t, plan, err
+}
+
+// skip vetoes the steps an unisolated sandbox cannot run: OpenCode and Caddy bind
+// fixed ports that several sandboxes on one host cannot share.
+func (p *Provider) skip(s provider.Step) string {
+	if !p.o.Unisolated {
+		return ""
 	}
-	st.SidecarToken = token
-	st.Result = provider.CreateResult{SandboxID: id, SandboxMCPURL: sidecarURL,
-		ExpiresAt: cfg.Now.Add(provider.SandboxTimeout(p.o.Getenv)).UnixMilli()}
-	r := &run{p: p, id: id, isolated: isolated, paths: paths, plan: plan, st: &st, ok: map[string]bool{}, sidecarURL: sidecarURL, token: token}
-	bootErr := r.steps(ctx, "blocking", plan.Blocking)
-	if bootErr == nil {
-		bootErr = r.steps(ctx, "background", plan.Background)
+	switch {
+	case s.Name == provider.StepNameOpenCode && !p.o.RunOpenCode:
+		return "disabled: OpenCode binds the fixed port 4096"
+	case s.Name == provider.StepNameCaddy && !p.o.RunCaddy:
+		return "disabled: the Caddyfile binds the fixed preview port 20000"
 	}
-	if bootErr == nil && !r.sidecarUp {
-		bootErr = errors.New("sandbox-mcp was not started")
-		for _, rep := range st.Report {
-			if rep.Name == provider.StepNameSandboxMCP && rep.Reason != "" {
-				bootErr = fmt.Errorf("sandbox-mcp was not started: %s", rep.Reason)
-			}
+	return ""
+}
+
+// publish fills the OpenCode and preview URLs of a booted sandbox whose steps ran.
+func (p *Provider) publish(ctx context.Context, res *provider.CreateResult, info engine.Info, r *provider.Runner) {
+	url := func(port int) string {
+		if p.o.Unisolated {
+			return "http://127.0.0.1:" + strconv.Itoa(port)
 		}
+		return tunnelURL(info, port)
 	}
-	if bootErr == nil && r.ok["start opencode"] {
-		st.Result.TunnelURL = "http://127.0.0.1:" + strconv.Itoa(provider.PortOpenCode)
-		if isolated {
-			st.Result.TunnelURL = tunnelURL(info, provider.PortOpenCode)
-		}
+	if r.Succeeded(provider.StepNameOpenCode) {
+		res.TunnelURL = url(provider.PortOpenCode)
 		// As on the cloud providers, an OpenCode that is slow to come up is a warning.
-		if _, err := provider.WaitForOpenCodeReady(ctx, st.Result.TunnelURL, provider.ReadyOptions{}); err != nil {
-			p.log.Warn("opencode not ready", "sandbox_id", id, "err", err)
+		if _, err := provider.WaitForOpenCodeReady(ctx, res.TunnelURL, provider.ReadyOptions{}); err != nil {
+			p.log.Warn("opencode not ready", "sandbox_id", info.ID, "err", err)
 		}
 	}
-	if bootErr == nil && r.ok["start caddy"] {
-		st.Result.PreviewURL = "http://127.0.0.1:" + strconv.Itoa(provider.PortPreview)
-		if isolated {
-			st.Result.PreviewURL = tunnelURL(info, provider.PortPreview)
-		}
+	if r.Succeeded(provider.StepNameCaddy) {
+		res.PreviewURL = url(provider.PortPreview)
 	}
-	if bootErr == nil {
-		bootErr = p.writeState(st)
-	}
-	for _, w := range plan.Warnings {
-		p.log.Warn("boot plan", "sandbox_id", id, "warning", w)
-	}
-	b := Boot{CreateResult: st.Result, Home: info.Home, Paths: paths, SidecarToken: token, Plan: plan, Report: st.Report}
-	if bootErr != nil {
-		// A failed boot leaves nothing behind: the caller gets no sandbox to terminate.
-		// The report in the returned Boot says what happened.
-		cleanup()
-		b.SandboxID, b.SandboxMCPURL = "", ""
-		return b, provider.FromError(bootErr, provider.KindLocal, provider.OpCreateSandbox)
-	}
-	return b, nil
 }
 
 func (p *Provider) progress(format string, args ...any) {
@@ -246,163 +276,84 @@ func (p *Provider) restoredMetadata(ctx context.Context, id, snapshotID string, 
 	return m, nil
 }
 
-// run executes one plan.
-type run struct {
+// target is provider.Target over the engine: one sandbox of this provider.
+type target struct {
 	p          *Provider
 	id         string
-	isolated   bool
 	paths      provider.Paths
-	plan       provider.Plan
-	st         *state
-	ok         map[string]bool
 	sidecarURL string
 	token      string
-	sidecarUp  bool
 }
 
-func (r *run) steps(ctx context.Context, phase string, steps []provider.Step) error {
-	for _, s := range steps {
-		start := time.Now()
-		rep := StepReport{Name: s.Name, Phase: phase}
-		status, reason, output, err := r.step(ctx, s)
-		rep.Status, rep.Reason, rep.Output = status, reason, output
-		if err != nil {
-			rep.Status = StatusFailed
-			rep.Reason = provider.RedactSecrets(err.Error())
-		}
-		rep.DurationMs = time.Since(start).Milliseconds()
-		r.st.Report = append(r.st.Report, rep)
-		r.ok[s.Name] = rep.Status == StatusOK
-		r.p.log.Info("boot step", "sandbox_id", r.id, "step", s.Name, "status", rep.Status, "reason", rep.Reason)
-		if rep.Status != StatusSkipped || s.Kind == provider.StepRun || s.Kind == provider.StepStart {
-			line := fmt.Sprintf("  %s: %s", s.Name, rep.Status)
-			if rep.Reason != "" {
-				line += " (" + tail(rep.Reason, 200) + ")"
-			}
-			if s.Kind == provider.StepRun || s.Kind == provider.StepStart || s.Kind == provider.StepService || rep.Status == StatusFailed {
-				r.p.progress("%s", line)
-			}
-		}
-		if err != nil && s.Fatal {
-			return fmt.Errorf("%s: %w", s.Name, err)
-		}
+// Exec runs bash -c command in the sandbox's home; the whole process group is killed
+// when the timeout passes.
+func (t *target) Exec(ctx context.Context, command string, env map[string]string, timeout time.Duration) (provider.ExecResult, error) {
+	res, timedOut, err := t.p.runCommandT(ctx, t.id, []string{"bash", "-c", command}, t.paths.Home, env, timeout)
+	if timedOut {
+		return res, provider.ErrExecTimeout
+	}
+	return res, err
+}
+
+func (t *target) StartDetached(ctx context.Context, command string, env map[string]string) error {
+	_, err := t.p.eng.StartDetached(ctx, t.id, engine.ExecRequest{Argv: []string{"bash", "-c", command},
+		Cwd: t.paths.Home, Env: envList(env)})
+	return err
+}
+
+func (t *target) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
+	return t.p.eng.WriteFile(ctx, t.id, p, data, uint32(mode.Perm()))
+}
+
+func (t *target) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	return t.p.eng.ReadFile(ctx, t.id, p)
+}
+
+func (t *target) MkdirAll(ctx context.Context, p string, mode fs.FileMode) error {
+	if err := t.p.eng.MkdirAll(ctx, t.id, p); err != nil {
+		return err
+	}
+	return t.p.eng.chmod(t.id, p, uint32(mode.Perm()))
+}
+
+func (t *target) Sidecar() (*sidecar.Client, error) {
+	return sidecarClient(t.p.client, t.sidecarURL, t.token)
+}
+
+// Target is the provider.Target of a running sandbox: what the boot runs its plan
+// in, to run another plan the same way.
+func (p *Provider) Target(ctx context.Context, sandboxID string) (provider.Target, error) {
+	st, ok := p.alive(ctx, sandboxID)
+	if !ok {
+		return nil, provider.NewProviderError(provider.KindLocal, provider.OpExecCommand, fmt.Sprintf("sandbox %s not found", sandboxID), false, nil)
+	}
+	return &target{p: p, id: sandboxID, paths: st.Paths, sidecarURL: st.Result.SandboxMCPURL, token: st.SidecarToken}, nil
+}
+
+// ended says whether the sandbox has ended (terminated during its boot).
+func (t *target) ended(ctx context.Context) error {
+	info, err := t.p.eng.Get(ctx, t.id)
+	if err != nil {
+		return err
+	}
+	if info.State == engine.StateDead {
+		return fmt.Errorf("sandbox %s ended", t.id)
 	}
 	return nil
 }
 
-// step runs s and says how it went; err is a failure, a skip is not.
-func (r *run) step(ctx context.Context, s provider.Step) (status, reason, output string, err error) {
-	for _, dep := range s.IfAllOK {
-		if !r.ok[dep] {
-			return StatusSkipped, "step " + dep + " did not succeed", "", nil
-		}
+// onStep logs a step's outcome and prints the ones a person waits for.
+func (t *target) onStep(s provider.Step, rep provider.StepReport) {
+	t.p.log.Info("boot step", "sandbox_id", t.id, "step", s.Name, "status", rep.Status, "reason", rep.Reason)
+	command := s.Kind == provider.StepRun || s.Kind == provider.StepStart || s.Kind == provider.StepService
+	if !command && rep.Status != provider.StepFailed {
+		return
 	}
-	if s.Requires != "" && s.Kind != provider.StepService {
-		if !r.available(ctx, s.Requires) {
-			return StatusSkipped, s.Requires + " is not installed", "", nil
-		}
+	line := fmt.Sprintf("  %s: %s", s.Name, rep.Status)
+	if rep.Reason != "" {
+		line += " (" + provider.Tail(rep.Reason, 200) + ")"
 	}
-	if !r.isolated {
-		switch s.Name {
-		case "start opencode":
-			if !r.p.o.RunOpenCode {
-				return StatusSkipped, "disabled: OpenCode binds the fixed port 4096", "", nil
-			}
-		case "start caddy":
-			if !r.p.o.RunCaddy {
-				return StatusSkipped, "disabled: the Caddyfile binds the fixed preview port 20000", "", nil
-			}
-		}
-	}
-	e := r.p.eng
-	switch s.Kind {
-	case provider.StepMkdir:
-		if err := e.MkdirAll(ctx, r.id, s.Path); err != nil {
-			return "", "", "", err
-		}
-		return StatusOK, "", "", e.chmod(r.id, s.Path, uint32(s.Mode)|0o700)
-	case provider.StepWrite:
-		return StatusOK, "", "", e.WriteFile(ctx, r.id, s.Path, []byte(s.Content), uint32(s.Mode))
-	case provider.StepTouch:
-		if _, err := e.Stat(ctx, r.id, s.Path); err == nil {
-			return StatusOK, "", "", nil
-		}
-		return StatusOK, "", "", e.WriteFile(ctx, r.id, s.Path, nil, uint32(s.Mode))
-	case provider.StepRemove:
-		for _, p := range s.Paths {
-			if err := e.Remove(ctx, r.id, p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return "", "", "", err
-			}
-		}
-		return StatusOK, "", "", nil
-	case provider.StepRun:
-		out, err := r.shell(ctx, s)
-		if err != nil && s.Fallback != nil {
-			var fout string
-			fout, err = r.shell(ctx, *s.Fallback)
-			out += fout
-		}
-		return StatusOK, "", out, err
-	case provider.StepStart:
-		if _, err := e.StartDetached(ctx, r.id, engine.ExecRequest{Argv: []string{"bash", "-c", s.Command},
-			Cwd: r.paths.Home, Env: envList(mergeEnv(r.plan.Env, s.Env))}); err != nil {
-			return "", "", "", err
-		}
-		if s.Name == provider.StepNameSandboxMCP {
-			if err := waitSidecar(ctx, r.p.client, r.sidecarURL, r.p.o.SidecarTimeout); err != nil {
-				logTail, _ := e.ReadFile(ctx, r.id, r.paths.SandboxMCPLog())
-				return "", "", "", fmt.Errorf("%w; log: %s", err, provider.RedactSecrets(tail(string(logTail), 2048)))
-			}
-			r.sidecarUp = true
-		}
-		return StatusOK, "", "", nil
-	case provider.StepGitBundle:
-		// The host fetches with the token; the sandbox only ever sees a bundle.
-		ctx, cancel := context.WithTimeout(ctx, s.Timeout())
-		defer cancel()
-		out, err := provider.ExecGitBundle(ctx, &sandboxExecutor{p: r.p, id: r.id, paths: r.paths}, r.p.o.GitMirrors, s)
-		return StatusOK, "", out, err
-	case provider.StepService:
-		// The local equivalent of `proliferate services start`: the same request, sent
-		// to this sandbox's sandbox-mcp directly.
-		if !r.sidecarUp {
-			return StatusSkipped, "sandbox-mcp is not running", "", nil
-		}
-		ctx, cancel := context.WithTimeout(ctx, s.Timeout())
-		defer cancel()
-		return StatusOK, "", "", startService(ctx, r.p.client, r.sidecarURL, r.token, *s.Service)
-	}
-	return "", "", "", fmt.Errorf("unknown step kind %q", s.Kind)
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[len(s)-n:]
-}
-
-// available reports whether a step's program exists in the sandbox: an absolute path
-// is checked as a file, a name is looked up in the sandbox's PATH.
-func (r *run) available(ctx context.Context, prog string) bool {
-	if !r.isolated {
-		if filepath.IsAbs(prog) {
-			_, err := os.Stat(prog)
-			return err == nil
-		}
-		_, err := r.p.o.LookPath(prog)
-		return err == nil
-	}
-	if path.IsAbs(prog) {
-		_, err := r.p.eng.Stat(ctx, r.id, prog)
-		return err == nil
-	}
-	for _, dir := range filepath.SplitList(sandboxPATH) {
-		if fi, err := r.p.eng.Stat(ctx, r.id, path.Join(dir, prog)); err == nil && !fi.IsDir && fi.Mode&0o111 != 0 {
-			return true
-		}
-	}
-	return false
+	t.p.progress("%s", line)
 }
 
 func envList(m map[string]string) []string {
@@ -411,31 +362,6 @@ func envList(m map[string]string) []string {
 		out = append(out, k+"="+m[k])
 	}
 	return out
-}
-
-// shell runs a run step's command with bash; the whole process group is killed when
-// the step's timeout passes. A non-zero exit is an error.
-func (r *run) shell(ctx context.Context, s provider.Step) (string, error) {
-	res, err := r.p.runCommand(ctx, r.id, r.paths, []string{"bash", "-c", s.Command}, r.paths.Home, mergeEnv(r.plan.Env, s.Env), s.Timeout())
-	out := provider.RedactSecrets(provider.CapOutput(res.Stdout+res.Stderr, 4096))
-	if err != nil {
-		return out, err
-	}
-	if res.ExitCode != 0 {
-		return out, fmt.Errorf("exit status %d: %s", res.ExitCode, out)
-	}
-	return out, nil
-}
-
-func mergeEnv(a, b map[string]string) map[string]string {
-	m := make(map[string]string, len(a)+len(b))
-	for k, v := range a {
-		m[k] = v
-	}
-	for k, v := range b {
-		m[k] = v
-	}
-	return m
 }
 
 // runCommand runs argv to completion in the sandbox under timeout. The error is only
@@ -472,5 +398,3 @@ func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
 	}
 	return atomicfile.WriteFile(path, data, mode)
 }
-
-var _ = io.Discard

@@ -46,7 +46,7 @@ func TestTokenlessSandboxPushAndSync(t *testing.T) {
 	if b.Plan.GitMode != provider.GitModeBundle {
 		t.Errorf("plan git mode %q, want bundle", b.Plan.GitMode)
 	}
-	if r := report(b)["clone app"]; r.Status != StatusOK {
+	if r := report(b)["clone app"]; r.Status != provider.StepOK {
 		t.Fatalf("clone app: %+v", r)
 	}
 	id := b.SandboxID

@@ -56,7 +56,7 @@ type Options struct {
 	Getenv func(string) string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// LookPath finds a step's program in unisolated mode; nil means exec.LookPath.
+	// LookPath finds bash and git for Health; nil means exec.LookPath.
 	LookPath func(string) (string, error)
 	// RunOpenCode and RunCaddy start OpenCode and Caddy in unisolated sandboxes when
 	// they are installed (their configs bind the fixed ports 4096 and 20000, which
@@ -64,8 +64,8 @@ type Options struct {
 	// when installed.
 	RunOpenCode bool
 	RunCaddy    bool
-	// SidecarTimeout bounds the wait for sandbox-mcp's health; zero means 60s (a
-	// loaded machine can take tens of seconds to start a process).
+	// SidecarTimeout bounds the wait for sandbox-mcp's health; zero means
+	// provider.SidecarWaitTimeout.
 	SidecarTimeout time.Duration
 	// KillGrace is unused since sandboxes run under the engine; kept for callers.
 	KillGrace time.Duration
@@ -77,6 +77,23 @@ type Options struct {
 	// sandboxes, docs/git-bundle.md); nil means a gitpush.Mirrors under
 	// Root/git-mirrors.
 	GitMirrors provider.GitBundler
+	// Image, Runtime, Limits and Volumes go into the engine.Spec of every sandbox
+	// the provider creates (sandboxctl create --image, --runtime, --memory, …).
+	// Zero values are the engine's defaults; an engine that cannot honour one
+	// refuses the create (engine.ErrLimit, engine.ErrUnsupported).
+	Image   string
+	Runtime string
+	Limits  engine.Limits
+	Volumes []engine.VolumeMount
+	// Images resolves Image (EngineOptions.Images); nil means the engine boots no
+	// images and an Image is refused.
+	Images engine.ImageResolver
+}
+
+// spec is the part of every sandbox's engine.Spec that comes from the options.
+func (p *Provider) spec() engine.Spec {
+	return engine.Spec{Image: p.o.Image, Runtime: p.o.Runtime, Limits: p.o.Limits,
+		Volumes: append([]engine.VolumeMount(nil), p.o.Volumes...)}
 }
 
 // Provider is the local SandboxProvider.
@@ -129,7 +146,7 @@ func New(o Options) (*Provider, error) {
 		o.LookPath = exec.LookPath
 	}
 	if o.SidecarTimeout <= 0 {
-		o.SidecarTimeout = 60 * time.Second
+		o.SidecarTimeout = provider.SidecarWaitTimeout
 	}
 	log := o.Logger
 	if log == nil {
@@ -145,12 +162,37 @@ func New(o Options) (*Provider, error) {
 		mcp = "" // Health says false; a boot fails at its sandbox-mcp step
 	}
 	eng, err := NewEngine(EngineOptions{DataDir: o.Root, Unisolated: o.Unisolated, SandboxMCP: mcp,
-		Proliferate: o.Proliferate, Logger: log})
+		Proliferate: o.Proliferate, Logger: log, Images: o.Images})
 	if err != nil {
 		return nil, fmt.Errorf("new local provider: %w", err)
 	}
-	return &Provider{o: o, log: log.With("component", "local-provider"),
-		client: &http.Client{Timeout: 5 * time.Second}, eng: eng}, nil
+	p := &Provider{o: o, log: log.With("component", "local-provider"),
+		client: &http.Client{Timeout: 5 * time.Second}, eng: eng}
+	if err := checkSpec(eng.Capabilities(), p.spec()); err != nil {
+		eng.Close()
+		return nil, fmt.Errorf("new local provider: %w", err)
+	}
+	return p, nil
+}
+
+// checkSpec refuses, before any sandbox is made, what the engine says it cannot do
+// honestly: an image, a runtime, volumes or limits it does not offer.
+func checkSpec(c engine.Capabilities, s engine.Spec) error {
+	switch {
+	case s.Image != "" && !c.Images:
+		return fmt.Errorf("image %q: this engine does not boot images: %w", s.Image, engine.ErrUnsupported)
+	case s.Runtime != "" && !slices.Contains(c.Runtimes, s.Runtime):
+		known := "none"
+		if len(c.Runtimes) > 0 {
+			known = strings.Join(c.Runtimes, ", ")
+		}
+		return fmt.Errorf("runtime %q (this engine offers: %s): %w", s.Runtime, known, engine.ErrUnsupported)
+	case len(s.Volumes) > 0 && !c.Volumes:
+		return fmt.Errorf("volume %q: this engine has no volumes: %w", s.Volumes[0].Name, engine.ErrUnsupported)
+	case s.Limits != (engine.Limits{}) && !c.Limits:
+		return fmt.Errorf("this engine cannot limit memory, pids, CPU or disk here: %w", engine.ErrLimit)
+	}
+	return nil
 }
 
 // Engine is the engine the provider runs its sandboxes on.
@@ -187,25 +229,6 @@ func (p *Provider) Health(ctx context.Context) bool {
 	return true
 }
 
-// StepReport is the outcome of one boot step.
-type StepReport struct {
-	Name   string `json:"name"`
-	Phase  string `json:"phase"`  // blocking | background
-	Status string `json:"status"` // ok | skipped | failed
-	// Reason says why a step was skipped or failed.
-	Reason string `json:"reason,omitempty"`
-	// Output is the command's capped, redacted output.
-	Output     string `json:"output,omitempty"`
-	DurationMs int64  `json:"durationMs"`
-}
-
-// Step statuses.
-const (
-	StatusOK      = "ok"
-	StatusSkipped = "skipped"
-	StatusFailed  = "failed"
-)
-
 // Boot is everything a local boot produced.
 type Boot struct {
 	provider.CreateResult
@@ -216,7 +239,7 @@ type Boot struct {
 	// SidecarToken authenticates calls to SandboxMCPURL.
 	SidecarToken string
 	Plan         provider.Plan
-	Report       []StepReport
+	Report       []provider.StepReport
 }
 
 // state is what Root/state/<id>.json keeps about a sandbox.
@@ -227,7 +250,7 @@ type state struct {
 	Paths        provider.Paths        `json:"paths"`
 	SidecarToken string                `json:"sidecarToken"`
 	Result       provider.CreateResult `json:"result"`
-	Report       []StepReport          `json:"report"`
+	Report       []provider.StepReport `json:"report"`
 }
 
 func (p *Provider) statePath(id string) string {

@@ -169,13 +169,13 @@ func installed(prog string) bool {
 
 func statusIf(ok bool) string {
 	if ok {
-		return StatusOK
+		return provider.StepOK
 	}
-	return StatusSkipped
+	return provider.StepSkipped
 }
 
-func report(b Boot) map[string]StepReport {
-	m := map[string]StepReport{}
+func report(b Boot) map[string]provider.StepReport {
+	m := map[string]provider.StepReport{}
 	for _, r := range b.Report {
 		m[r.Name] = r
 	}
@@ -221,8 +221,8 @@ func TestBootClonesAndStartsSidecar(t *testing.T) {
 
 	rep := report(b)
 	for name, want := range map[string]string{
-		"clone app": StatusOK, "start sandbox-mcp": StatusOK, "start opencode": statusIf(installed("opencode")),
-		"start caddy": statusIf(installed("caddy")), "copy tool dependencies": StatusSkipped, "secret file app/.env": StatusOK,
+		"clone app": provider.StepOK, "start sandbox-mcp": provider.StepOK, "start opencode": statusIf(installed("opencode")),
+		"start caddy": statusIf(installed("caddy")), "copy tool dependencies": provider.StepSkipped, "secret file app/.env": provider.StepOK,
 	} {
 		if got := rep[name].Status; got != want {
 			t.Errorf("step %q status = %q (%s), want %q", name, got, rep[name].Reason, want)
@@ -242,7 +242,7 @@ func TestBootClonesAndStartsSidecar(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GET /api/services: %v", err)
 		}
-		if rep["service hello"].Status != StatusOK {
+		if rep["service hello"].Status != provider.StepOK {
 			t.Errorf("service step = %+v", rep["service hello"])
 		}
 		found := false
@@ -302,7 +302,7 @@ func TestBootCloneFallbackAndFailure(t *testing.T) {
 				if err == nil || !provider.IsProviderError(err) || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Boot err = %v, want a provider error containing %q", err, tt.wantErr)
 				}
-				if b.SandboxID != "" || len(b.Report) == 0 || b.Report[len(b.Report)-1].Status != StatusFailed {
+				if b.SandboxID != "" || len(b.Report) == 0 || b.Report[len(b.Report)-1].Status != provider.StepFailed {
 					t.Errorf("failed Boot = id %q, report %+v, want no sandbox and the failed step last", b.SandboxID, b.Report)
 				}
 				entries, _ := os.ReadDir(filepath.Join(p.o.Root, "sandboxes"))
@@ -350,7 +350,7 @@ func TestRestorePullsNewCommits(t *testing.T) {
 	}
 	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
 	rep := report(b)
-	if !b.Plan.Pull || rep["pull ."].Status != StatusOK || rep["record git fetch"].Status != StatusOK {
+	if !b.Plan.Pull || rep["pull ."].Status != provider.StepOK || rep["record git fetch"].Status != provider.StepOK {
 		t.Fatalf("pull = %v, steps %+v %+v", b.Plan.Pull, rep["pull ."], rep["record git fetch"])
 	}
 	if _, ok := rep["clone ."]; ok {

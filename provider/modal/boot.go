@@ -2,6 +2,7 @@ package modal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	modalsdk "github.com/modal-labs/modal-client/go"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
 // CreateSandbox creates a sandbox named after the session and boots it: the
@@ -31,7 +33,7 @@ func (p *Provider) create(ctx context.Context, opts provider.CreateOptions) (pro
 		return provider.CreateResult{}, err
 	}
 	var img *modalsdk.Image
-	switch src := provider.ModalImageSource(opts, p.o.Getenv); src.Kind {
+	switch src := PickImageSource(opts, p.o.Getenv); src.Kind {
 	case "snapshot", "base-snapshot":
 		img, err = c.Images.FromID(ctx, src.ID, nil)
 		if err != nil {
@@ -48,7 +50,9 @@ func (p *Provider) create(ctx context.Context, opts provider.CreateOptions) (pro
 	timeout := provider.SandboxTimeout(p.o.Getenv)
 	sb, err := c.Sandboxes.Create(ctx, app, img, &modalsdk.SandboxCreateParams{
 		Name: opts.SessionID, CPU: CPU, MemoryMiB: MemoryMiB, Timeout: timeout, Env: env.Env,
-		EncryptedPorts:   []int{provider.PortOpenCode, provider.PortPreview},
+		// The sidecar's own tunnel is how the boot waits for its health and starts the
+		// session's services, as on the other providers.
+		EncryptedPorts:   []int{provider.PortOpenCode, provider.PortPreview, provider.PortSandboxMCP},
 		UnencryptedPorts: []int{provider.PortSSH},
 	})
 	if err != nil {
@@ -71,6 +75,10 @@ func (p *Provider) boot(ctx context.Context, sb *modalsdk.Sandbox, opts provider
 	if err != nil {
 		return provider.CreateResult{}, fmt.Errorf("tunnels: %w", err)
 	}
+	mcpURL, err := sidecarURL(ctx, sb)
+	if err != nil {
+		return provider.CreateResult{}, fmt.Errorf("tunnels: %w", err)
+	}
 	var meta *provider.SessionMetadata
 	if opts.SnapshotID != "" {
 		meta = readMetadata(ctx, sb)
@@ -83,17 +91,25 @@ func (p *Provider) boot(ctx context.Context, sb *modalsdk.Sandbox, opts provider
 	for _, w := range plan.Warnings {
 		p.log.Warn("boot plan", "session", opts.SessionID, "warning", w)
 	}
-	ex := &executor{p: p, sb: sb, status: map[string]string{}}
-	if err := ex.steps(ctx, plan.Blocking); err != nil {
-		return provider.CreateResult{}, err
+	tg := &target{p: p, sb: sb, mcpURL: mcpURL, token: opts.EnvVars[provider.EnvSandboxMCPAuthToken]}
+	r := provider.NewRunner(plan, tg, provider.RunOptions{GitMirrors: p.o.GitMirrors, Ended: tg.ended,
+		OnStep: func(s provider.Step, rep provider.StepReport) {
+			p.log.Debug("boot step", "sandbox", sb.SandboxID, "phase", rep.Phase, "step", s.Name, "status", rep.Status, "reason", rep.Reason)
+		}})
+	if err := r.RunPhase(ctx, provider.PhaseBlocking); err != nil {
+		return provider.CreateResult{}, fmt.Errorf("boot step %w", err)
 	}
-	openCode := ex.ran("start opencode") // read before the background phase writes the map
+	openCode := r.Succeeded(provider.StepNameOpenCode) // read before the background phase runs on
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 		defer cancel()
-		if err := ex.steps(bctx, plan.Background); err != nil {
+		err := r.RunPhase(bctx, provider.PhaseBackground)
+		if err == nil {
+			err = r.SidecarError()
+		}
+		if err != nil {
 			p.log.Warn("background boot failed", "sandbox", sb.SandboxID, "err", provider.RedactSecrets(err.Error()))
 		}
 	}()
@@ -102,123 +118,115 @@ func (p *Provider) boot(ctx context.Context, sb *modalsdk.Sandbox, opts provider
 			p.log.Warn("OpenCode is not ready", "sandbox", sb.SandboxID, "err", provider.RedactSecrets(err.Error()))
 		}
 	}
-	return provider.CreateResult{SandboxID: sb.SandboxID, TunnelURL: t.OpenCodeURL, PreviewURL: t.PreviewURL,
+	return provider.CreateResult{SandboxID: sb.SandboxID, SandboxMCPURL: mcpURL, TunnelURL: t.OpenCodeURL, PreviewURL: t.PreviewURL,
 		SSHHost: t.SSHHost, SSHPort: t.SSHPort}, nil
 }
 
-// executor runs plan steps in one sandbox through the SDK: files with the
-// filesystem calls, commands with Exec (argv, never an interpolated script).
-type executor struct {
-	p  *Provider
-	sb *modalsdk.Sandbox
-
-	status map[string]string // step name -> ok | skipped | failed (guarded by the caller's order)
+// sidecarURL is the URL of the sandbox's sandbox-mcp tunnel.
+func sidecarURL(ctx context.Context, sb *modalsdk.Sandbox) (string, error) {
+	ts, err := sb.Tunnels(ctx, TunnelTimeout, nil)
+	if err != nil {
+		return "", err
+	}
+	if t := ts[provider.PortSandboxMCP]; t != nil {
+		return t.URL(), nil
+	}
+	return "", fmt.Errorf("no tunnel for sandbox-mcp's port %d", provider.PortSandboxMCP)
 }
 
-const (
-	stepOK      = "ok"
-	stepSkipped = "skipped"
-	stepFailed  = "failed"
-)
+// Target is the provider.Target of a running sandbox, with token for its sidecar:
+// what the boot runs its plan in, to run another plan the same way.
+func (p *Provider) Target(ctx context.Context, sandboxID, token string) (provider.Target, error) {
+	c, _, err := p.connect(ctx, provider.OpExecCommand)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := c.Sandboxes.FromID(ctx, sandboxID, nil)
+	if err != nil {
+		return nil, p.fail(provider.OpExecCommand, err)
+	}
+	mcpURL, err := sidecarURL(ctx, sb)
+	if err != nil {
+		return nil, p.fail(provider.OpExecCommand, err)
+	}
+	return &target{p: p, sb: sb, mcpURL: mcpURL, token: token}, nil
+}
 
-func (e *executor) ran(name string) bool { return e.status[name] == stepOK }
+// target is provider.Target over the SDK: files with the filesystem calls, commands
+// with Exec (argv, never an interpolated script), the sidecar through its tunnel.
+type target struct {
+	p      *Provider
+	sb     *modalsdk.Sandbox
+	mcpURL string
+	token  string
+}
 
-func (e *executor) steps(ctx context.Context, steps []provider.Step) error {
-	for _, s := range steps {
-		st, err := e.step(ctx, s)
-		e.status[s.Name] = st
-		log := e.p.log.With("sandbox", e.sb.SandboxID, "step", s.Name, "status", st)
-		if err != nil {
-			log = log.With("err", provider.RedactSecrets(err.Error()))
-		}
-		log.Debug("boot step")
-		if st == stepFailed && s.Fatal {
-			return fmt.Errorf("boot step %q: %w", s.Name, err)
-		}
+// Exec runs command with bash in the user's home. The timeout shows either as the
+// SDK's ExecTimeoutError or, when the sandbox's kill is seen first, as exit code 124
+// once the timeout has passed: both are ErrExecTimeout.
+func (t *target) Exec(ctx context.Context, command string, env map[string]string, timeout time.Duration) (provider.ExecResult, error) {
+	start := time.Now()
+	res, err := run(ctx, t.sb, []string{"bash", "-c", command}, &modalsdk.SandboxExecParams{Workdir: provider.HomeDir,
+		Env: env, Timeout: wholeSeconds(timeout)})
+	var te modalsdk.ExecTimeoutError
+	switch {
+	case errors.As(err, &te):
+		return res, fmt.Errorf("%w: %v", provider.ErrExecTimeout, err)
+	case err == nil && res.ExitCode == 124 && timeout > 0 && time.Since(start) >= timeout:
+		return res, provider.ErrExecTimeout
+	}
+	return res, err
+}
+
+// StartDetached starts command as an exec nobody waits for: on Modal it lives as
+// long as the sandbox.
+func (t *target) StartDetached(ctx context.Context, command string, env map[string]string) error {
+	_, err := t.sb.Exec(ctx, []string{"bash", "-c", command}, &modalsdk.SandboxExecParams{Workdir: provider.HomeDir,
+		Env: env, Stdout: modalsdk.Ignore, Stderr: modalsdk.Ignore})
+	return err
+}
+
+// WriteFile writes through the SDK (0644), then sets any other mode.
+func (t *target) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
+	if err := t.sb.Filesystem.WriteBytes(ctx, data, p, nil); err != nil {
+		return err
+	}
+	return t.chmod(ctx, p, mode, 0o644)
+}
+
+func (t *target) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	return t.sb.Filesystem.ReadBytes(ctx, p, nil)
+}
+
+// MkdirAll makes the directory and its parents through the SDK, then sets its mode.
+func (t *target) MkdirAll(ctx context.Context, p string, mode fs.FileMode) error {
+	if err := t.sb.Filesystem.MakeDirectory(ctx, p, nil); err != nil {
+		return err
+	}
+	return t.chmod(ctx, p, mode, 0)
+}
+
+func (t *target) Sidecar() (*sidecar.Client, error) {
+	return sidecar.New(sidecar.Options{BaseURL: t.mcpURL, Token: t.token, HTTPClient: t.p.o.HTTPClient, Retries: -1})
+}
+
+// ended says whether the sandbox has finished (terminated during its boot).
+func (t *target) ended(ctx context.Context) error {
+	if code, err := t.sb.Poll(ctx, nil); err == nil && code != nil {
+		return fmt.Errorf("sandbox %s ended with exit code %d", t.sb.SandboxID, *code)
 	}
 	return nil
 }
 
-func (e *executor) step(ctx context.Context, s provider.Step) (string, error) {
-	for _, dep := range s.IfAllOK {
-		if e.status[dep] != stepOK {
-			return stepSkipped, nil
-		}
-	}
-	fsys := e.sb.Filesystem
-	switch s.Kind {
-	case provider.StepMkdir:
-		if err := fsys.MakeDirectory(ctx, s.Path, nil); err != nil {
-			return stepFailed, err
-		}
-		return stepOK, e.chmod(ctx, s.Mode, s.Path)
-	case provider.StepWrite:
-		if err := fsys.WriteText(ctx, s.Content, s.Path, nil); err != nil {
-			return stepFailed, err
-		}
-		if s.Mode != 0 && fs.FileMode(s.Mode) != 0o644 {
-			return stepOK, e.chmod(ctx, s.Mode, s.Path)
-		}
-		return stepOK, nil
-	case provider.StepTouch:
-		return e.exit(ctx, []string{"touch", s.Path}, s)
-	case provider.StepRemove:
-		return e.exit(ctx, append([]string{"rm", "-f", "--"}, s.Paths...), s)
-	case provider.StepGitBundle:
-		// Tokenless sandboxes: the host fetches with the token, the sandbox gets a bundle.
-		sctx, cancel := context.WithTimeout(ctx, s.Timeout())
-		defer cancel()
-		if _, err := provider.ExecGitBundle(sctx, sdkExecutor{e}, e.p.o.GitMirrors, s); err != nil {
-			return stepFailed, err
-		}
-		return stepOK, nil
-	}
-	if s.Requires != "" {
-		r, err := run(ctx, e.sb, []string{"sh", "-c", `command -v "$1" >/dev/null 2>&1 || test -e "$1"`, "--", s.Requires}, nil)
-		if err != nil {
-			return stepFailed, err
-		}
-		if r.ExitCode != 0 {
-			return stepSkipped, nil
-		}
-	}
-	switch s.Kind {
-	case provider.StepRun, provider.StepService:
-		st, err := e.exit(ctx, []string{"bash", "-c", s.Command}, s)
-		if st == stepFailed && s.Fallback != nil {
-			return e.step(ctx, *s.Fallback)
-		}
-		return st, err
-	case provider.StepStart:
-		// A long-running process is an exec nobody waits for: on Modal it lives as long
-		// as the sandbox (or its timeout).
-		_, err := e.sb.Exec(ctx, []string{"bash", "-c", s.Command}, &modalsdk.SandboxExecParams{
-			Env: s.Env, Timeout: wholeSeconds(s.Timeout()), Stdout: modalsdk.Ignore, Stderr: modalsdk.Ignore})
-		if err != nil {
-			return stepFailed, err
-		}
-		return stepOK, nil
-	}
-	return stepFailed, fmt.Errorf("unknown step kind %q", s.Kind)
-}
-
-// exit runs argv to completion and reports ok on exit code 0.
-func (e *executor) exit(ctx context.Context, argv []string, s provider.Step) (string, error) {
-	r, err := run(ctx, e.sb, argv, &modalsdk.SandboxExecParams{Env: s.Env, Timeout: wholeSeconds(s.Timeout())})
-	if err != nil {
-		return stepFailed, err
-	}
-	if r.ExitCode != 0 {
-		return stepFailed, fmt.Errorf("exit code %d: %s", r.ExitCode, provider.CapOutput(r.Stderr+r.Stdout, 2048))
-	}
-	return stepOK, nil
-}
-
-func (e *executor) chmod(ctx context.Context, mode provider.Mode, path string) error {
-	if mode == 0 {
+// chmod sets mode on p unless it is def, what the SDK gave it (0: unknown, always set).
+func (t *target) chmod(ctx context.Context, p string, mode, def fs.FileMode) error {
+	if def != 0 && mode.Perm() == def {
 		return nil
 	}
-	_, err := e.exit(ctx, []string{"chmod", strconv.FormatUint(uint64(fs.FileMode(mode).Perm()), 8), path}, provider.Step{})
+	r, err := run(ctx, t.sb, []string{"chmod", strconv.FormatUint(uint64(mode.Perm()), 8), p}, nil)
+	if err == nil && r.ExitCode != 0 {
+		err = fmt.Errorf("chmod %s: exit code %d: %s", p, r.ExitCode, provider.CapOutput(r.Stderr, 512))
+	}
 	return err
 }
 
@@ -228,26 +236,4 @@ func wholeSeconds(d time.Duration) time.Duration {
 		return 0
 	}
 	return (d + time.Second - 1) / time.Second * time.Second
-}
-
-// sdkExecutor is a provider.Executor over the SDK's exec and filesystem calls, for
-// the helpers of package provider (git-bundle steps).
-type sdkExecutor struct{ e *executor }
-
-func (x sdkExecutor) Run(ctx context.Context, command string, timeout time.Duration) (provider.ExecResult, error) {
-	return run(ctx, x.e.sb, []string{"bash", "-c", command}, &modalsdk.SandboxExecParams{Timeout: wholeSeconds(timeout)})
-}
-
-func (x sdkExecutor) ReadFile(ctx context.Context, p string) ([]byte, error) {
-	return x.e.sb.Filesystem.ReadBytes(ctx, p, nil)
-}
-
-func (x sdkExecutor) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
-	if err := x.e.sb.Filesystem.WriteBytes(ctx, data, p, nil); err != nil {
-		return err
-	}
-	if perm := mode.Perm(); perm != 0 && perm != 0o644 {
-		return x.e.chmod(ctx, provider.Mode(perm), p)
-	}
-	return nil
 }

@@ -119,7 +119,7 @@ func (p *Provider) Kind() provider.Kind { return provider.KindModal }
 func (p *Provider) Capabilities() provider.Capabilities { return provider.Capabilities{} }
 
 func (p *Provider) env(k string) string {
-	v, _ := provider.NormalizeModalEnvValue(p.o.Getenv(k))
+	v, _ := NormalizeEnvValue(p.o.Getenv(k))
 	return v
 }
 
@@ -136,12 +136,12 @@ func (p *Provider) connect(ctx context.Context, op provider.Operation) (*modalsd
 		return p.client, p.app, nil
 	}
 	id, secret := p.env("MODAL_TOKEN_ID"), p.env("MODAL_TOKEN_SECRET")
-	if provider.ModalAuthPreflight(id, secret) != nil {
+	if AuthPreflight(id, secret) != nil {
 		// No call is made with a mis-shaped pair; the hint says what is wrong. (With
 		// neither set, the SDK uses ~/.modal.toml.)
-		return nil, nil, provider.NewProviderError(provider.KindModal, op, provider.ModalAuthConfigHint(id, secret), false, nil)
+		return nil, nil, provider.NewProviderError(provider.KindModal, op, AuthConfigHint(id, secret), false, nil)
 	}
-	name, err := provider.ModalAppName(p.o.Getenv)
+	name, err := AppName(p.o.Getenv)
 	if err != nil {
 		return nil, nil, provider.NewProviderError(provider.KindModal, op, err.Error(), false, nil)
 	}
@@ -155,7 +155,7 @@ func (p *Provider) connect(ctx context.Context, op provider.Operation) (*modalsd
 	app, err := p.client.Apps.FromName(ctx, name, &modalsdk.AppFromNameParams{CreateIfMissing: true})
 	if err != nil {
 		msg := err.Error()
-		if hint := provider.ModalAuthConfigHint(id, secret); hint != "" && strings.Contains(strings.ToLower(msg), "token") {
+		if hint := AuthConfigHint(id, secret); hint != "" && strings.Contains(strings.ToLower(msg), "token") {
 			msg = hint + " (" + msg + ")"
 		}
 		return nil, nil, provider.NewProviderError(provider.KindModal, op, msg, false, err)
@@ -274,7 +274,7 @@ func (p *Provider) EnsureSandbox(ctx context.Context, opts provider.CreateOption
 	if err != nil {
 		return provider.EnsureResult{}, err
 	}
-	name, _ := provider.ModalAppName(p.o.Getenv)
+	name, _ := AppName(p.o.Getenv)
 	var found *modalsdk.Sandbox
 	if sb, err := c.Sandboxes.FromName(ctx, name, opts.SessionID, nil); err == nil {
 		found = sb

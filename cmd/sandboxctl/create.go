@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+)
+
+// CreateOptions are the inputs of create, validated.
+type CreateOptions struct {
+	Ctx     context.Context
+	Factory *Factory
+	// Repos are the --repo values, URL[#branch].
+	Repos    []string
+	TokenEnv string
+	Snapshot string
+	Session  string
+	Env      map[string]string
+	// Spec holds --image, --runtime, the limits and the volumes.
+	Spec engine.Spec
+}
+
+// createFlags are create's flags as typed.
+type createFlags struct {
+	envs, volumes           []string
+	memory, disk, cpus      string
+	pids                    int64
+	image, runtime, session string
+	snapshot, tokenEnv      string
+	repos                   []string
+}
+
+// NewCmdCreate builds `create`.
+func NewCmdCreate(f *Factory, runF func(*CreateOptions) error) *cobra.Command {
+	var fl createFlags
+	cmd := &cobra.Command{
+		Use:   "create [--repo URL[#branch]]... [--env K=V]... [--image REF] [--memory SIZE] [--cpus N] [--volume NAME:/path[:ro]]...",
+		Short: "Create a sandbox and boot it with the platform's boot plan",
+		Long: "Create a sandbox: clone the repos, write the boot plan's files, start sandbox-mcp\n" +
+			"(and OpenCode and Caddy when installed), and print its id and URLs. Progress goes\n" +
+			"to stderr. Sizes take K, M, G or T (binary multiples). A provider that cannot\n" +
+			"honour --image, --runtime, --volume or a limit refuses the create.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o, err := fl.options(cmd)
+			if err != nil {
+				return usageError{err}
+			}
+			o.Ctx, o.Factory = cmd.Context(), f
+			return runOr(o, runF, createRun)
+		},
+	}
+	s := cmd.Flags()
+	s.StringArrayVar(&fl.repos, "repo", nil, "git repository to clone, URL[#branch] (repeatable)")
+	s.StringVar(&fl.snapshot, "snapshot", "", "start from this snapshot")
+	s.StringArrayVar(&fl.envs, "env", nil, "environment variable KEY=VALUE for the sandbox (repeatable)")
+	s.StringVar(&fl.session, "session", "", "session id (default: generated)")
+	s.StringVar(&fl.tokenEnv, "token-env", "", "environment variable holding the git token of the --repo URLs (used on the host only)")
+	s.StringVar(&fl.image, "image", "", "`REF|ID` of the image to boot from, a name or an id (default: the engine's)")
+	s.StringVar(&fl.runtime, "runtime", "", "isolation runtime `NAME` (default: the engine's)")
+	s.StringVar(&fl.memory, "memory", "", "memory limit, a `SIZE` such as 512M or 2G")
+	s.StringVar(&fl.disk, "disk", "", "`SIZE` limit of what the sandbox writes to its filesystem, e.g. 2G")
+	s.StringVar(&fl.cpus, "cpus", "", "CPU limit, a number of `CPUS` such as 1.5")
+	s.Int64Var(&fl.pids, "pids", 0, "limit of processes and threads (`N`)")
+	s.StringArrayVar(&fl.volumes, "volume", nil, "named volume to mount, `NAME:/path[:ro]` (repeatable)")
+	return cmd
+}
+
+// options validates the flags.
+func (fl *createFlags) options(cmd *cobra.Command) (*CreateOptions, error) {
+	o := &CreateOptions{Repos: fl.repos, TokenEnv: fl.tokenEnv, Snapshot: fl.snapshot, Session: fl.session,
+		Env: map[string]string{}, Spec: engine.Spec{Image: fl.image, Runtime: fl.runtime}}
+	for _, kv := range fl.envs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--env %q: want KEY=VALUE", kv)
+		}
+		o.Env[k] = v
+	}
+	var err error
+	if fl.memory != "" {
+		if o.Spec.Limits.MemoryBytes, err = parseSize(fl.memory); err != nil {
+			return nil, fmt.Errorf("--memory: %w", err)
+		}
+	}
+	if fl.disk != "" {
+		if o.Spec.Limits.DiskBytes, err = parseSize(fl.disk); err != nil {
+			return nil, fmt.Errorf("--disk: %w", err)
+		}
+	}
+	if fl.cpus != "" {
+		if o.Spec.Limits.CPUMillis, err = parseCPUs(fl.cpus); err != nil {
+			return nil, fmt.Errorf("--cpus: %w", err)
+		}
+	}
+	if cmd.Flags().Changed("pids") && fl.pids <= 0 {
+		return nil, fmt.Errorf("--pids %d: want a positive number", fl.pids)
+	}
+	o.Spec.Limits.Pids = fl.pids
+	for _, v := range fl.volumes {
+		m, err := parseVolume(v)
+		if err != nil {
+			return nil, fmt.Errorf("--volume: %w", err)
+		}
+		o.Spec.Volumes = append(o.Spec.Volumes, m)
+	}
+	return o, nil
+}
+
+func createRun(o *CreateOptions) error {
+	f := o.Factory
+	token, err := gitToken(f, o.TokenEnv)
+	if err != nil {
+		return err
+	}
+	b, err := f.openSpec(o.Ctx, "", o.Spec)
+	if err != nil {
+		return refusal(err)
+	}
+	defer b.close()
+	if b.Provider == nil {
+		return createBare(o, b)
+	}
+	opts := provider.CreateOptions{SessionID: o.Session, SnapshotID: o.Snapshot, EnvVars: o.Env}
+	if opts.SessionID == "" {
+		opts.SessionID = "sandboxctl-" + time.Now().UTC().Format("20060102-150405")
+	}
+	for i, r := range o.Repos {
+		url, branch, _ := strings.Cut(r, "#")
+		name := strings.TrimSuffix(path.Base(strings.TrimRight(url, "/")), ".git")
+		if name == "" || name == "." || name == "/" {
+			name = "repo" + strconv.Itoa(i+1)
+		}
+		opts.Repos = append(opts.Repos, provider.RepoSpec{RepoURL: url, Token: token, Branch: branch, WorkspacePath: name})
+	}
+	start := time.Now()
+	res, err := b.Provider.CreateSandbox(o.Ctx, opts)
+	if err != nil {
+		return refusal(err)
+	}
+	f.progress("created %s in %v", res.SandboxID, time.Since(start).Round(time.Millisecond))
+	if err := writeGitRecord(f.dataDir, res.SandboxID, opts.Repos); err != nil {
+		f.progress("warning: %v (push and sync will need --remote)", err)
+	}
+	if f.json {
+		return f.printJSON(res)
+	}
+	return printCreated(f.stdout, res)
+}
+
+// createBare creates a sandbox without the boot plan on a backend that has no
+// provider.
+func createBare(o *CreateOptions, b openedBackend) error {
+	if len(o.Repos) > 0 || o.Session != "" {
+		return errorf("provider %s cannot boot the platform's plan (--repo, --session)", o.Factory.provider)
+	}
+	spec := o.Spec
+	spec.Snapshot = o.Snapshot
+	for k, v := range o.Env {
+		spec.Env = append(spec.Env, k+"="+v)
+	}
+	info, err := b.Engine.Create(o.Ctx, spec)
+	if err != nil {
+		return refusal(err)
+	}
+	if o.Factory.json {
+		return o.Factory.printJSON(info)
+	}
+	_, err = fmt.Fprintln(o.Factory.stdout, info.ID)
+	return err
+}
+
+func printCreated(w io.Writer, res provider.CreateResult) error {
+	fmt.Fprintln(w, res.SandboxID)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, kv := range [][2]string{{"sandbox-mcp", res.SandboxMCPURL}, {"opencode", res.TunnelURL}, {"preview", res.PreviewURL}} {
+		if kv[1] != "" {
+			fmt.Fprintf(tw, "  %s\t%s\n", kv[0], kv[1])
+		}
+	}
+	return tw.Flush()
+}
+
+// refusal says plainly that the engine refused a flag it cannot honour.
+func refusal(err error) error {
+	if errors.Is(err, engine.ErrLimit) || errors.Is(err, engine.ErrUnsupported) {
+		return fmt.Errorf("%w\nthe sandbox was not created: drop or change the flag the provider cannot honour", err)
+	}
+	return err
+}
