@@ -102,6 +102,11 @@ func cleanupSandboxes(dataDir string) error {
 	for _, i := range list {
 		_ = e.Terminate(context.Background(), i.ID)
 	}
+	// Volumes stay mounted on the host until removed.
+	vols, _ := e.ListVolumes(context.Background())
+	for _, v := range vols {
+		_ = e.RemoveVolume(context.Background(), v.Name)
+	}
 	return nil
 }
 
