@@ -146,8 +146,9 @@ func newLocalBackend(ctx context.Context, o backendOptions) (*backend, error) {
 		return nil, err
 	}
 	var images engine.ImageResolver
-	if o.Spec.Image != "" {
-		// --image boots from the data dir's image store (sandboxctl image build).
+	if !o.Unisolated {
+		// The data dir's image store (sandboxctl image build): --image boots from it,
+		// and the snapshot of a sandbox booted from an image is committed to it.
 		s, err := store.Open(store.Options{Dir: imageStoreDir(o.DataDir)})
 		if err != nil {
 			return nil, err
