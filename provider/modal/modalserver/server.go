@@ -58,6 +58,11 @@ type Options struct {
 	// without running them: the host's userland is taken to have what they install (the
 	// provider's own base image on a host that has its packages). Off, they are refused.
 	SkipRunSteps bool
+	// Builder, on an engine that boots images (Capabilities().Images), builds the
+	// images whose commands need running (RUN, USER, …) or whose registry tag the host
+	// does not stand in for; their sandboxes boot from the built image. Nil keeps
+	// refusing such images (or accepting their steps unrun with SkipRunSteps).
+	Builder ImageBuilder
 	// Token is the one pair of MODAL_TOKEN_ID/MODAL_TOKEN_SECRET the server accepts;
 	// zero means a random pair (see Server.Token; LoadOrCreateToken keeps one in a file).
 	Token Token
@@ -76,11 +81,12 @@ type Server struct {
 	tls    *tls.Config
 
 	mu        sync.Mutex
-	apps      map[string]*app     // by id
-	images    map[string]*image   // by id
-	secrets   map[string]*secret  // by id
-	sandboxes map[string]*sandbox // by Modal sandbox id
-	tasks     map[string]string   // task id -> sandbox id
+	apps      map[string]*app        // by id
+	images    map[string]*image      // by id
+	builds    map[string]*imageBuild // by image id (Builder)
+	secrets   map[string]*secret     // by id
+	sandboxes map[string]*sandbox    // by Modal sandbox id
+	tasks     map[string]string      // task id -> sandbox id
 	tunnels   map[tunnelKey]*tunnel
 	// finished are the ended sandboxes still remembered, oldest first (at most
 	// maxFinished, a field so tests can lower it).
@@ -111,6 +117,9 @@ type image struct {
 	// Snapshot is the engine snapshot the image restores; empty for a registry image.
 	snapshot string
 	commands []string
+	// built is the engine image (Spec.Image) the Builder made; empty when the
+	// sandbox runs on the host's userland or a snapshot.
+	built string
 }
 
 type secret struct {
@@ -195,7 +204,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("modalserver: %w", err)
 	}
 	s := &Server{o: o, log: log, tokens: newTokens(time.Hour, o.Now), tls: cfg,
-		apps: map[string]*app{}, images: map[string]*image{}, secrets: map[string]*secret{},
+		apps: map[string]*app{}, images: map[string]*image{}, builds: map[string]*imageBuild{}, secrets: map[string]*secret{},
 		sandboxes: map[string]*sandbox{}, tasks: map[string]string{}, tunnels: map[tunnelKey]*tunnel{},
 		volumeBeats: map[string]time.Time{}, maxFinished: maxFinished, uploads: make(chan struct{}, concurrentUploads),
 		done: make(chan struct{})}

@@ -1,0 +1,141 @@
+package modalserver
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	modal "github.com/modal-labs/modal-client/go"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/build"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+)
+
+// imageEngine is the local engine booting images from the shared test store (its
+// Debian base built once) and a StoreBuilder running RUN steps on it. remove drops a
+// built image from the store at cleanup, after the engine's sandboxes ended.
+func imageEngine(t *testing.T) (eng *local.Engine, b StoreBuilder, remove func(id string)) {
+	s, _ := imagetest.Base(t)
+	var built []string
+	t.Cleanup(func() {
+		for _, id := range built {
+			if _, err := s.Remove(context.Background(), id); err != nil {
+				t.Logf("remove image %s: %v", id, err)
+			}
+		}
+	})
+	eng = modaltest.Engine(t, local.EngineOptions{Images: s})
+	b = StoreBuilder{Store: s, Runner: build.EngineRunner{Engine: eng, IDs: build.ShiftedIDs(rules.HostIDBase, rules.IDCount)}}
+	return eng, b, func(id string) { built = append(built, id) }
+}
+
+// serveBuilder serves a Server with b on eng and points the Go SDK at it.
+func serveBuilder(t *testing.T, eng *local.Engine, b ImageBuilder) (*Server, *modal.Client, *modal.App) {
+	srv, err := New(Options{Engine: eng, Token: testToken, Builder: b, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdkEnv(t, modaltest.Serve(t, srv), true)
+	c := newSDK(t)
+	app, err := c.Apps.FromName(t.Context(), "build", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, c, app
+}
+
+// builtID is the engine image the server built for the sandbox's image.
+func builtID(t *testing.T, srv *Server, sb *modal.Sandbox) string {
+	t.Helper()
+	rec, err := srv.lookup(t.Context(), sb.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	img := srv.images[rec.imageID]
+	if img == nil || img.built == "" {
+		t.Fatalf("sandbox %s: image %s has no built image (%+v)", sb.SandboxID, rec.imageID, img)
+	}
+	return img.built
+}
+
+// buildLog is the output of the server's build of image id.
+func buildLog(srv *Server, id string) string {
+	srv.mu.Lock()
+	b := srv.builds[id]
+	srv.mu.Unlock()
+	if b == nil {
+		return ""
+	}
+	entries, _, _, _, _ := b.since(0)
+	return strings.Join(entries, "")
+}
+
+// TestImageBuild: with a Builder on an engine that boots images, the Go SDK's
+// fromRegistry("debian:bookworm-slim").dockerfileCommands(RUN …) is built (the base from
+// the store, the RUN step in a build sandbox) and the sandbox boots from it and sees
+// what the step made, ENV and WORKDIR applied. The same commands build once: a second
+// sandbox starts no build, and a fresh server on the same store finds every step
+// cached. A step that fails fails the SDK's build with its exit status; a base that is
+// neither in the store nor a Debian base is refused with the reason.
+func TestImageBuild(t *testing.T) {
+	eng, b, remove := imageEngine(t)
+	srv, c, app := serveBuilder(t, eng, b)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	uniq := strconv.FormatInt(time.Now().UnixNano(), 36) // a real build each run: the store is shared
+	cmds := []string{"RUN echo built-" + uniq + " > /built && mkdir -p /srv/app", "ENV GREETING=hi", "WORKDIR /srv/app"}
+	img := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands(cmds, nil)
+	sb, err := c.Sandboxes.Create(ctx, app, img, nil)
+	if err != nil {
+		t.Fatalf("Create from an image with a RUN step: %v", err)
+	}
+	id := builtID(t, srv, sb)
+	remove(id)
+	if out, errOut, code := execOut(t, ctx, sb, []string{"sh", "-c", "cat /built; echo $GREETING; pwd"}, nil); out != "built-"+uniq+"\nhi\n/srv/app\n" || code != 0 {
+		t.Errorf("cat /built; echo $GREETING; pwd = %q (stderr %q), %d; want what the RUN step wrote, the ENV and the WORKDIR", out, errOut, code)
+	}
+	if log := buildLog(srv, img.ImageID); !strings.Contains(log, "RUN echo built-"+uniq) {
+		t.Errorf("the build's output does not show the RUN step:\n%s", log)
+	}
+	sb.Terminate(ctx, nil)
+
+	again := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands(cmds, nil)
+	sb2, err := c.Sandboxes.Create(ctx, app, again, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	builds := len(srv.builds)
+	srv.mu.Unlock()
+	if again.ImageID != img.ImageID || builtID(t, srv, sb2) != id || builds != 1 {
+		t.Errorf("same commands again: image %s (built %s), %d builds; want %s (built %s) and no second build", again.ImageID, builtID(t, srv, sb2), builds, img.ImageID, id)
+	}
+	sb2.Terminate(ctx, nil)
+
+	srv2, c2, app2 := serveBuilder(t, eng, b)
+	fresh := c2.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands(cmds, nil)
+	sb3, err := c2.Sandboxes.Create(ctx, app2, fresh, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := builtID(t, srv2, sb3); got != id || !strings.Contains(buildLog(srv2, fresh.ImageID), "(0 of ") {
+		t.Errorf("a fresh server built %s, want %s from the store's cache with no step built:\n%s", got, id, buildLog(srv2, fresh.ImageID))
+	}
+	sb3.Terminate(ctx, nil)
+
+	_, err = c.Sandboxes.Create(ctx, app, c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands([]string{"RUN echo " + uniq + "; exit 3"}, nil), nil)
+	if err == nil || !strings.Contains(err.Error(), "local Modal server: image build") || !strings.Contains(err.Error(), "exit status 3") {
+		t.Errorf("Create with a failing RUN step = %v, want the build's failure with its exit status", err)
+	}
+	_, err = c.Sandboxes.Create(ctx, app, c.Images.FromRegistry("alpine:3.20", nil).DockerfileCommands([]string{"RUN true"}, nil), nil)
+	if err == nil || !strings.Contains(err.Error(), `local Modal server: cannot build the image: cannot pull registry image "alpine:3.20"`) {
+		t.Errorf("Create from alpine:3.20 = %v, want the refusal with its reason", err)
+	}
+}
