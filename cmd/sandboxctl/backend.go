@@ -45,6 +45,9 @@ type backendOptions struct {
 	// Stderr receives progress lines.
 	Stderr io.Writer
 	Logger *slog.Logger
+	// Images, for the local backend, is the image store its engine boots Spec.Image
+	// from; nil boots none.
+	Images engine.ImageResolver
 }
 
 // backends maps --provider names to their constructors.
@@ -95,7 +98,7 @@ func newLocalBackend(ctx context.Context, o backendOptions) (*backend, error) {
 	}
 	p, err := local.New(local.Options{Root: o.DataDir, SandboxMCP: mcp,
 		Proliferate: findBinary(o.Getenv, "SANDBOXCTL_PROLIFERATE", "proliferate"),
-		Unisolated:  o.Unisolated, Getenv: o.Getenv, Logger: o.Logger, Progress: o.Stderr})
+		Unisolated:  o.Unisolated, Getenv: o.Getenv, Logger: o.Logger, Progress: o.Stderr, Images: o.Images})
 	if errors.Is(err, engine.ErrNotIsolated) {
 		return nil, fmt.Errorf("%w\nsandboxctl --unisolated runs sandboxes as plain host processes, without isolation", err)
 	}

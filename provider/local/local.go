@@ -77,6 +77,8 @@ type Options struct {
 	// sandboxes, docs/git-bundle.md); nil means a gitpush.Mirrors under
 	// Root/git-mirrors.
 	GitMirrors provider.GitBundler
+	// Images resolves Spec.Image (EngineOptions.Images); nil: the engine boots no images.
+	Images engine.ImageResolver
 }
 
 // Provider is the local SandboxProvider.
@@ -145,7 +147,7 @@ func New(o Options) (*Provider, error) {
 		mcp = "" // Health says false; a boot fails at its sandbox-mcp step
 	}
 	eng, err := NewEngine(EngineOptions{DataDir: o.Root, Unisolated: o.Unisolated, SandboxMCP: mcp,
-		Proliferate: o.Proliferate, Logger: log})
+		Proliferate: o.Proliferate, Logger: log, Images: o.Images})
 	if err != nil {
 		return nil, fmt.Errorf("new local provider: %w", err)
 	}

@@ -137,8 +137,10 @@ func (b *imageBuild) running() bool {
 	return !b.done || b.err == nil
 }
 
-// canBuild says whether the server builds images itself.
-func (s *Server) canBuild() bool { return s.o.Builder != nil && s.o.Engine.Capabilities().Images }
+// canBuild says whether the server builds images itself (SkipRunSteps asks it not to).
+func (s *Server) canBuild() bool {
+	return s.o.Builder != nil && !s.o.SkipRunSteps && s.o.Engine.Capabilities().Images
+}
 
 // startBuild builds img (its id set) unless a build of it is running or succeeded.
 func (s *Server) startBuild(img *image) {

@@ -61,7 +61,8 @@ type Options struct {
 	// Builder, on an engine that boots images (Capabilities().Images), builds the
 	// images whose commands need running (RUN, USER, …) or whose registry tag the host
 	// does not stand in for; their sandboxes boot from the built image. Nil keeps
-	// refusing such images (or accepting their steps unrun with SkipRunSteps).
+	// refusing such images (or accepting their steps unrun with SkipRunSteps, which
+	// wins over Builder).
 	Builder ImageBuilder
 	// Token is the one pair of MODAL_TOKEN_ID/MODAL_TOKEN_SECRET the server accepts;
 	// zero means a random pair (see Server.Token; LoadOrCreateToken keeps one in a file).
