@@ -6,11 +6,12 @@
 //
 // It implements the calls the SDKs make to create a sandbox from an image (with its
 // own command and stdio), exec with streamed stdio and PTYs, use the filesystem, get
-// tunnels, snapshot, list, tag, wait and terminate, and Modal Volumes on an engine
-// that has volumes. What it cannot do locally it refuses with a message that starts
-// "local Modal server:" and says what is missing: registry images other than the ones
-// the host stands in for, image build steps (RUN, …), GPUs, memory snapshots, and
-// every call it does not serve. Output is bounded: an exec keeps at most a window of
+// tunnels, snapshot, list, tag, wait and terminate, Modal Volumes on an engine that
+// has volumes, and image builds (RUN steps, Debian bases) with an ImageBuilder on an
+// engine that boots images. What it cannot do locally it refuses with a message that
+// starts "local Modal server:" and says what is missing: registry images it can
+// neither build nor stand in for, build steps without a builder (RUN, …), GPUs, memory
+// snapshots, and every call it does not serve. Output is bounded: an exec keeps at most a window of
 // unread output, a sandbox's command a ring. See docs/modal.md.
 package modalserver
 
@@ -36,8 +37,8 @@ import (
 )
 
 // DefaultHostImages are the registry images the host's userland stands in for: a
-// sandbox created from one of them (plus any build commands, which are recorded but
-// not run) runs on the engine with the programs the host has.
+// sandbox created from one of them (with no build commands to run, or with
+// SkipRunSteps) runs on the engine with the programs the host has.
 var DefaultHostImages = []string{"debian:bookworm-slim", "debian:bookworm", "debian:12", "python:3.12-slim-bookworm"}
 
 // Options configure a Server.
