@@ -2,6 +2,7 @@ package modalserver
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -137,5 +138,39 @@ func TestImageBuild(t *testing.T) {
 	_, err = c.Sandboxes.Create(ctx, app, c.Images.FromRegistry("alpine:3.20", nil).DockerfileCommands([]string{"RUN true"}, nil), nil)
 	if err == nil || !strings.Contains(err.Error(), `local Modal server: cannot build the image: cannot pull registry image "alpine:3.20"`) {
 		t.Errorf("Create from alpine:3.20 = %v, want the refusal with its reason", err)
+	}
+}
+
+// TestBuildLogWindow: a build's output is numbered from 1 and resumed after the last
+// entry a join took; past maxBuildLog the oldest entries go and a join from 0 starts
+// at the oldest kept; an ended build says so with its error.
+func TestBuildLogWindow(t *testing.T) {
+	b := newImageBuild()
+	b.Write([]byte("a"))
+	b.Write([]byte("b"))
+	if got, newest, _, done, _ := b.since(0); strings.Join(got, "") != "ab" || newest != 2 || done {
+		t.Errorf("since(0) = %q, %d, done %v; want \"ab\", 2, running", got, newest, done)
+	}
+	if got, newest, _, _, _ := b.since(1); strings.Join(got, "") != "b" || newest != 2 {
+		t.Errorf("since(1) = %q, %d; want \"b\", 2", got, newest)
+	}
+	if got, newest, _, _, _ := b.since(2); len(got) != 0 || newest != 2 {
+		t.Errorf("since(2) = %q, %d; want nothing, 2", got, newest)
+	}
+	big := strings.Repeat("x", maxBuildLog/2+1)
+	b.Write([]byte(big))
+	b.Write([]byte(big))
+	if got, newest, _, _, _ := b.since(0); len(got) != 1 || got[0] != big || newest != 4 {
+		t.Errorf("since(0) past the bound = %d entries, newest %d; want only the newest, 4", len(got), newest)
+	}
+	_, _, changed, _, _ := b.since(4)
+	b.finish(errors.New("step 1: exit status 3"))
+	select {
+	case <-changed:
+	default:
+		t.Error("finish did not signal a change")
+	}
+	if _, _, _, done, err := b.since(4); !done || err == nil || b.running() {
+		t.Errorf("after finish: done %v, err %v, running %v; want ended with the error, not running", done, err, b.running())
 	}
 }
