@@ -12,6 +12,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/build"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -37,7 +38,13 @@ func imageEngine(t *testing.T) (eng *local.Engine, b StoreBuilder, remove func(i
 
 // serveBuilder serves a Server with b on eng and points the Go SDK at it.
 func serveBuilder(t *testing.T, eng *local.Engine, b ImageBuilder) (*Server, *modal.Client, *modal.App) {
-	srv, err := New(Options{Engine: eng, Token: testToken, Builder: b, StateDir: t.TempDir()})
+	return serveWith(t, Options{Engine: eng, Builder: b, StateDir: t.TempDir()})
+}
+
+// serveWith serves a Server with o (Token the tests') and points the Go SDK at it.
+func serveWith(t *testing.T, o Options) (*Server, *modal.Client, *modal.App) {
+	o.Token = testToken
+	srv, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,10 +100,12 @@ func TestImageBuild(t *testing.T) {
 	uniq := strconv.FormatInt(time.Now().UnixNano(), 36) // a real build each run: the store is shared
 	cmds := []string{"RUN echo built-" + uniq + " > /built && mkdir -p /srv/app", "ENV GREETING=hi", "WORKDIR /srv/app"}
 	img := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands(cmds, nil)
+	start := time.Now()
 	sb, err := c.Sandboxes.Create(ctx, app, img, nil)
 	if err != nil {
 		t.Fatalf("Create from an image with a RUN step: %v", err)
 	}
+	t.Logf("build (RUN on the cached base) and create: %v", time.Since(start).Round(time.Millisecond))
 	id := builtID(t, srv, sb)
 	remove(id)
 	if out, errOut, code := execOut(t, ctx, sb, []string{"sh", "-c", "cat /built; echo $GREETING; pwd"}, nil); out != "built-"+uniq+"\nhi\n/srv/app\n" || code != 0 {
@@ -108,10 +117,12 @@ func TestImageBuild(t *testing.T) {
 	sb.Terminate(ctx, nil)
 
 	again := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands(cmds, nil)
+	start = time.Now()
 	sb2, err := c.Sandboxes.Create(ctx, app, again, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("the same commands again (built) and create: %v", time.Since(start).Round(time.Millisecond))
 	srv.mu.Lock()
 	builds := len(srv.builds)
 	srv.mu.Unlock()
@@ -172,5 +183,34 @@ func TestBuildLogWindow(t *testing.T) {
 	}
 	if _, _, _, done, err := b.since(4); !done || err == nil || b.running() {
 		t.Errorf("after finish: done %v, err %v, running %v; want ended with the error, not running", done, err, b.running())
+	}
+}
+
+// TestRunStepsNoBuilder: on an engine that boots images but a server without a
+// Builder, a RUN step is refused naming what is missing; SkipRunSteps on a server with
+// a Builder accepts it unrun instead of building.
+func TestRunStepsNoBuilder(t *testing.T) {
+	s, err := store.Open(store.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := modaltest.Engine(t, local.EngineOptions{Images: s})
+	for _, o := range []Options{{Engine: eng}, {Engine: eng, SkipRunSteps: true, Builder: StoreBuilder{Store: s}}} {
+		_, c, app := serveWith(t, o)
+		img := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands([]string{"RUN touch /made-by-run"}, nil)
+		sb, err := c.Sandboxes.Create(t.Context(), app, img, nil)
+		if o.Builder == nil {
+			if err == nil || !strings.Contains(err.Error(), "the server has no image builder (Options.Builder)") {
+				t.Errorf("Create with a RUN step, no Builder = %v, want the refusal naming Options.Builder", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Create with a RUN step, SkipRunSteps: %v", err)
+		}
+		if _, _, code := execOut(t, t.Context(), sb, []string{"test", "-e", "/made-by-run"}, nil); code == 0 {
+			t.Error("SkipRunSteps ran the RUN step")
+		}
+		sb.Terminate(t.Context(), nil)
 	}
 }
