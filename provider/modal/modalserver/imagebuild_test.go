@@ -3,6 +3,7 @@ package modalserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ import (
 // imageEngine is the local engine booting images from the shared test store (its
 // Debian base built once) and a StoreBuilder running RUN steps on it. remove drops a
 // built image from the store at cleanup, after the engine's sandboxes ended.
-func imageEngine(t *testing.T) (eng *local.Engine, b StoreBuilder, remove func(id string)) {
+func imageEngine(t testing.TB) (eng *local.Engine, b StoreBuilder, remove func(id string)) {
 	s, _ := imagetest.Base(t)
 	var built []string
 	t.Cleanup(func() {
@@ -37,12 +38,12 @@ func imageEngine(t *testing.T) (eng *local.Engine, b StoreBuilder, remove func(i
 }
 
 // serveBuilder serves a Server with b on eng and points the Go SDK at it.
-func serveBuilder(t *testing.T, eng *local.Engine, b ImageBuilder) (*Server, *modal.Client, *modal.App) {
+func serveBuilder(t testing.TB, eng *local.Engine, b ImageBuilder) (*Server, *modal.Client, *modal.App) {
 	return serveWith(t, Options{Engine: eng, Builder: b, StateDir: t.TempDir()})
 }
 
 // serveWith serves a Server with o (Token the tests') and points the Go SDK at it.
-func serveWith(t *testing.T, o Options) (*Server, *modal.Client, *modal.App) {
+func serveWith(t testing.TB, o Options) (*Server, *modal.Client, *modal.App) {
 	o.Token = testToken
 	srv, err := New(o)
 	if err != nil {
@@ -213,4 +214,40 @@ func TestRunStepsNoBuilder(t *testing.T) {
 		}
 		sb.Terminate(t.Context(), nil)
 	}
+}
+
+// BenchmarkImageBuild: the Go SDK's create from fromRegistry("debian:bookworm-slim")
+// with a RUN step new to the store (built on the cached base in a build sandbox, then
+// booted), and with commands built before (answered at once, booted).
+func BenchmarkImageBuild(b *testing.B) {
+	eng, sb, remove := imageEngine(b)
+	srv, c, app := serveBuilder(b, eng, sb)
+	create := func(cmd string) {
+		s, err := c.Sandboxes.Create(b.Context(), app, c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands([]string{cmd}, nil), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Terminate(b.Context(), nil)
+	}
+	uniq := strconv.FormatInt(time.Now().UnixNano(), 36)
+	b.Run("new RUN step", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			i++
+			create(fmt.Sprintf("RUN echo %s-%d > /built", uniq, i))
+		}
+	})
+	b.Run("built before", func(b *testing.B) {
+		create("RUN echo " + uniq + " > /built")
+		for b.Loop() {
+			create("RUN echo " + uniq + " > /built")
+		}
+	})
+	srv.mu.Lock()
+	for _, img := range srv.images {
+		if img.built != "" {
+			remove(img.built)
+		}
+	}
+	srv.mu.Unlock()
 }
