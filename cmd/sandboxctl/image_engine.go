@@ -17,7 +17,7 @@ func init() {
 		if err != nil {
 			return nil, nil, err
 		}
-		r := build.EngineRunner{Engine: e, IDs: build.ShiftedIDs(rules.HostIDBase, rules.IDCount)}
+		r := build.EngineRunner{Engine: e, IDs: store.ShiftedIDs(rules.HostIDBase, rules.IDCount)}
 		return r, func() { _ = e.Close() }, nil
 	}
 }

@@ -113,8 +113,7 @@ func newCmdRoot(a *app) *cobra.Command {
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "log what happens on stderr")
 	root.AddCommand(newCmdCreate(a), newCmdList(a), newCmdExec(a), newCmdCp(a), newCmdSnapshot(a),
 		newCmdPause(a, true), newCmdPause(a, false), newCmdTerminate(a), newCmdTunnels(a),
-		newCmdTerminal(a), newCmdServe(a), newCmdPush(a), newCmdSync(a))
-	root.AddCommand(newCmdImage(a))
+		newCmdTerminal(a), newCmdServe(a), newCmdPush(a), newCmdSync(a), newCmdCode(a), newCmdImage(a))
 	return root
 }
 

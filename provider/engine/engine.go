@@ -212,6 +212,17 @@ type ImageResolver interface {
 	ResolveImage(ctx context.Context, ref string) (RootFS, error)
 }
 
+// ImageCommitter is an ImageResolver that also takes a sandbox's writable layer as a
+// new image: an engine given one makes the snapshots of image sandboxes images (Modal's
+// snapshotFilesystem), which Spec.Image (or Spec.Snapshot) boots.
+type ImageCommitter interface {
+	ImageResolver
+	// CommitImage stores dir, an overlayfs upper layer whose host ids idBase …
+	// idBase+idCount-1 are the sandbox's 0 … idCount-1, as a layer on top of parent, with
+	// parent's configuration, and returns the new image's id.
+	CommitImage(ctx context.Context, parent, dir string, idBase, idCount int) (string, error)
+}
+
 // VolumeSpec describes a named volume to create.
 type VolumeSpec struct {
 	Name          string            `json:"name"`

@@ -17,6 +17,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
 // trustedPeer reports whether the connection comes from the engine's user outside the
@@ -43,17 +45,18 @@ func trustedPeer(c net.Conn, isolated bool) bool {
 // fileMode is the data dir's record of the kind of sandboxes it holds.
 const fileMode = "mode"
 
-// claimDataDir makes dir private to the engine's user and records the kind of its
-// sandboxes; an engine of the other kind is refused.
-func claimDataDir(dir string, unisolated bool) error {
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return err
-	}
+// privateDataDir makes dir private to the engine's user.
+func privateDataDir(dir string) error { return os.Chmod(dir, 0o700) }
+
+// claimKind records in the data dir the kind of sandboxes it holds, at the first
+// create; a create of the other kind is refused. Reading (List, Get, Terminate) is
+// open to both.
+func (e *Engine) claimKind() error {
 	mode := "isolated"
-	if unisolated {
+	if e.o.Unisolated {
 		mode = "unisolated"
 	}
-	p := filepath.Join(dir, fileMode)
+	p := filepath.Join(e.dir, fileMode)
 	b, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return writeFileAtomic(p, []byte(mode+"\n"), 0o600)
@@ -62,7 +65,8 @@ func claimDataDir(dir string, unisolated bool) error {
 		return err
 	}
 	if have := strings.TrimSpace(string(b)); have != mode {
-		return fmt.Errorf("data dir %s holds %s sandboxes: an %s engine may not share it (their processes could reach the others' control sockets)", dir, have, mode)
+		return fmt.Errorf("data dir %s holds %s sandboxes: no %s one beside them (their processes could reach the others' control sockets): %w",
+			e.dir, have, mode, engine.ErrUnsupported)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ import (
 func TestControlSocketRefusesStrangers(t *testing.T) {
 	e := newTestEngine(t)
 	a := createBox(t, e, engine.Spec{})
-	b := createBox(t, e, engine.Spec{Mounts: []engine.Mount{{Source: e.sandboxDir(a.ID), Target: "/a"}}})
+	b := createBox(t, e, engine.Spec{Mounts: []engine.Mount{{Source: e.sandboxDir(a.ID), Target: "/a", ReadOnly: true}}})
 	script := `use IO::Socket::UNIX; $SIG{PIPE} = "IGNORE";
 		my $s = IO::Socket::UNIX->new(Peer => "/a/control.sock") or die "connect: $!\n";
 		print $s "{\"op\":\"exec\",\"argv\":[\"touch\",\"/tmp/pwned\"],\"cwd\":\"/\"}\n";
@@ -36,12 +37,22 @@ func TestDataDirIsPrivateAndOfOneKind(t *testing.T) {
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
 	e := newTestEngineAt(t, dir)
+	defer e.Close()
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("data dir mode = %v, %v, want 0700", fi.Mode().Perm(), err)
 	}
-	e.Close()
-	if _, err := NewEngine(EngineOptions{DataDir: dir, Unisolated: true}); err == nil || !strings.Contains(err.Error(), "isolated sandboxes") {
-		t.Errorf("an unisolated engine on an isolated data dir = %v", err)
+	info := createBox(t, e, engine.Spec{})
+	u, err := NewEngine(EngineOptions{DataDir: dir, Unisolated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if _, err := u.Create(t.Context(), engine.Spec{}); !errors.Is(err, engine.ErrUnsupported) {
+		t.Errorf("an unisolated sandbox beside isolated ones = %v", err)
+	}
+	// Reading stays open to both.
+	if got, err := u.Get(t.Context(), info.ID); err != nil || got.State != engine.StateRunning {
+		t.Errorf("get from the unisolated engine = %+v, %v", got, err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,17 +30,69 @@ func benchEngine(b *testing.B) *Engine {
 // root, init), then terminated outside the timer.
 func BenchmarkEngineCreate(b *testing.B) {
 	e := benchEngine(b)
+	var d durations
+	var rss, n int
 	for b.Loop() {
+		start := time.Now()
 		info, err := e.Create(b.Context(), engine.Spec{Ports: []int{4000}})
 		if err != nil {
 			b.Fatal(err)
 		}
+		d = append(d, time.Since(start))
+		b.StopTimer()
+		if bx, err := e.lookup(info.ID); err == nil {
+			rss += rssKiB(sandboxPIDs(bx.st))
+			n++
+		}
+		if err := e.Terminate(b.Context(), info.ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	if n > 0 {
+		b.ReportMetric(float64(rss)/float64(n)/1024, "bare-MiB/sandbox")
+	}
+	d.report(b)
+}
+
+// BenchmarkEngineCreateImage is BenchmarkEngineCreate from a two-layer image (the
+// overlay, its id-mapped layers and the sandbox's upper layer).
+func BenchmarkEngineCreateImage(b *testing.B) {
+	base, top := b.TempDir(), b.TempDir()
+	copyWithLibs(b, base, "bash", "true")
+	os.MkdirAll(top+"/etc", 0o755)
+	os.WriteFile(top+"/etc/marker", []byte("x"), 0o644)
+	e, err := NewEngine(EngineOptions{DataDir: b.TempDir(), Images: dirImages{"img": {ID: "img", Layers: []string{base, top}}}})
+	if err != nil {
+		b.Skip(err)
+	}
+	defer e.Close()
+	var d durations
+	for b.Loop() {
+		start := time.Now()
+		info, err := e.Create(b.Context(), engine.Spec{Image: "img"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		d = append(d, time.Since(start))
 		b.StopTimer()
 		if err := e.Terminate(b.Context(), info.ID); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 	}
+	d.report(b)
+}
+
+// durations are the samples of a benchmark, reported as their median.
+type durations []time.Duration
+
+func (d durations) report(b *testing.B) {
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "p50-ms")
 }
 
 // BenchmarkExec is the round trip of `true` in a running sandbox.
@@ -50,11 +103,15 @@ func BenchmarkExec(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer e.Terminate(context.Background(), info.ID)
+	var d durations
 	for b.Loop() {
+		start := time.Now()
 		if code, err := e.Exec(b.Context(), info.ID, engine.ExecRequest{Argv: []string{"/bin/true"}}); err != nil || code != 0 {
 			b.Fatal(code, err)
 		}
+		d = append(d, time.Since(start))
 	}
+	d.report(b)
 }
 
 // BenchmarkTunnelThroughput sends 64 MiB per iteration through the host tunnel into a
@@ -153,11 +210,14 @@ func BenchmarkBootHealthy(b *testing.B) {
 	p := mustNew(b, Options{Root: b.TempDir(), SandboxMCP: sandboxMCP})
 	defer p.Close()
 	var rss, initRSS, n int
+	var d durations
 	for b.Loop() {
+		start := time.Now()
 		bt, err := p.Boot(b.Context(), provider.CreateOptions{SessionID: "bench"})
 		if err != nil {
 			b.Fatal(err)
 		}
+		d = append(d, time.Since(start))
 		b.StopTimer()
 		time.Sleep(200 * time.Millisecond) // idle
 		if bx, err := p.eng.lookup(bt.SandboxID); err == nil {
@@ -172,6 +232,7 @@ func BenchmarkBootHealthy(b *testing.B) {
 		b.ReportMetric(float64(rss)/float64(n)/1024, "idle-MiB/sandbox")
 		b.ReportMetric(float64(initRSS)/float64(n)/1024, "init-MiB")
 	}
+	d.report(b)
 }
 
 var _ = io.Discard

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -82,79 +84,95 @@ func writeCg(dir, file, value string) error {
 	return os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644)
 }
 
-// join puts pid into a new cgroup per usable hierarchy, with the limits it can set.
-func (c cgroups) join(id string, pid int, l engine.Limits) (engine.Limits, []string) {
-	var applied engine.Limits
-	var groups []string
+// make creates the sandbox's cgroups, one per usable hierarchy, with the limits they
+// can set; each hierarchy in parallel (a memory cgroup of v1 can take tens of
+// milliseconds to make). It runs before init exists; enter puts init in.
+func (c cgroups) make(id string, l engine.Limits) (engine.Limits, []string) {
 	name := "sandbox-" + id
-	procs := strconv.Itoa(pid)
-	add := func(dir string) bool {
-		if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
-			return false
-		}
-		groups = append(groups, dir)
-		return true
+	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
+	type group struct {
+		dir   string
+		files [][2]string // written in order; the limit holds when all are
+		limit *int64      // the applied field it sets
+		value int64
 	}
-	if c.v2 != "" && (c.v1["freezer"] == "" || c.v1["memory"] == "" && l.MemoryBytes > 0 || c.v1["pids"] == "" && l.Pids > 0 ||
-		c.v1["cpu"] == "" && l.CPUMillis > 0) {
+	var applied engine.Limits
+	var want []group
+	if c.v2 != "" && (c.v1["freezer"] == "" || c.v1["memory"] == "" || c.v1["pids"] == "" || c.v1["cpu"] == "" && l.CPUMillis > 0) {
 		// Controllers for the children, where the parent allows it.
 		for _, ctl := range []string{"+memory", "+pids", "+cpu"} {
 			_ = writeCg(c.v2, "cgroup.subtree_control", ctl)
 		}
 		d := filepath.Join(c.v2, name)
-		if add(d) {
-			if l.MemoryBytes > 0 && c.v1["memory"] == "" && writeCg(d, "memory.max", strconv.FormatInt(l.MemoryBytes, 10)) == nil {
-				_ = writeCg(d, "memory.swap.max", "0")
-				applied.MemoryBytes = l.MemoryBytes
-			}
-			if l.Pids > 0 && c.v1["pids"] == "" && writeCg(d, "pids.max", strconv.FormatInt(l.Pids, 10)) == nil {
-				applied.Pids = l.Pids
-			}
-			if l.CPUMillis > 0 && c.v1["cpu"] == "" && writeCg(d, "cpu.max", strconv.FormatInt(l.CPUMillis*100, 10)+" 100000") == nil {
-				applied.CPUMillis = l.CPUMillis
-			}
-			_ = writeCg(d, "cgroup.procs", procs)
+		want = append(want, group{dir: d})
+		if l.MemoryBytes > 0 && c.v1["memory"] == "" {
+			want = append(want, group{dir: d, files: [][2]string{{"memory.max", itoa(l.MemoryBytes)}, {"memory.swap.max", "0"}}, limit: &applied.MemoryBytes, value: l.MemoryBytes})
+		}
+		if l.Pids > 0 && c.v1["pids"] == "" {
+			want = append(want, group{dir: d, files: [][2]string{{"pids.max", itoa(l.Pids)}}, limit: &applied.Pids, value: l.Pids})
+		}
+		if l.CPUMillis > 0 && c.v1["cpu"] == "" {
+			want = append(want, group{dir: d, files: [][2]string{{"cpu.max", itoa(l.CPUMillis*100) + " 100000"}}, limit: &applied.CPUMillis, value: l.CPUMillis})
 		}
 	}
-	if base := c.v1["freezer"]; base != "" {
-		if d := filepath.Join(base, name); add(d) {
-			_ = writeCg(d, "cgroup.procs", procs)
+	v1 := func(ctl string, g group) {
+		if base := c.v1[ctl]; base != "" {
+			g.dir = filepath.Join(base, name)
+			want = append(want, g)
 		}
 	}
-	if base := c.v1["devices"]; base != "" {
-		// No block device, whatever a process inside creates or is handed.
-		if d := filepath.Join(base, name); add(d) {
-			_ = writeCg(d, "devices.deny", "b *:* rwm")
-			_ = writeCg(d, "cgroup.procs", procs)
-		}
+	v1("freezer", group{})
+	// No block device, whatever a process inside creates or is handed.
+	v1("devices", group{files: [][2]string{{"devices.deny", "b *:* rwm"}}})
+	if l.MemoryBytes > 0 {
+		v1("memory", group{files: [][2]string{{"memory.limit_in_bytes", itoa(l.MemoryBytes)}}, limit: &applied.MemoryBytes, value: l.MemoryBytes})
 	}
-	if base := c.v1["memory"]; base != "" && l.MemoryBytes > 0 {
-		if d := filepath.Join(base, name); add(d) {
-			if writeCg(d, "memory.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)) == nil {
-				_ = writeCg(d, "memory.memsw.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10))
-				applied.MemoryBytes = l.MemoryBytes
+	if l.CPUMillis > 0 {
+		v1("cpu", group{files: [][2]string{{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", itoa(l.CPUMillis * 100)}}, limit: &applied.CPUMillis, value: l.CPUMillis})
+	}
+	if l.Pids > 0 {
+		v1("pids", group{files: [][2]string{{"pids.max", itoa(l.Pids)}}, limit: &applied.Pids, value: l.Pids})
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	made := map[string]bool{}
+	for _, g := range want {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := os.Mkdir(g.dir, 0o755); err != nil && !os.IsExist(err) {
+				return
 			}
-			_ = writeCg(d, "cgroup.procs", procs)
-		}
-	}
-	if base := c.v1["cpu"]; base != "" && l.CPUMillis > 0 {
-		if d := filepath.Join(base, name); add(d) {
-			if writeCg(d, "cpu.cfs_period_us", "100000") == nil &&
-				writeCg(d, "cpu.cfs_quota_us", strconv.FormatInt(l.CPUMillis*100, 10)) == nil {
-				applied.CPUMillis = l.CPUMillis
+			ok := true
+			for _, f := range g.files {
+				ok = ok && writeCg(g.dir, f[0], f[1]) == nil
 			}
-			_ = writeCg(d, "cgroup.procs", procs)
-		}
-	}
-	if base := c.v1["pids"]; base != "" && l.Pids > 0 {
-		if d := filepath.Join(base, name); add(d) {
-			if writeCg(d, "pids.max", strconv.FormatInt(l.Pids, 10)) == nil {
-				applied.Pids = l.Pids
+			if len(g.files) > 0 && g.files[0][0] == "memory.limit_in_bytes" {
+				// Swap counts too, where the kernel accounts it.
+				_ = writeCg(g.dir, "memory.memsw.limit_in_bytes", itoa(l.MemoryBytes))
 			}
-			_ = writeCg(d, "cgroup.procs", procs)
-		}
+			mu.Lock()
+			made[g.dir] = true
+			if ok && g.limit != nil {
+				*g.limit = g.value
+			}
+			mu.Unlock()
+		}()
 	}
+	wg.Wait()
+	groups := make([]string, 0, len(made))
+	for d := range made {
+		groups = append(groups, d)
+	}
+	slices.Sort(groups)
 	return applied, groups
+}
+
+// enter puts pid into every group.
+func (c cgroups) enter(groups []string, pid int) {
+	for _, g := range groups {
+		_ = writeCg(g, "cgroup.procs", strconv.Itoa(pid))
+	}
 }
 
 // freezerOf returns the group of groups that freezes and whether it is cgroup v1.

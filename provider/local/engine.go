@@ -114,7 +114,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 			return nil, fmt.Errorf("new engine: %w", err)
 		}
 	}
-	if err := claimDataDir(dir, o.Unisolated); err != nil {
+	if err := privateDataDir(dir); err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
 	}
 	log := o.Logger

@@ -96,13 +96,6 @@ func (e *Engine) exec(ctx context.Context, id string, req engine.ExecRequest, de
 	if st.Paused {
 		return -1, 0, fmt.Errorf("exec in sandbox %s: it is paused", id)
 	}
-	cwd := req.Cwd
-	if cwd == "" {
-		cwd = rules.HomeDir
-		if !st.Isolated {
-			cwd = filepath.Join(e.sandboxDir(id), dirHome)
-		}
-	}
 	conn, err := e.dialControl(ctx, id)
 	if err != nil {
 		return -1, 0, fmt.Errorf("exec in sandbox %s: %w", id, err)
@@ -110,12 +103,7 @@ func (e *Engine) exec(ctx context.Context, id string, req engine.ExecRequest, de
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	cr := ctlRequest{Op: "exec", Argv: req.Argv, Cwd: cwd, Env: e.environ(st, req.Env),
-		TimeoutMs: req.Timeout.Milliseconds(), Detach: detach, Stdin: req.Stdin != nil && !detach,
-		TTY: req.TTY && !detach, Cols: req.Size.Cols, Rows: req.Size.Rows}
-	if req.Timeout > 0 && cr.TimeoutMs == 0 {
-		cr.TimeoutMs = 1
-	}
+	cr := e.ctlRequest(st, req, detach)
 	if err := writeRequest(conn, cr); err != nil {
 		return -1, 0, e.execErr(ctx, id, err)
 	}
@@ -205,4 +193,26 @@ func (e *Engine) StartDetached(ctx context.Context, id string, req engine.ExecRe
 		err = fmt.Errorf("start %q: exit code %d", req.Argv[0], code)
 	}
 	return pid, err
+}
+
+// ctlRequest is the control request of an exec: the default working directory (the
+// image's, or the home) and the sandbox's environment filled in.
+func (e *Engine) ctlRequest(st boxState, req engine.ExecRequest, detach bool) ctlRequest {
+	cwd := req.Cwd
+	if cwd == "" && st.Image != nil && st.Image.WorkDir != "" {
+		cwd = st.Image.WorkDir
+	}
+	if cwd == "" {
+		cwd = rules.HomeDir
+		if !st.Isolated {
+			cwd = filepath.Join(e.sandboxDir(st.ID), dirHome)
+		}
+	}
+	cr := ctlRequest{Op: "exec", Argv: req.Argv, Cwd: cwd, Env: e.environ(st, req.Env),
+		TimeoutMs: req.Timeout.Milliseconds(), Detach: detach, Stdin: req.Stdin != nil && !detach,
+		TTY: req.TTY && !detach, Cols: req.Size.Cols, Rows: req.Size.Rows}
+	if req.Timeout > 0 && cr.TimeoutMs == 0 {
+		cr.TimeoutMs = 1
+	}
+	return cr
 }

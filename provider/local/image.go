@@ -30,7 +30,15 @@ func (e *Engine) checkRuntime(name string) (string, error) {
 	if name == "" || name == def {
 		return def, nil
 	}
-	return "", fmt.Errorf("runtime %q: this engine offers %v: %w", name, e.caps.Runtimes, engine.ErrUnsupported)
+	why := ""
+	if name == "gvisor" || name == "runsc" {
+		// Measured with Debian's runsc (2022-12) on cgroup v1: an over-limit
+		// allocation gets the whole sandbox's sentry OOM-killed, so the sidecar
+		// cannot survive it, and init's id-mapped binds and loop disk do not run
+		// under it.
+		why = " (gVisor: an over-limit allocation kills the whole sandbox, not the process)"
+	}
+	return "", fmt.Errorf("runtime %q: this engine offers %v%s: %w", name, e.caps.Runtimes, why, engine.ErrUnsupported)
 }
 
 // resolveImage finds the spec's image and makes the sandbox directory sd's upper

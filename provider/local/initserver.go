@@ -174,60 +174,13 @@ func (in *initServer) serve(c net.Conn) {
 		sendExit(exitFrame{Code: 127, Error: err.Error()})
 		return
 	}
-	devNull, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
+	st, err := in.openStreams(req)
 	if err != nil {
 		sendExit(exitFrame{Code: -1, Error: err.Error()})
 		return
 	}
-	defer devNull.Close()
-	files := []uintptr{devNull.Fd(), devNull.Fd(), devNull.Fd()}
-	var stdinW, stdoutR, stderrR *os.File
-	var closeAfterStart []*os.File
-	var ptmx *os.File
-	switch {
-	case req.Detach:
-	case req.TTY:
-		m, tty, err := pty.Open()
-		if err != nil {
-			sendExit(exitFrame{Code: -1, Error: "open a pty: " + err.Error()})
-			return
-		}
-		cols, rows := req.Cols, req.Rows
-		if cols == 0 || rows == 0 {
-			cols, rows = 80, 24
-		}
-		_ = pty.Setsize(m, &pty.Winsize{Cols: cols, Rows: rows})
-		ptmx = m
-		if in.sp != nil {
-			// Owned by root and group tty of the sandbox, as a pty opened inside.
-			_ = unix.Fchown(int(tty.Fd()), hostID(0), hostID(ttyGID))
-		}
-		files = []uintptr{tty.Fd(), tty.Fd(), tty.Fd()}
-		closeAfterStart = append(closeAfterStart, tty)
-		stdinW, stdoutR = m, m
-	default:
-		if req.Stdin {
-			r, w, err := os.Pipe()
-			if err != nil {
-				sendExit(exitFrame{Code: -1, Error: err.Error()})
-				return
-			}
-			files[0], stdinW = r.Fd(), w
-			closeAfterStart = append(closeAfterStart, r)
-		}
-		or, ow, err := os.Pipe()
-		if err != nil {
-			sendExit(exitFrame{Code: -1, Error: err.Error()})
-			return
-		}
-		er, ew, err := os.Pipe()
-		if err != nil {
-			sendExit(exitFrame{Code: -1, Error: err.Error()})
-			return
-		}
-		files[1], files[2], stdoutR, stderrR = ow.Fd(), ew.Fd(), or, er
-		closeAfterStart = append(closeAfterStart, ow, ew)
-	}
+	defer st.devNull.Close()
+	files, stdinW, stdoutR, stderrR, ptmx, closeAfterStart := st.files, st.stdinW, st.stdoutR, st.stderrR, st.ptmx, st.closeAfterStart
 	m := spawnMsg{Argv0: argv0, Argv: req.Argv, Env: req.Env, Dir: req.Cwd, Setpgid: !req.Detach, Setsid: req.Detach}
 	if ptmx != nil {
 		// Its own session with the pty as controlling terminal (fd 0).
@@ -255,7 +208,14 @@ func (in *initServer) serve(c net.Conn) {
 		sendExit(exitFrame{Pid: res.pid})
 		return
 	}
-	pid := res.pid
+	sendExit(in.follow(br, fw, req, res.pid, res.wait, stdinW, stdoutR, stderrR, ptmx))
+}
+
+// follow streams a started command (pid) to the engine: stdin and resizes in, stdout
+// and stderr out; it kills the command's group on a timeout or a closed connection,
+// and returns its exit.
+func (in *initServer) follow(br *bufio.Reader, fw *frameWriter, req ctlRequest, pid int, wait chan syscall.WaitStatus,
+	stdinW, stdoutR, stderrR, ptmx *os.File) exitFrame {
 	var exitedMu sync.Mutex
 	exited := false
 	kill := func() {
@@ -317,11 +277,11 @@ func (in *initServer) serve(c net.Conn) {
 	}
 	var ws syscall.WaitStatus
 	select {
-	case ws = <-res.wait:
+	case ws = <-wait:
 	case <-timeout:
 		timedOut = true
 		kill()
-		ws = <-res.wait
+		ws = <-wait
 	}
 	exitedMu.Lock()
 	exited = true
@@ -345,5 +305,5 @@ func (in *initServer) serve(c net.Conn) {
 	if timedOut {
 		e.Code = 124
 	}
-	sendExit(e)
+	return e
 }

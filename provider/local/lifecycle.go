@@ -30,6 +30,10 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		e.mu.Unlock()
 		return engine.Info{}, errors.New("create sandbox: engine is closed")
 	}
+	if err := e.claimKind(); err != nil {
+		e.mu.Unlock()
+		return engine.Info{}, fmt.Errorf("create sandbox: %w", err)
+	}
 	if spec.Name != "" {
 		for _, o := range e.boxes {
 			o.mu.Lock()
@@ -62,70 +66,9 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 
 func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, error) {
 	spec := bx.st.Spec
-	if err := os.MkdirAll(sd, 0o700); err != nil {
-		return engine.Info{}, err
-	}
-	lim, err := e.limitsFor(spec.Limits)
+	img, err := e.prepare(ctx, bx, sd)
 	if err != nil {
 		return engine.Info{}, err
-	}
-	bx.st.Want = lim
-	if lim.DiskBytes > 0 {
-		if err := e.makeDisk(sd, lim.DiskBytes); err != nil {
-			return engine.Info{}, err
-		}
-	}
-	for _, d := range []string{dirHome, dirTmp, dirVarTmp, dirRun} {
-		mode := os.FileMode(0o755)
-		if d == dirTmp || d == dirVarTmp {
-			mode = 0o777 | os.ModeSticky
-		}
-		if err := os.MkdirAll(filepath.Join(sd, d), mode); err != nil {
-			return engine.Info{}, err
-		}
-		_ = os.Chmod(filepath.Join(sd, d), mode)
-		if !e.o.Unisolated {
-			// Owned by the sandbox's root, the home by its user.
-			id := hostID(0)
-			if d == dirHome {
-				id = hostID(rules.UserID)
-			}
-			if err := os.Chown(filepath.Join(sd, d), id, id); err != nil {
-				return engine.Info{}, err
-			}
-		}
-	}
-	rt, err := e.checkRuntime(spec.Runtime)
-	if err != nil {
-		return engine.Info{}, err
-	}
-	img, err := e.resolveImage(ctx, spec.Image, sd)
-	if err != nil {
-		return engine.Info{}, err
-	}
-	bx.st.Runtime, bx.st.Image = rt, img
-	if spec.Snapshot != "" {
-		if img != nil {
-			return engine.Info{}, fmt.Errorf("snapshot of an image sandbox: %w", engine.ErrUnsupported)
-		}
-		if err := e.restoreSnapshot(ctx, spec.Snapshot, sd); err != nil {
-			return engine.Info{}, err
-		}
-	}
-	if !e.o.Unisolated && img == nil {
-		// The production layout: the workspace, the home's .proliferate and the
-		// sidecar's state dir exist from the start.
-		// The boot plan runs as root: these are root's (git refuses a repo of
-		// another owner), the home around them the user's.
-		for _, d := range []string{rules.WorkspaceDir, rules.HomeDir + "/.proliferate", rules.StateDir} {
-			p := e.hostDir(sd, d)
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				return engine.Info{}, err
-			}
-			if err := os.Chown(p, hostID(0), hostID(0)); err != nil {
-				return engine.Info{}, err
-			}
-		}
 	}
 	cfg := initConfig{ID: bx.st.ID, Dir: sd, Isolated: bx.st.Isolated, NetNS: bx.st.NetNS,
 		Hide: []string{e.dir}}
@@ -145,7 +88,7 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 			if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) {
 				return engine.Info{}, fmt.Errorf("mount %s -> %s: paths must be absolute", m.Source, m.Target)
 			}
-			cfg.Binds = append(cfg.Binds, bindMount{Source: m.Source, Target: filepath.Clean(m.Target), ReadOnly: m.ReadOnly})
+			cfg.Binds = append(cfg.Binds, bindMount{Source: m.Source, Target: filepath.Clean(m.Target), ReadOnly: m.ReadOnly, Host: true})
 		}
 		vols, err := e.mountVolumes(spec)
 		if err != nil {
@@ -273,17 +216,7 @@ func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig, tunnels
 		return err
 	}
 	// Limits and the freezer apply before init starts anything.
-	applied, groups := e.cg.join(bx.st.ID, pid, bx.st.Want)
-	applied.DiskBytes = bx.st.Want.DiskBytes
-	bx.mu.Lock()
-	bx.st.Applied, bx.st.Cgroups = applied, groups
-	bx.mu.Unlock()
-	// Init is never the one the OOM killer chooses (its commands start at 0).
-	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("-1000"), 0)
-	if err := checkApplied(bx.st.Spec.Limits, applied); err != nil {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		return err
-	}
+	e.applyLimits(bx, pid)
 	b, _ := json.Marshal(cfg)
 	_, _ = cfgW.Write(b)
 	cfgW.Close()

@@ -38,6 +38,7 @@ func TestLimitsDefaultsAndRefusals(t *testing.T) {
 		{"a disk too small for ext4", engine.Spec{Limits: engine.Limits{DiskBytes: 1 << 20}}, engine.ErrLimit},
 		{"negative memory", engine.Spec{Limits: engine.Limits{MemoryBytes: -1}}, engine.ErrLimit},
 		{"an unknown runtime", engine.Spec{Runtime: "firecracker"}, engine.ErrUnsupported},
+		{"gvisor", engine.Spec{Runtime: "gvisor"}, engine.ErrUnsupported},
 	} {
 		if _, err := e.Create(t.Context(), tc.spec); !errors.Is(err, tc.want) {
 			t.Errorf("create with %s = %v, want %v", tc.name, err, tc.want)

@@ -142,6 +142,14 @@ func idmapMount(src, dst string, userns int, attr uint64) error {
 	return nil
 }
 
+// plainMount binds src on dst with the mount attributes attr, ids as they are.
+func plainMount(src, dst string, _ int, attr uint64) error {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	return unix.MountSetattr(unix.AT_FDCWD, dst, unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: attr})
+}
+
 // writeEtc writes the sandbox's own users, groups, host name, hosts and resolver into
 // etc; keep leaves an image's users and groups as they are.
 func writeEtc(etc, id string, keep bool) error {

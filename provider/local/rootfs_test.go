@@ -115,7 +115,7 @@ func (d dirImages) ResolveImage(ctx context.Context, ref string) (engine.RootFS,
 }
 
 // copyWithLibs copies the host programs progs and the libraries they load into dir.
-func copyWithLibs(t *testing.T, dir string, progs ...string) {
+func copyWithLibs(t testing.TB, dir string, progs ...string) {
 	t.Helper()
 	files := map[string]bool{}
 	for _, p := range progs {
@@ -160,7 +160,7 @@ func TestImageRoot(t *testing.T) {
 	for _, d := range []string{base, top} {
 		os.Chmod(d, 0o755)
 	}
-	imgs := dirImages{"test:1": {ID: "img-1", Layers: []string{base, top}, Env: []string{"PATH=/usr/bin:/bin", "IMG=1"}}}
+	imgs := dirImages{"test:1": {ID: "img-1", Layers: []string{base, top}, Env: []string{"PATH=/usr/bin:/bin", "IMG=1"}, WorkDir: "/etc"}}
 	e, err := NewEngine(EngineOptions{DataDir: t.TempDir(), Images: imgs})
 	if errors.Is(err, engine.ErrNotIsolated) {
 		t.Skip(err)
@@ -179,9 +179,9 @@ func TestImageRoot(t *testing.T) {
 	if info.Image != "img-1" || info.Runtime != "userns" {
 		t.Errorf("info = image %q runtime %q", info.Image, info.Runtime)
 	}
-	out, code := sh(t, e, info.ID, "bash", "-c", `cat /etc/marker; echo $IMG; stat -c %u:%g /etc/passwd $(command -v bash)
+	out, code := sh(t, e, info.ID, "bash", "-c", `pwd; cat /etc/marker; echo $IMG; stat -c %u:%g /etc/passwd $(command -v bash)
 		echo new > /etc/new && rm /etc/doomed && mkdir -p /opt/x && ls /etc | tr '\n' ' '`)
-	if want := "from the top layer\n1\n0:0\n0:0\nhostname hosts marker new passwd resolv.conf "; code != 0 || out != want {
+	if want := "/etc\nfrom the top layer\n1\n0:0\n0:0\nhostname hosts marker new passwd resolv.conf "; code != 0 || out != want {
 		t.Errorf("inside the image = %q (exit %d), want %q", out, code, want)
 	}
 	upper, err := e.UpperDir(info.ID)

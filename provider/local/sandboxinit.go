@@ -50,6 +50,9 @@ type bindMount struct {
 	Source   string `json:"source"`
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"readOnly,omitempty"`
+	// Host marks a host directory of Spec.Mounts: read-write, it is bound as it is,
+	// never id-mapped (see setupRoot).
+	Host bool `json:"host,omitempty"`
 }
 
 // Names of a sandbox's directory entries on the host.
@@ -112,48 +115,8 @@ func sandboxInit() int {
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
 	var sp *spawnClient
 	if cfg.Isolated {
-		// Not dumpable: its /proc/1/fd, /proc/1/root and /proc/1/environ need
-		// CAP_SYS_PTRACE, which no process inside has (an open descriptor of init's
-		// is a way back to the host).
-		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-			return fail(fmt.Errorf("prctl: %w", err))
-		}
-		if cfg.HostNetFd > 0 {
-			unix.CloseOnExec(cfg.HostNetFd)
-		}
-		if err := privateProc(); err != nil {
+		if sp, err = isolate(cfg); err != nil {
 			return fail(err)
-		}
-		sp = newSpawnClient()
-		spPid, err := sp.start()
-		if err != nil {
-			return fail(err)
-		}
-		userns, err := unix.Open("/proc/"+strconv.Itoa(spPid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fail(fmt.Errorf("the spawner's user namespace: %w", err))
-		}
-		err = setupRoot(cfg, userns)
-		unix.Close(userns)
-		if err != nil {
-			return fail(fmt.Errorf("set up the sandbox root: %w", err))
-		}
-		if err := unix.Sethostname([]byte(cfg.ID)); err != nil {
-			return fail(fmt.Errorf("sethostname: %w", err))
-		}
-		if cfg.NetNS {
-			if err := loopbackUp(); err != nil {
-				return fail(fmt.Errorf("loopback: %w", err))
-			}
-			if cfg.HostNetFd > 0 {
-				g, err := newEgress(cfg.HostNetFd, cfg.EgressHosts)
-				if err == nil {
-					err = g.serve()
-				}
-				if err != nil {
-					return fail(fmt.Errorf("egress proxy: %w", err))
-				}
-			}
 		}
 	}
 	in := &initServer{cfg: cfg, waiters: map[int]chan syscall.WaitStatus{}, sp: sp}
@@ -196,4 +159,53 @@ func writeExitCode(dirFd, code int) {
 	}
 	_, _ = unix.Write(fd, []byte(strconv.Itoa(code)))
 	unix.Close(fd)
+}
+
+// isolate makes init non-dumpable, starts the spawner, builds the sandbox's root and
+// pivots into it, sets the host name and brings up the loopback and the egress proxy.
+func isolate(cfg initConfig) (*spawnClient, error) {
+	// Not dumpable: its /proc/1/fd, /proc/1/root and /proc/1/environ need
+	// CAP_SYS_PTRACE, which no process inside has (an open descriptor of init's
+	// is a way back to the host).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("prctl: %w", err)
+	}
+	if cfg.HostNetFd > 0 {
+		unix.CloseOnExec(cfg.HostNetFd)
+	}
+	if err := privateProc(); err != nil {
+		return nil, err
+	}
+	sp := newSpawnClient()
+	spPid, err := sp.start()
+	if err != nil {
+		return nil, err
+	}
+	userns, err := unix.Open("/proc/"+strconv.Itoa(spPid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("the spawner's user namespace: %w", err)
+	}
+	err = setupRoot(cfg, userns)
+	unix.Close(userns)
+	if err != nil {
+		return nil, fmt.Errorf("set up the sandbox root: %w", err)
+	}
+	if err := unix.Sethostname([]byte(cfg.ID)); err != nil {
+		return nil, fmt.Errorf("sethostname: %w", err)
+	}
+	if cfg.NetNS {
+		if err := loopbackUp(); err != nil {
+			return nil, fmt.Errorf("loopback: %w", err)
+		}
+		if cfg.HostNetFd > 0 {
+			g, err := newEgress(cfg.HostNetFd, cfg.EgressHosts)
+			if err == nil {
+				err = g.serve()
+			}
+			if err != nil {
+				return nil, fmt.Errorf("egress proxy: %w", err)
+			}
+		}
+	}
+	return sp, nil
 }

@@ -69,12 +69,19 @@ func setupRoot(cfg initConfig, userns int) error {
 			return fmt.Errorf("mount %s: %w", b.Target, err)
 		}
 		// Id-mapped: host files keep their owner as seen from the sandbox (the
-		// host's root is its root), never setuid, never a device.
+		// host's root is its root), never setuid, never a device. Not a host
+		// directory the sandbox may write: through an id-mapped mount root inside
+		// would write files of the host's root there (a setuid one, for a host
+		// user to run), so it is bound as it is and the sandbox writes what its
+		// own ids (rules.HostIDBase…) may.
 		attr := uint64(unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOSUID)
+		mount := idmapMount
 		if b.ReadOnly {
 			attr |= unix.MOUNT_ATTR_RDONLY
+		} else if b.Host {
+			mount = plainMount
 		}
-		if err := idmapMount(b.Source, filepath.Join(r, b.Target), userns, attr); err != nil {
+		if err := mount(b.Source, filepath.Join(r, b.Target), userns, attr); err != nil {
 			return fmt.Errorf("mount %s: %w", b.Target, err)
 		}
 	}

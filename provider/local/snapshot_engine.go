@@ -7,10 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // snapshotDirs are the writable directories a snapshot keeps; /run is runtime state
@@ -24,15 +26,16 @@ type engineSnapshot struct {
 	Created time.Time `json:"created"`
 }
 
-// Snapshot copies the sandbox's writable directories to a new snapshot. When the
-// freezer is usable the sandbox is frozen for the copy, so the copy is consistent.
+// Snapshot keeps the sandbox's writable state, frozen for the time it takes when the
+// freezer is usable, so it is consistent. A sandbox booted from an image gets an image:
+// its upper layer committed on top of its image (volumes and /run are not in it), which
+// Spec.Image or Spec.Snapshot boots. Any other sandbox gets a copy of its writable
+// directories under the data dir's snapshots/.
+
 func (e *Engine) Snapshot(ctx context.Context, id string) (string, error) {
 	bx, st, err := e.running(id)
 	if err != nil {
 		return "", err
-	}
-	if st.Image != nil {
-		return "", fmt.Errorf("snapshot %s: a sandbox from an image keeps its changes in its upper layer (UpperDir): %w", id, engine.ErrUnsupported)
 	}
 	if e.caps.Pause && !st.Paused {
 		if err := e.cg.setFrozen(st.Cgroups, true); err == nil {
@@ -45,6 +48,9 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (string, error) {
 				}
 			}()
 		}
+	}
+	if st.Image != nil {
+		return e.commitImage(ctx, st)
 	}
 	sid := newEngineID("snap-")
 	dst := filepath.Join(e.dir, "snapshots", sid)
@@ -117,4 +123,29 @@ func (e *Engine) setPaused(id string, paused bool) error {
 	}
 	bx.st.Paused = paused
 	return e.saveState(bx.st)
+}
+
+// commitImage makes the upper layer of the image sandbox st a new image.
+func (e *Engine) commitImage(ctx context.Context, st boxState) (string, error) {
+	ic, ok := e.o.Images.(engine.ImageCommitter)
+	if !ok {
+		return "", fmt.Errorf("snapshot %s: the engine's image store cannot commit images: %w", st.ID, engine.ErrUnsupported)
+	}
+	id, err := ic.CommitImage(ctx, st.Image.ID, filepath.Join(e.sandboxDir(st.ID), dirUpper), rules.HostIDBase, rules.IDCount)
+	if err != nil {
+		return "", fmt.Errorf("snapshot %s: %w", st.ID, err)
+	}
+	return id, nil
+}
+
+// snapshotImage reads spec's Image and Snapshot: a snapshot that names an image (what
+// Snapshot returns for an image sandbox) boots as that image; any other is a copy.
+func (e *Engine) snapshotImage(spec engine.Spec) (image, snapshot string, err error) {
+	if spec.Snapshot == "" || e.o.Images == nil || validEngineID(spec.Snapshot) && strings.HasPrefix(spec.Snapshot, "snap-") {
+		return spec.Image, spec.Snapshot, nil
+	}
+	if spec.Image != "" {
+		return "", "", fmt.Errorf("snapshot %q and image %q: give one", spec.Snapshot, spec.Image)
+	}
+	return spec.Snapshot, "", nil
 }

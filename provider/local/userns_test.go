@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -90,5 +91,25 @@ func TestUserNamespace(t *testing.T) {
 	}
 	if out, _ := sh(t, e, info.ID, "setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "stat", "-c", "%u:%g", "/home/user/d", "/home/user/d/f"); out != "1000:1000\n1000:1000\n" {
 		t.Errorf("owners of engine-written files = %q, want the user's", out)
+	}
+}
+
+// A host directory mounted read-write is not id-mapped: what root inside writes there
+// belongs to the sandbox's ids on the host, never to the host's root (a setuid file of
+// the host's root would be a way up for any host user).
+func TestReadWriteHostMountKeepsSandboxIDs(t *testing.T) {
+	e := newTestEngine(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	info := createBox(t, e, engine.Spec{Mounts: []engine.Mount{{Source: dir, Target: "/h"}}})
+	sh(t, e, info.ID, "bash", "-c", "cp /bin/true /h/x && chmod 4755 /h/x")
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir+"/x", &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid != rules.HostIDBase {
+		t.Errorf("a file root inside wrote to a host mount is uid %d on the host, want %d", st.Uid, rules.HostIDBase)
 	}
 }

@@ -111,14 +111,3 @@ func (s dirSnapshot) unchanged(rel string, st *syscall.Stat_t) bool {
 	t, ok := s[rel]
 	return ok && t == st.Ctim
 }
-
-// ShiftedIDs maps host ids base … base+count-1 (a user namespace's range) back to
-// 0 … count-1; other ids are kept.
-func ShiftedIDs(base, count int) store.IDMap {
-	return func(id int) int {
-		if id >= base && id < base+count {
-			return id - base
-		}
-		return id
-	}
-}

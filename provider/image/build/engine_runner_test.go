@@ -15,6 +15,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/image"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/build"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
@@ -32,7 +33,7 @@ func TestEngineRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	runner := build.EngineRunner{Engine: e, IDs: build.ShiftedIDs(rules.HostIDBase, rules.IDCount)}
+	runner := build.EngineRunner{Engine: e, IDs: store.ShiftedIDs(rules.HostIDBase, rules.IDCount)}
 	uniq := strconv.FormatInt(time.Now().UnixNano(), 36) // keeps this run's keys out of the shared store's cache
 	img := func(last string) image.Image {
 		return image.Image{From: imagetest.BaseRef, Steps: []image.Step{
@@ -114,7 +115,7 @@ func BenchmarkEngineRunStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer e.Close()
-	opts := build.Options{Store: s, Runner: build.EngineRunner{Engine: e, IDs: build.ShiftedIDs(rules.HostIDBase, rules.IDCount)}}
+	opts := build.Options{Store: s, Runner: build.EngineRunner{Engine: e, IDs: store.ShiftedIDs(rules.HostIDBase, rules.IDCount)}}
 	var ids []string
 	for i := 0; b.Loop(); i++ {
 		img := image.Image{From: imagetest.BaseRef, Steps: []image.Step{image.Run("echo " + strconv.FormatInt(time.Now().UnixNano(), 36) + " > /opt/x")}}

@@ -1,0 +1,314 @@
+package coderun
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+)
+
+// Config is the `[sandbox]` section of the platform's TOML configuration. The zero
+// Config is off.
+type Config struct {
+	// Enabled turns the feature on; off means no tools and no prompt addendum.
+	Enabled bool
+	// Provider is local, modal or e2b (default local).
+	Provider string
+	// Mode is lazy (sandbox on the first run_code, the default) or warm (with the session).
+	Mode string
+	// VolumeTTL: a session volume unused this long is deleted (default 30 min).
+	VolumeTTL time.Duration
+	// VolumeCapacityMB is a session volume's capacity (default 300; 16 MB to 1 TB, the
+	// engines' bounds). A host-directory volume (an engine without volumes) has none.
+	VolumeCapacityMB int
+	// Timeout bounds one run_code (default 300 s).
+	Timeout time.Duration
+	// MemoryMB is the JavaScript heap of the code and, with headroom, the sandbox's
+	// memory limit (default 1280).
+	MemoryMB int
+	// Dependencies are the npm packages code may import, with their docs and secrets.
+	Dependencies []Dependency
+	// Embeddings, when set, makes search_docs hybrid (BM25 + vectors).
+	Embeddings *Embeddings
+}
+
+// Dependency is one `[[sandbox.dependencies]]`.
+type Dependency struct {
+	// Package is the npm package name, e.g. @linear/sdk.
+	Package string
+	// Version is an npm version or range (default "latest").
+	Version string
+	// Docs are markdown URLs indexed for search_docs.
+	Docs []string
+	// SecretEnv names the host environment variable holding the package's secret; the
+	// code sees it under the same name.
+	SecretEnv string
+	// Secret is SecretEnv's value, read from the host environment at load.
+	Secret Secret
+	// Hosts are the host names the code may reach for this package; with SecretEnv,
+	// only while the secret is set.
+	Hosts []string
+}
+
+// Embeddings configure an OpenAI-compatible /v1/embeddings endpoint.
+type Embeddings struct {
+	URL    string
+	Model  string
+	KeyEnv string
+	Key    Secret
+}
+
+// Secret is a value that never prints: fmt, slog and JSON show "[redacted]".
+type Secret string
+
+// String redacts.
+func (Secret) String() string { return "[redacted]" }
+
+// GoString redacts.
+func (Secret) GoString() string { return "[redacted]" }
+
+// LogValue redacts.
+func (Secret) LogValue() slog.Value { return slog.StringValue("[redacted]") }
+
+// MarshalJSON redacts.
+func (Secret) MarshalJSON() ([]byte, error) { return []byte(`"[redacted]"`), nil }
+
+// Value is the secret itself.
+func (s Secret) Value() string { return string(s) }
+
+// Defaults of Config.
+const (
+	DefaultVolumeTTL        = 30 * time.Minute
+	DefaultVolumeCapacityMB = 300
+	DefaultTimeout          = 300 * time.Second
+	DefaultMemoryMB         = 1280
+)
+
+// fileConfig is the TOML shape.
+type fileConfig struct {
+	Sandbox *struct {
+		Enabled          bool   `toml:"enabled"`
+		Provider         string `toml:"provider"`
+		Mode             string `toml:"mode"`
+		VolumeTTLMinutes *int   `toml:"volume_ttl_minutes"`
+		VolumeCapacityMB *int   `toml:"volume_capacity_mb"`
+		TimeoutSeconds   *int   `toml:"timeout_seconds"`
+		MemoryMB         *int   `toml:"memory_mb"`
+		Dependencies     []struct {
+			Package   string   `toml:"package"`
+			Version   string   `toml:"version"`
+			Docs      []string `toml:"docs"`
+			SecretEnv string   `toml:"secret_env"`
+			Hosts     []string `toml:"hosts"`
+		} `toml:"dependencies"`
+		Embeddings *struct {
+			URL    string `toml:"url"`
+			Model  string `toml:"model"`
+			KeyEnv string `toml:"key_env"`
+		} `toml:"embeddings"`
+	} `toml:"sandbox"`
+}
+
+// LoadFile reads the configuration file at path (see Parse).
+func LoadFile(path string, getenv func(string) string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("load sandbox config: %w", err)
+	}
+	c, err := Parse(b, getenv)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse reads the `[sandbox]` section of a TOML document, fills defaults, reads the
+// secrets from getenv and validates. A document without the section, or with
+// enabled = false, is the zero (off) Config. Other sections are ignored; unknown keys
+// inside `[sandbox]` are errors.
+func Parse(data []byte, getenv func(string) string) (Config, error) {
+	var fc fileConfig
+	md, err := toml.Decode(string(data), &fc)
+	if err != nil {
+		return Config{}, fmt.Errorf("parse sandbox config: %w", err)
+	}
+	for _, k := range md.Undecoded() {
+		if len(k) > 0 && k[0] == "sandbox" {
+			return Config{}, fmt.Errorf("sandbox config: unknown key %q", k.String())
+		}
+	}
+	s := fc.Sandbox
+	if s == nil || !s.Enabled {
+		return Config{}, nil
+	}
+	c := Config{Enabled: true, Provider: s.Provider, Mode: s.Mode,
+		VolumeTTL: DefaultVolumeTTL, VolumeCapacityMB: DefaultVolumeCapacityMB, Timeout: DefaultTimeout, MemoryMB: DefaultMemoryMB}
+	if c.Provider == "" {
+		c.Provider = "local"
+	}
+	if c.Mode == "" {
+		c.Mode = "lazy"
+	}
+	var errs []error
+	positive := func(name string, v *int, set func(int)) {
+		if v == nil {
+			return
+		}
+		if *v <= 0 {
+			errs = append(errs, fmt.Errorf("%s = %d: must be positive", name, *v))
+			return
+		}
+		set(*v)
+	}
+	positive("volume_ttl_minutes", s.VolumeTTLMinutes, func(v int) { c.VolumeTTL = time.Duration(v) * time.Minute })
+	positive("volume_capacity_mb", s.VolumeCapacityMB, func(v int) { c.VolumeCapacityMB = v })
+	positive("timeout_seconds", s.TimeoutSeconds, func(v int) { c.Timeout = time.Duration(v) * time.Second })
+	positive("memory_mb", s.MemoryMB, func(v int) { c.MemoryMB = v })
+	for _, d := range s.Dependencies {
+		dep := Dependency{Package: d.Package, Version: d.Version, Docs: d.Docs, SecretEnv: d.SecretEnv, Hosts: d.Hosts}
+		if dep.Version == "" {
+			dep.Version = "latest"
+		}
+		if dep.SecretEnv != "" && getenv != nil {
+			dep.Secret = Secret(getenv(dep.SecretEnv))
+		}
+		c.Dependencies = append(c.Dependencies, dep)
+	}
+	if e := s.Embeddings; e != nil {
+		c.Embeddings = &Embeddings{URL: e.URL, Model: e.Model, KeyEnv: e.KeyEnv}
+		if e.KeyEnv != "" && getenv != nil {
+			c.Embeddings.Key = Secret(getenv(e.KeyEnv))
+		}
+	}
+	errs = append(errs, c.validate()...)
+	if len(errs) > 0 {
+		return Config{}, fmt.Errorf("sandbox config: %w", errors.Join(errs...))
+	}
+	return c, nil
+}
+
+var (
+	// npmName is an npm package name, scoped or not.
+	npmName = regexp.MustCompile(`^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$`)
+	// npmVersion is a version, range or dist-tag, without spaces or URLs.
+	npmVersion = regexp.MustCompile(`^[A-Za-z0-9.^~<>=*|+_-]+$`)
+	envName    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	hostName   = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+)
+
+// validate checks a filled Config.
+func (c Config) validate() []error {
+	var errs []error
+	if !slices.Contains([]string{"local", "modal", "e2b"}, c.Provider) {
+		errs = append(errs, fmt.Errorf("provider %q: want local, modal or e2b", c.Provider))
+	}
+	if c.Mode != "lazy" && c.Mode != "warm" {
+		errs = append(errs, fmt.Errorf("mode %q: want lazy or warm", c.Mode))
+	}
+	if c.MemoryMB < 128 {
+		errs = append(errs, fmt.Errorf("memory_mb = %d: at least 128", c.MemoryMB))
+	}
+	if lo, hi := rules.MinVolumeBytes>>20, rules.MaxVolumeBytes>>20; c.VolumeCapacityMB < lo || c.VolumeCapacityMB > hi {
+		errs = append(errs, fmt.Errorf("volume_capacity_mb = %d: want %d..%d", c.VolumeCapacityMB, lo, hi))
+	}
+	seen := map[string]bool{}
+	for i, d := range c.Dependencies {
+		where := fmt.Sprintf("dependencies[%d]", i)
+		switch {
+		case d.Package == "":
+			errs = append(errs, fmt.Errorf("%s: package is required", where))
+		case len(d.Package) > 214 || !npmName.MatchString(d.Package) || strings.Contains(d.Package, ".."):
+			errs = append(errs, fmt.Errorf("%s: package %q is not an npm package name", where, d.Package))
+		case seen[d.Package]:
+			errs = append(errs, fmt.Errorf("%s: package %q is listed twice", where, d.Package))
+		}
+		seen[d.Package] = true
+		if !npmVersion.MatchString(d.Version) {
+			errs = append(errs, fmt.Errorf("%s: version %q is not an npm version or range", where, d.Version))
+		}
+		for _, u := range d.Docs {
+			if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+				errs = append(errs, fmt.Errorf("%s: docs URL %q: want http(s)://host/path", where, u))
+			}
+		}
+		if d.SecretEnv != "" && !envName.MatchString(d.SecretEnv) {
+			errs = append(errs, fmt.Errorf("%s: secret_env %q is not an environment variable name", where, d.SecretEnv))
+		}
+		for _, h := range d.Hosts {
+			if len(h) > 253 || !hostName.MatchString(h) {
+				errs = append(errs, fmt.Errorf("%s: host %q: want a lowercase host name (or *.domain), without scheme or port", where, h))
+			}
+		}
+	}
+	if e := c.Embeddings; e != nil {
+		if p, err := url.Parse(e.URL); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			errs = append(errs, fmt.Errorf("embeddings: url %q: want http(s)://host", e.URL))
+		}
+		if e.Model == "" {
+			errs = append(errs, errors.New("embeddings: model is required"))
+		}
+		if e.KeyEnv != "" && !envName.MatchString(e.KeyEnv) {
+			errs = append(errs, fmt.Errorf("embeddings: key_env %q is not an environment variable name", e.KeyEnv))
+		}
+	}
+	return errs
+}
+
+// AllowedHosts are the hosts code may reach: those of dependencies without a secret,
+// and of dependencies whose secret is set. Sorted, without duplicates.
+func (c Config) AllowedHosts() []string {
+	var hs []string
+	for _, d := range c.Dependencies {
+		if d.SecretEnv != "" && d.Secret == "" {
+			continue
+		}
+		hs = append(hs, d.Hosts...)
+	}
+	slices.Sort(hs)
+	return slices.Compact(hs)
+}
+
+// secretEnv is the environment of the process that runs code: the secrets that are
+// set, as NAME=value, sorted by name.
+func (c Config) secretEnv() (names, env []string) {
+	for _, d := range c.Dependencies {
+		if d.SecretEnv == "" || d.Secret == "" || slices.Contains(names, d.SecretEnv) {
+			continue
+		}
+		names = append(names, d.SecretEnv)
+		env = append(env, d.SecretEnv+"="+d.Secret.Value())
+	}
+	slices.Sort(names)
+	slices.Sort(env)
+	return names, env
+}
+
+// PromptAddendum is the system-prompt addendum for the model: the packages and how to
+// use the tools. Empty when the feature is off.
+func (c Config) PromptAddendum() string {
+	if !c.Enabled {
+		return ""
+	}
+	var pkgs []string
+	for _, d := range c.Dependencies {
+		pkgs = append(pkgs, d.Package)
+	}
+	list := "none (the Deno standard library only)"
+	if len(pkgs) > 0 {
+		list = strings.Join(pkgs, ", ")
+	}
+	return "You can run TypeScript in a sandbox. Packages available by name: " + list + ".\n" +
+		"Call `search_docs` before writing code that uses a package, to read its documentation.\n" +
+		"Call `run_code` to execute: the value of the last expression comes back as JSON, console.log goes to stdout, and variables persist between calls.\n" +
+		"Save reusable modules under /workspace and declare them with `save_code_modules` so later calls can find and import them.\n" +
+		"Network access is limited to the packages' API hosts; their credentials are in the environment (Deno.env.get).\n"
+}

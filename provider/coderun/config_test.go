@@ -1,0 +1,168 @@
+package coderun
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+)
+
+const issueConfig = `
+[other]
+x = 1
+
+[sandbox]
+enabled = true
+provider = "local"
+mode = "lazy"
+volume_ttl_minutes = 30
+volume_capacity_mb = 300
+timeout_seconds = 300
+memory_mb = 1280
+
+[[sandbox.dependencies]]
+package = "@linear/sdk"
+docs = ["https://linear.app/developers/sdk.md"]
+secret_env = "LINEAR_API_KEY"
+hosts = ["api.linear.app"]
+`
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestParse(t *testing.T) {
+	c, err := Parse([]byte(issueConfig), env(map[string]string{"LINEAR_API_KEY": "lin_secret"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Enabled: true, Provider: "local", Mode: "lazy", VolumeTTL: 30 * time.Minute, VolumeCapacityMB: 300,
+		Timeout: 300 * time.Second, MemoryMB: 1280, Dependencies: []Dependency{{Package: "@linear/sdk", Version: "latest",
+			Docs: []string{"https://linear.app/developers/sdk.md"}, SecretEnv: "LINEAR_API_KEY", Secret: "lin_secret", Hosts: []string{"api.linear.app"}}}}
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("Parse (-want +got):\n%s", diff)
+	}
+	if got := c.AllowedHosts(); !cmp.Equal(got, []string{"api.linear.app"}) {
+		t.Errorf("AllowedHosts = %q", got)
+	}
+	// Without the secret, its hosts are closed.
+	c2, _ := Parse([]byte(issueConfig), env(nil))
+	if got := c2.AllowedHosts(); len(got) != 0 {
+		t.Errorf("AllowedHosts without the secret = %q, want none", got)
+	}
+}
+
+func TestParseOffAndDefaults(t *testing.T) {
+	tests := []struct {
+		name string
+		toml string
+		want Config
+	}{
+		{"empty document", "", Config{}},
+		{"no sandbox section", "[model]\nname = 'x'\n", Config{}},
+		{"disabled", "[sandbox]\nenabled = false\nmemory_mb = -1\n", Config{}},
+		{"defaults", "[sandbox]\nenabled = true\n", Config{Enabled: true, Provider: "local", Mode: "lazy", VolumeTTL: DefaultVolumeTTL,
+			VolumeCapacityMB: DefaultVolumeCapacityMB, Timeout: DefaultTimeout, MemoryMB: DefaultMemoryMB}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Parse([]byte(tt.toml), env(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Parse(%q) (-want +got):\n%s", tt.toml, diff)
+			}
+			if tt.want.Enabled == false && got.PromptAddendum() != "" {
+				t.Errorf("PromptAddendum of an off config = %q", got.PromptAddendum())
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	dep := func(s string) string { return "[sandbox]\nenabled = true\n[[sandbox.dependencies]]\n" + s }
+	tests := []struct{ name, toml, want string }{
+		{"bad toml", "[sandbox\n", "parse sandbox config"},
+		{"unknown key", "[sandbox]\nenabled = true\ntimeout = 3\n", `unknown key "sandbox.timeout"`},
+		{"provider", "[sandbox]\nenabled = true\nprovider = 'aws'\n", `provider "aws"`},
+		{"mode", "[sandbox]\nenabled = true\nmode = 'hot'\n", `mode "hot"`},
+		{"ttl", "[sandbox]\nenabled = true\nvolume_ttl_minutes = 0\n", "volume_ttl_minutes = 0: must be positive"},
+		{"timeout", "[sandbox]\nenabled = true\ntimeout_seconds = -5\n", "timeout_seconds = -5"},
+		{"capacity small", "[sandbox]\nenabled = true\nvolume_capacity_mb = 8\n", "volume_capacity_mb = 8: want 16..1048576"},
+		{"capacity large", "[sandbox]\nenabled = true\nvolume_capacity_mb = 2000000\n", "volume_capacity_mb = 2000000: want 16..1048576"},
+		{"memory small", "[sandbox]\nenabled = true\nmemory_mb = 64\n", "memory_mb = 64: at least 128"},
+		{"type", "[sandbox]\nenabled = true\nmemory_mb = 'lots'\n", "parse sandbox config"},
+		{"no package", dep("hosts = ['a.b']\n"), "package is required"},
+		{"bad package", dep("package = 'Bad Name'\n"), `package "Bad Name" is not an npm package name`},
+		{"dup package", dep("package = 'a'\n[[sandbox.dependencies]]\npackage = 'a'\n"), `"a" is listed twice`},
+		{"bad version", dep("package = 'a'\nversion = 'git+https://x'\n"), "not an npm version"},
+		{"docs scheme", dep("package = 'a'\ndocs = ['file:///etc/passwd']\n"), "docs URL"},
+		{"secret env", dep("package = 'a'\nsecret_env = 'A-B'\n"), `secret_env "A-B"`},
+		{"host with scheme", dep("package = 'a'\nhosts = ['https://api.x.com']\n"), `host "https://api.x.com"`},
+		{"host with port", dep("package = 'a'\nhosts = ['api.x.com:443']\n"), "without scheme or port"},
+		{"embeddings", "[sandbox]\nenabled = true\n[sandbox.embeddings]\nurl = 'x'\n", "embeddings: url"},
+		{"two errors at once", "[sandbox]\nenabled = true\nmode = 'x'\nprovider = 'y'\n", `provider "y"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.toml), env(nil))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Parse(%q) = %v, want an error containing %q", tt.toml, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSecretNeverPrints(t *testing.T) {
+	c, err := Parse([]byte(issueConfig), env(map[string]string{"LINEAR_API_KEY": "lin_secret"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	slog.New(slog.NewTextHandler(&log, nil)).Info("config", "config", c, "dep", c.Dependencies[0], "secret", c.Dependencies[0].Secret)
+	j, _ := json.Marshal(c)
+	for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%+v %#v", c, c), string(j), log.String()} {
+		if strings.Contains(s, "lin_secret") {
+			t.Errorf("the secret shows in %q", s)
+		}
+	}
+	if c.Dependencies[0].Secret.Value() != "lin_secret" {
+		t.Error("Value lost the secret")
+	}
+}
+
+func TestPromptAddendum(t *testing.T) {
+	c, _ := Parse([]byte(issueConfig), env(nil))
+	p := c.PromptAddendum()
+	lines := strings.Split(strings.TrimSpace(p), "\n")
+	if len(lines) < 4 || len(lines) > 6 {
+		t.Errorf("addendum has %d lines, want about 5:\n%s", len(lines), p)
+	}
+	for _, w := range []string{"@linear/sdk", "search_docs", "run_code", "/workspace", "save_code_modules"} {
+		if !strings.Contains(p, w) {
+			t.Errorf("addendum lacks %q:\n%s", w, p)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(issueConfig))
+	f.Add([]byte("[sandbox]\nenabled = true\n[[sandbox.dependencies]]\npackage = '@a/b'\nhosts = ['*.x.io']\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data, env(map[string]string{"K": "v"}))
+		if err != nil {
+			return
+		}
+		if c.Enabled && (c.MemoryMB < 128 || c.Timeout <= 0 || c.VolumeTTL <= 0 || int64(c.VolumeCapacityMB)<<20 < rules.MinVolumeBytes) {
+			t.Fatalf("accepted an invalid config: %+v", c)
+		}
+		if !c.Enabled && c.PromptAddendum() != "" {
+			t.Fatal("off config has an addendum")
+		}
+	})
+}

@@ -1,0 +1,475 @@
+package coderun
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+)
+
+// Session is one model session: a sandbox (booted from the dependency snapshot when
+// needed), its REPL, and a volume at /workspace that outlives the sandbox.
+type Session struct {
+	r  *Runner
+	id string
+	mu sync.Mutex // one run_code at a time
+}
+
+// RunResult is run_code's answer.
+type RunResult struct {
+	Success bool `json:"success"`
+	// Result is the JSON value of the last expression (absent for undefined).
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	Stdout string          `json:"stdout"`
+}
+
+// Session returns the session with this id (letters, digits and ._:@-, at most 128).
+func (r *Runner) Session(id string) (*Session, error) {
+	if !validSession.MatchString(id) {
+		return nil, fmt.Errorf("session id %q: want 1-128 letters, digits or ._:@-", id)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.sessions[id]
+	if !ok {
+		s = &Session{r: r, id: id}
+		r.sessions[id] = s
+	}
+	return s, nil
+}
+
+// ID is the session's id.
+func (s *Session) ID() string { return s.id }
+
+// Volume is the name of the session's volume: the one it got with a spare sandbox,
+// else a hash of its id.
+func (s *Session) Volume() string {
+	if st, err := s.state(); err == nil && st.Volume != "" {
+		return st.Volume
+	}
+	return volumeName(s.id)
+}
+
+// state returns a copy of the session's saved state.
+func (s *Session) state() (sessionState, error) {
+	var st sessionState
+	err := s.r.withState(func(m map[string]*sessionState) error {
+		if p := m[s.id]; p != nil {
+			st = *p
+		}
+		return nil
+	})
+	return st, err
+}
+
+// update changes the session's saved state.
+func (s *Session) update(f func(st *sessionState)) error {
+	return s.r.withState(func(m map[string]*sessionState) error {
+		p := m[s.id]
+		if p == nil {
+			p = &sessionState{}
+			m[s.id] = p
+		}
+		f(p)
+		return nil
+	})
+}
+
+// lock serializes the session's calls in this process and across processes on the
+// same DataDir (two CLI calls of one session must not boot two sandboxes).
+func (s *Session) lock() (func(), error) {
+	s.mu.Lock()
+	unlock, err := s.r.lockSession(s.id, true)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	return func() {
+		unlock()
+		s.mu.Unlock()
+	}, nil
+}
+
+// lockSession takes the session's lock file; without wait, a busy session is
+// (nil, nil).
+func (r *Runner) lockSession(id string, wait bool) (func(), error) {
+	dir := filepath.Join(r.o.DataDir, "locks")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	fd, err := syscall.Open(filepath.Join(dir, volumeName(id)+".lock"), syscall.O_CREAT|syscall.O_RDWR|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock session %s: %w", id, err)
+	}
+	how := syscall.LOCK_EX
+	if !wait {
+		how |= syscall.LOCK_NB
+	}
+	if err := syscall.Flock(fd, how); err != nil {
+		syscall.Close(fd)
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("lock session %s: %w", id, err)
+	}
+	return func() { syscall.Close(fd) }, nil
+}
+
+// Start boots the session's sandbox and REPL now (warm mode) instead of on the first
+// RunCode.
+func (s *Session) Start(ctx context.Context) error {
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	_, err = s.ready(ctx)
+	return err
+}
+
+// ready returns the session's live sandbox with a REPL, creating what is missing.
+func (s *Session) ready(ctx context.Context) (sessionState, error) {
+	// A call in progress is not idle.
+	now := s.r.o.Now()
+	if err := s.update(func(p *sessionState) { p.LastUsed = now }); err != nil {
+		return sessionState{}, err
+	}
+	st, err := s.state()
+	if err != nil {
+		return st, err
+	}
+	if st.Sandbox != "" {
+		info, err := s.r.eng.Get(ctx, st.Sandbox)
+		if err != nil || info.State != engine.StateRunning {
+			st.Sandbox, st.Pid = "", 0
+		}
+	}
+	if st.Sandbox == "" {
+		if claimed, ok := s.r.claimSpare(ctx, s); ok {
+			return claimed, nil
+		}
+		if st.Sandbox, err = s.createSandbox(ctx); err != nil {
+			return st, err
+		}
+		st.Pid, st.Volume = 0, s.Volume()
+		if err := s.update(func(p *sessionState) { p.Sandbox, p.Pid, p.Volume = st.Sandbox, 0, st.Volume }); err != nil {
+			return st, err
+		}
+	}
+	if st.Pid == 0 {
+		_, secrets := s.r.cfg.secretEnv()
+		if st.Pid, err = s.r.startREPL(ctx, st.Sandbox, rules.CoderunWorkspace, secrets); err != nil {
+			return st, err
+		}
+		if err := s.update(func(p *sessionState) { p.Pid = st.Pid }); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// createSandbox boots a sandbox from the dependency snapshot with the session's
+// volume at /workspace, and records the mount in the volume registry.
+func (s *Session) createSandbox(ctx context.Context) (string, error) {
+	snap, err := s.r.EnsureSnapshot(ctx)
+	if err != nil {
+		return "", err
+	}
+	vol := s.Volume()
+	spec, err := s.r.sandboxSpec(ctx, snap.ID, vol, s.id)
+	if err != nil {
+		return "", err
+	}
+	// Registered before the sandbox boots: a volume whose sandbox fails to boot still
+	// has a row, so Cleanup deletes it after the TTL.
+	if err := s.r.store.TouchVolume(ctx, vol, s.id, s.r.o.Now()); err != nil {
+		return "", err
+	}
+	info, err := s.r.eng.Create(ctx, spec)
+	if errors.Is(err, engine.ErrNotFound) {
+		// The engine lost the snapshot: forget it and build again.
+		if ferr := s.r.forgetSnapshot(snap.Name); ferr != nil {
+			return "", ferr
+		}
+		if snap, err = s.r.EnsureSnapshot(ctx); err != nil {
+			return "", err
+		}
+		spec.Snapshot = snap.ID
+		info, err = s.r.eng.Create(ctx, spec)
+	}
+	if err != nil {
+		return "", fmt.Errorf("create session sandbox: %w", err)
+	}
+	return info.ID, nil
+}
+
+// maxCode caps one snippet.
+const maxCode = 1 << 20
+
+// RunCode evaluates TypeScript in the session's REPL. A compile error, a thrown
+// error, a timeout and running out of memory are a RunResult with Success false; the
+// error return is for failures of the machinery (engine, snapshot build).
+func (s *Session) RunCode(ctx context.Context, code, description string) (RunResult, error) {
+	if len(code) > maxCode {
+		return RunResult{Error: fmt.Sprintf("code is %d bytes, over the limit of %d", len(code), maxCode)}, nil
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return RunResult{}, err
+	}
+	defer unlock()
+	st, err := s.ready(ctx)
+	if err != nil {
+		return RunResult{}, err
+	}
+	s.r.log.Debug("run code", "session", s.id, "description", description, "bytes", len(code))
+	res, alive := s.r.eval(ctx, st, code)
+	now := s.r.o.Now()
+	err = s.update(func(p *sessionState) {
+		p.LastUsed = now
+		if !alive {
+			p.Pid = 0
+		}
+	})
+	if err != nil {
+		return res, err
+	}
+	if terr := s.r.store.TouchVolume(ctx, s.Volume(), s.id, now); terr != nil {
+		return res, terr
+	}
+	return res, nil
+}
+
+// SearchDocs searches the packages' docs and, while its volume lives, the session's
+// code modules.
+func (s *Session) SearchDocs(ctx context.Context, query, pkg string, k int) (docsearch.Results, error) {
+	vol := s.Volume()
+	if ok, err := s.r.volumeAlive(ctx, vol); err != nil {
+		return docsearch.Results{}, err
+	} else if !ok {
+		// A registry row of a dead volume goes now, with its modules.
+		if err := s.r.store.DeleteVolume(ctx, vol); err != nil {
+			return docsearch.Results{}, err
+		}
+		vol = ""
+	}
+	return s.r.store.Search(ctx, docsearch.Query{Text: query, Package: pkg, Volume: vol, K: k})
+}
+
+// SaveModules indexes modules the model saved under /workspace (no source is stored;
+// the volume is the truth). Paths are relative to /workspace or absolute under it.
+func (s *Session) SaveModules(ctx context.Context, mods []docsearch.Module) error {
+	for i, m := range mods {
+		p, err := modulePath(m.Path)
+		if err != nil {
+			return err
+		}
+		mods[i].Path = p
+	}
+	if ok, err := s.r.volumeAlive(ctx, s.Volume()); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("save modules: the session has no volume yet (run code first)")
+	}
+	return s.r.store.SaveModules(ctx, s.Volume(), mods)
+}
+
+// modulePath is a module's path relative to /workspace: absolute paths must be under
+// it, and no path may leave it.
+func modulePath(p string) (string, error) {
+	rel := p
+	if strings.HasPrefix(p, "/") {
+		rel = strings.TrimPrefix(p, rules.CoderunWorkspace+"/")
+		if rel == p {
+			return "", fmt.Errorf("module path %q: want a path under %s", p, rules.CoderunWorkspace)
+		}
+	}
+	clean := path.Clean(rel)
+	if rel == "" || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") || strings.HasPrefix(clean, "/") ||
+		strings.ContainsAny(rel, "\x00") {
+		return "", fmt.Errorf("module path %q: want a file under %s", p, rules.CoderunWorkspace)
+	}
+	return clean, nil
+}
+
+// Close destroys the session's sandbox; its volume stays until Cleanup.
+func (s *Session) Close(ctx context.Context) error {
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := s.state()
+	if err != nil || st.Sandbox == "" {
+		return err
+	}
+	if err := s.r.eng.Terminate(ctx, st.Sandbox); err != nil {
+		return fmt.Errorf("close session %s: %w", s.id, err)
+	}
+	return s.update(func(p *sessionState) { p.Sandbox, p.Pid = "", 0 })
+}
+
+// Sandbox is the id of the session's live sandbox, or "".
+func (s *Session) Sandbox(ctx context.Context) (string, error) {
+	st, err := s.state()
+	if err != nil || st.Sandbox == "" {
+		return "", err
+	}
+	if info, err := s.r.eng.Get(ctx, st.Sandbox); err != nil || info.State != engine.StateRunning {
+		return "", nil
+	}
+	return st.Sandbox, nil
+}
+
+// ReapIdle destroys the sandboxes of sessions unused for IdleTimeout (volumes stay)
+// and returns their session ids.
+func (r *Runner) ReapIdle(ctx context.Context, now time.Time) ([]string, error) {
+	var idle []string
+	err := r.withState(func(m map[string]*sessionState) error {
+		for id, st := range m {
+			if st.Sandbox == "" || now.Sub(st.LastUsed) < r.o.IdleTimeout {
+				continue
+			}
+			if !isSpare(id) {
+				// A session with a call in progress is busy, not idle.
+				unlock, err := r.lockSession(id, false)
+				if err != nil {
+					return err
+				}
+				if unlock == nil {
+					continue
+				}
+				unlock()
+			}
+			if isSpare(id) {
+				// An unclaimed spare idles out too; the next claim boots another.
+				if err := r.eng.Terminate(ctx, st.Sandbox); err != nil {
+					return err
+				}
+				if err := r.removeVolume(ctx, st.Volume); err != nil {
+					return err
+				}
+				delete(m, id)
+				continue
+			}
+			if err := r.eng.Terminate(ctx, st.Sandbox); err != nil {
+				return err
+			}
+			st.Sandbox, st.Pid = "", 0
+			idle = append(idle, id)
+		}
+		return nil
+	})
+	return idle, err
+}
+
+// CleanupReport says what Cleanup removed.
+type CleanupReport struct {
+	// Sandboxes are the sessions whose idle sandbox was destroyed.
+	Sandboxes []string `json:"sandboxes"`
+	// Volumes are the volumes deleted with their registry rows and code modules.
+	Volumes []string `json:"volumes"`
+}
+
+// Cleanup destroys idle sandboxes, then deletes volumes unused for volume_ttl_minutes
+// (ttl, when positive, overrides it) with their registry rows and code modules. A
+// volume mounted by a live sandbox is kept.
+func (r *Runner) Cleanup(ctx context.Context, now time.Time, ttl time.Duration) (CleanupReport, error) {
+	if ttl <= 0 {
+		ttl = r.cfg.VolumeTTL
+	}
+	rep := CleanupReport{Sandboxes: []string{}, Volumes: []string{}}
+	var err error
+	if rep.Sandboxes, err = r.ReapIdle(ctx, now); err != nil {
+		return rep, err
+	}
+	inUse := map[string]bool{}
+	err = r.withState(func(m map[string]*sessionState) error {
+		for _, st := range m {
+			if st.Sandbox != "" {
+				inUse[st.Volume] = true
+			}
+		}
+		for id, st := range m {
+			if !isSpare(id) {
+				// A session with a call in progress is busy, not idle.
+				unlock, err := r.lockSession(id, false)
+				if err != nil {
+					return err
+				}
+				if unlock == nil {
+					continue
+				}
+				unlock()
+			}
+			if isSpare(id) {
+				inUse[st.Volume] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return rep, err
+	}
+	vols, err := r.store.Volumes(ctx)
+	if err != nil {
+		return rep, err
+	}
+	for _, v := range vols {
+		gone, err := r.expireVolume(ctx, v, now, ttl, inUse[v.Name])
+		if err != nil {
+			return rep, err
+		}
+		if gone {
+			rep.Volumes = append(rep.Volumes, v.Name)
+		}
+	}
+	return rep, nil
+}
+
+// expireVolume deletes a registered volume, its registry row and its code modules
+// when the volume is gone or unused for ttl: its last access is the later of the
+// registry's (every run_code) and the engine's (every mount). A volume that a session
+// holds (inUse) or a live sandbox mounts stays.
+func (r *Runner) expireVolume(ctx context.Context, v docsearch.Volume, now time.Time, ttl time.Duration, inUse bool) (bool, error) {
+	vs, err := r.volume(ctx, v.Name)
+	if err != nil {
+		return false, err
+	}
+	last := v.LastAccessed
+	if vs.lastAccessed.After(last) {
+		last = vs.lastAccessed
+	}
+	if vs.exists && (inUse || len(vs.usedBy) > 0 || now.Sub(last) < ttl) {
+		return false, nil
+	}
+	if err := r.removeVolume(ctx, v.Name); errors.Is(err, engine.ErrInUse) {
+		return false, nil // a sandbox mounted it since
+	} else if err != nil {
+		return false, err
+	}
+	if err := r.store.DeleteVolume(ctx, v.Name); err != nil {
+		return false, err
+	}
+	err = r.withState(func(m map[string]*sessionState) error {
+		for _, st := range m {
+			if st.Volume == v.Name {
+				st.Volume = "" // the next sandbox gets a new volume
+			}
+		}
+		return nil
+	})
+	return err == nil, err
+}

@@ -1,0 +1,269 @@
+package docsearch
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode"
+)
+
+// Query is one search.
+type Query struct {
+	Text string
+	// Package, when set, limits the search to that package's docs (no modules).
+	Package string
+	// Volume, when set and registered, adds that volume's code modules.
+	Volume string
+	// K is how many results; zero means 5.
+	K int
+}
+
+// Result is one hit.
+type Result struct {
+	Package string  `json:"package"`
+	Title   string  `json:"title"`
+	Content string  `json:"content"`
+	Score   float64 `json:"score"`
+	// Source is the document URL of a doc chunk, or the path of a code module.
+	Source string `json:"source"`
+}
+
+// Results are a search's hits, best first, and how they were ranked.
+type Results struct {
+	Results []Result `json:"results"`
+	// Mode is "hybrid" (BM25 and vector, merged by reciprocal rank) or "bm25".
+	Mode string `json:"mode"`
+	// Note says why the search is BM25 only, when it is.
+	Note string `json:"note,omitempty"`
+}
+
+// ModulePackage is the Package of code-module results.
+const ModulePackage = "workspace"
+
+// rrfK is the reciprocal-rank constant (the usual 60).
+const rrfK = 60
+
+// candidate is one row found by one ranking.
+type candidate struct {
+	module bool
+	id     int64
+	score  float64 // higher is better
+}
+
+func (c candidate) key() string { return fmt.Sprint(c.module, c.id) }
+
+// ftsQuery turns free text into an FTS5 query: its words, each quoted, OR-ed.
+func ftsQuery(text string) string {
+	words := strings.FieldsFunc(text, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	if len(words) > 32 {
+		words = words[:32]
+	}
+	for i, w := range words {
+		words[i] = `"` + w + `"`
+	}
+	return strings.Join(words, " OR ")
+}
+
+// selectiveQuery is ftsQuery without the words found in more than half of the doc
+// chunks ("how", "the", …): their BM25 weight is nearly zero, yet scoring every chunk
+// they match is most of a search's time. The rarest word stays when all are common.
+func (s *Store) selectiveQuery(ctx context.Context, text string) (string, error) {
+	words := strings.Split(ftsQuery(text), " OR ")
+	if len(words) < 2 {
+		return ftsQuery(text), nil
+	}
+	var total int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM doc_chunks`).Scan(&total); err != nil {
+		return "", err
+	}
+	if total < 100 {
+		return strings.Join(words, " OR "), nil
+	}
+	var keep []string
+	rarest, rarestDF := "", total+1
+	for _, w := range words {
+		var df int
+		if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM doc_chunks_fts WHERE doc_chunks_fts MATCH ?`, w).Scan(&df); err != nil {
+			return "", err
+		}
+		if df < rarestDF {
+			rarest, rarestDF = w, df
+		}
+		if 2*df <= total {
+			keep = append(keep, w)
+		}
+	}
+	if len(keep) == 0 {
+		keep = []string{rarest}
+	}
+	return strings.Join(keep, " OR "), nil
+}
+
+// Search ranks doc chunks (and the volume's modules) for q.
+func (s *Store) Search(ctx context.Context, q Query) (Results, error) {
+	k := q.K
+	if k <= 0 {
+		k = 5
+	}
+	res := Results{Mode: "bm25", Results: []Result{}}
+	if s.emb == nil {
+		res.Note = "keyword search only (BM25): no embeddings endpoint is configured"
+	}
+	withModules := q.Package == "" && q.Volume != ""
+	n := max(4*k, 50)
+	kw, err := s.keyword(ctx, q, withModules, n)
+	if err != nil {
+		return Results{}, fmt.Errorf("search: %w", err)
+	}
+	ranked := kw
+	if s.emb != nil && strings.TrimSpace(q.Text) != "" {
+		vs, err := s.emb.Embed(ctx, []string{q.Text})
+		if err != nil {
+			return Results{}, fmt.Errorf("search: %w", err)
+		}
+		vec, err := s.vector(ctx, q, withModules, F32Blob(vs[0]), n)
+		if err != nil {
+			return Results{}, fmt.Errorf("search: %w", err)
+		}
+		ranked = reciprocalRank(kw, vec)
+		res.Mode = "hybrid"
+	}
+	if len(ranked) > k {
+		ranked = ranked[:k]
+	}
+	for _, c := range ranked {
+		r, err := s.load(ctx, c)
+		if err != nil {
+			return Results{}, fmt.Errorf("search: %w", err)
+		}
+		r.Score = c.score
+		res.Results = append(res.Results, r)
+	}
+	return res, nil
+}
+
+// keyword is the BM25 ranking (titles weigh 3x); doc chunks win ties.
+func (s *Store) keyword(ctx context.Context, q Query, withModules bool, n int) ([]candidate, error) {
+	fq, err := s.selectiveQuery(ctx, q.Text)
+	if err != nil || fq == "" {
+		return nil, err
+	}
+	docSQL := `SELECT f.rowid, bm25(doc_chunks_fts, 3.0, 1.0) FROM doc_chunks_fts f`
+	args := []any{fq}
+	if q.Package != "" {
+		docSQL += ` JOIN doc_chunks d ON d.id = f.rowid WHERE doc_chunks_fts MATCH ? AND d.package = ?`
+		args = append(args, q.Package)
+	} else {
+		docSQL += ` WHERE doc_chunks_fts MATCH ?`
+	}
+	docSQL += ` ORDER BY 2 LIMIT ?`
+	out, err := s.rank(ctx, false, docSQL, append(args, n)...)
+	if err != nil {
+		return nil, err
+	}
+	if withModules {
+		mods, err := s.rank(ctx, true, `SELECT f.rowid, bm25(code_modules_fts, 3.0, 1.0) FROM code_modules_fts f
+			JOIN code_modules m ON m.id = f.rowid WHERE code_modules_fts MATCH ? AND m.volume = ? ORDER BY 2 LIMIT ?`, fq, q.Volume, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, mods...)
+	}
+	for i := range out {
+		out[i].score = -out[i].score // bm25() is lower-is-better
+	}
+	slices.SortStableFunc(out, func(a, b candidate) int { return cmp.Compare(b.score, a.score) })
+	return out, nil
+}
+
+// vector is the cosine ranking.
+func (s *Store) vector(ctx context.Context, q Query, withModules bool, blob []byte, n int) ([]candidate, error) {
+	docSQL := `SELECT id, vector_distance_cos(embedding, ?) FROM doc_chunks WHERE embedding IS NOT NULL AND length(embedding) = ?`
+	args := []any{blob, len(blob)}
+	if q.Package != "" {
+		docSQL += ` AND package = ?`
+		args = append(args, q.Package)
+	}
+	out, err := s.rank(ctx, false, docSQL+` ORDER BY 2 LIMIT ?`, append(args, n)...)
+	if err != nil {
+		return nil, err
+	}
+	if withModules {
+		mods, err := s.rank(ctx, true, `SELECT id, vector_distance_cos(embedding, ?) FROM code_modules
+			WHERE volume = ? AND embedding IS NOT NULL AND length(embedding) = ? ORDER BY 2 LIMIT ?`, blob, q.Volume, len(blob), n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, mods...)
+	}
+	for i := range out {
+		out[i].score = 1 - out[i].score // similarity
+	}
+	slices.SortStableFunc(out, func(a, b candidate) int { return cmp.Compare(b.score, a.score) })
+	return out, nil
+}
+
+func (s *Store) rank(ctx context.Context, module bool, query string, args ...any) ([]candidate, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []candidate
+	for rows.Next() {
+		c := candidate{module: module}
+		if err := rows.Scan(&c.id, &c.score); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// reciprocalRank merges rankings: score = Σ 1/(rrfK + rank).
+func reciprocalRank(lists ...[]candidate) []candidate {
+	sum := map[string]*candidate{}
+	var order []string
+	for _, l := range lists {
+		for i, c := range l {
+			key := c.key()
+			p, ok := sum[key]
+			if !ok {
+				cc := c
+				cc.score = 0
+				p = &cc
+				sum[key] = p
+				order = append(order, key)
+			}
+			p.score += 1 / float64(rrfK+i+1)
+		}
+	}
+	out := make([]candidate, 0, len(order))
+	for _, key := range order {
+		out = append(out, *sum[key])
+	}
+	slices.SortStableFunc(out, func(a, b candidate) int { return cmp.Compare(b.score, a.score) })
+	return out
+}
+
+// load reads a candidate's row.
+func (s *Store) load(ctx context.Context, c candidate) (Result, error) {
+	var r Result
+	if !c.module {
+		err := s.db.QueryRowContext(ctx, `SELECT package, title, content, source FROM doc_chunks WHERE id = ?`, c.id).
+			Scan(&r.Package, &r.Title, &r.Content, &r.Source)
+		return r, err
+	}
+	var m Module
+	var exports string
+	err := s.db.QueryRowContext(ctx, `SELECT path, description, exports, usage FROM code_modules WHERE id = ?`, c.id).
+		Scan(&m.Path, &m.Description, &exports, &m.Usage)
+	if err == sql.ErrNoRows {
+		return r, err
+	}
+	_ = jsonUnmarshalStrings(exports, &m.Exports)
+	return Result{Package: ModulePackage, Title: moduleTitle(m), Content: moduleText(m), Source: m.Path}, err
+}

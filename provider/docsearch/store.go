@@ -1,0 +1,130 @@
+// Package docsearch is the search index behind the code-execution tools of
+// provider/coderun: SDK documentation fetched as markdown and chunked by `## ` headings
+// (doc_chunks), the code modules a model saved in a session's volume (code_modules), and
+// the registry of those volumes (session_volumes).
+//
+// The store is one SQLite file opened with a pure-Go driver (modernc.org/sqlite, so CGO
+// stays off). Keyword ranking is FTS5's BM25 with the porter stemmer ("install" finds
+// "Installation"). When an OpenAI-compatible embeddings endpoint is configured, every
+// chunk and module also gets an F32 embedding blob, compared by cosine through the SQL
+// function vector_distance_cos (libSQL's name, so the SQL is the same there), and search
+// is hybrid: BM25 and vector rankings merged by reciprocal rank. Without an endpoint,
+// search is BM25 only and its result says so.
+//
+// provider/coderun imports it; nothing here knows about sandboxes.
+package docsearch
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"modernc.org/sqlite"
+)
+
+// schema creates the three tables and their full-text indexes. The FTS tables are
+// kept by hand (same rowid as their table) in the transactions that change a row.
+const schema = `
+CREATE TABLE IF NOT EXISTS doc_chunks (
+	id        INTEGER PRIMARY KEY,
+	package   TEXT NOT NULL,
+	source    TEXT NOT NULL,
+	title     TEXT NOT NULL,
+	content   TEXT NOT NULL,
+	hash      TEXT NOT NULL,
+	embedding BLOB,
+	UNIQUE (package, source, hash)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS doc_chunks_fts USING fts5(title, content, tokenize = 'porter unicode61');
+CREATE TABLE IF NOT EXISTS session_volumes (
+	name             TEXT PRIMARY KEY,
+	session          TEXT NOT NULL,
+	created_at       INTEGER NOT NULL,
+	last_accessed_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS code_modules (
+	id          INTEGER PRIMARY KEY,
+	volume      TEXT NOT NULL REFERENCES session_volumes(name) ON DELETE CASCADE,
+	path        TEXT NOT NULL,
+	description TEXT NOT NULL,
+	exports     TEXT NOT NULL,
+	usage       TEXT NOT NULL,
+	embedding   BLOB,
+	UNIQUE (volume, path)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS code_modules_fts USING fts5(title, content, tokenize = 'porter unicode61');
+`
+
+// Options configure a Store.
+type Options struct {
+	// Path is the SQLite file; its directory is created. Required.
+	Path string
+	// Embedder, when set, makes search hybrid (BM25 + vector); nil means BM25 only.
+	Embedder *Embedder
+}
+
+// Store is the index. Its methods are safe for concurrent use.
+type Store struct {
+	db  *sql.DB
+	emb *Embedder
+}
+
+var registerOnce sync.Once
+
+// registerFunctions adds vector_distance_cos to every connection the driver opens.
+func registerFunctions() {
+	registerOnce.Do(func() {
+		sqlite.MustRegisterDeterministicScalarFunction("vector_distance_cos", 2, vectorDistanceCos)
+	})
+}
+
+// Open opens (or creates) the store.
+func Open(ctx context.Context, o Options) (*Store, error) {
+	if o.Path == "" {
+		return nil, errors.New("open docsearch: Path is required")
+	}
+	if err := os.MkdirAll(filepath.Dir(o.Path), 0o700); err != nil {
+		return nil, fmt.Errorf("open docsearch: %w", err)
+	}
+	registerFunctions()
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	db, err := sql.Open("sqlite", "file:"+o.Path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open docsearch: %w", err)
+	}
+	db.SetConnMaxIdleTime(time.Minute)
+	if _, err := db.ExecContext(ctx, schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open docsearch %s: %w", o.Path, err)
+	}
+	return &Store{db: db, emb: o.Embedder}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Hybrid reports whether search uses embeddings.
+func (s *Store) Hybrid() bool { return s.emb != nil }
+
+// inTx runs f in a transaction, committed when f returns nil.
+func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}

@@ -1,0 +1,22 @@
+package rules
+
+// Code execution (provider/coderun): where its runtime lives inside a sandbox.
+const (
+	// CoderunDepsDir holds Deno, the package.json and node_modules of the configured
+	// dependencies, and the REPL server; it is part of the dependency snapshot. Code
+	// may read it, not write it.
+	CoderunDepsDir = HomeDir + "/.coderun"
+	// CoderunDeno is the Deno binary (the native one from the npm package `deno`).
+	CoderunDeno = CoderunDepsDir + "/bin/deno"
+	// CoderunREPL is the REPL server script.
+	CoderunREPL = CoderunDepsDir + "/repl.ts"
+	// CoderunDenoDir is DENO_DIR, Deno's cache.
+	CoderunDenoDir = CoderunDepsDir + "/cache"
+	// CoderunWorkspace is where the session's volume is mounted; code may read and
+	// write it.
+	CoderunWorkspace = "/workspace"
+	// CoderunREPLLog receives the REPL server's stderr (V8's out-of-memory report).
+	CoderunREPLLog = "/tmp/coderun-repl.log"
+	// PortCoderunREPL is the REPL server's loopback port inside the sandbox.
+	PortCoderunREPL = 4790
+)
