@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/build"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/modalserver"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -82,7 +83,7 @@ func modalBuilder(o serveOptions) modalserver.ImageBuilder {
 	if o.Images == nil || !ok {
 		return nil
 	}
-	return modalserver.StoreBuilder{Store: o.Images, Runner: build.EngineRunner{Engine: be, IDs: build.ShiftedIDs(rules.HostIDBase, rules.IDCount)}}
+	return modalserver.StoreBuilder{Store: o.Images, Runner: build.EngineRunner{Engine: be, IDs: store.ShiftedIDs(rules.HostIDBase, rules.IDCount)}}
 }
 
 // newModalBackend drives Modal (or a local Modal server: the SDK reads

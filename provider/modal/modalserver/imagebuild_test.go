@@ -33,7 +33,7 @@ func imageEngine(t testing.TB) (eng *local.Engine, b StoreBuilder, remove func(i
 		}
 	})
 	eng = modaltest.Engine(t, local.EngineOptions{Images: s})
-	b = StoreBuilder{Store: s, Runner: build.EngineRunner{Engine: eng, IDs: build.ShiftedIDs(rules.HostIDBase, rules.IDCount)}}
+	b = StoreBuilder{Store: s, Runner: build.EngineRunner{Engine: eng, IDs: store.ShiftedIDs(rules.HostIDBase, rules.IDCount)}}
 	return eng, b, func(id string) { built = append(built, id) }
 }
 
