@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	modal "github.com/modal-labs/modal-client/go"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/build"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
@@ -21,13 +23,15 @@ import (
 
 // imageEngine is the local engine booting images from the shared test store (its
 // Debian base built once) and a StoreBuilder running RUN steps on it. remove drops a
-// built image from the store at cleanup, after the engine's sandboxes ended.
+// built image (or a snapshot) from the store at cleanup, after the engine's sandboxes
+// ended, the last given first.
 func imageEngine(t testing.TB) (eng *local.Engine, b StoreBuilder, remove func(id string)) {
 	s, _ := imagetest.Base(t)
 	var built []string
 	t.Cleanup(func() {
-		for _, id := range built {
-			if _, err := s.Remove(context.Background(), id); err != nil {
+		for _, id := range slices.Backward(built) { // children (snapshots) first
+			// Removing a snapshot removes the built image under it too (untagged).
+			if _, err := s.Remove(context.Background(), id); err != nil && !errors.Is(err, engine.ErrNotFound) {
 				t.Logf("remove image %s: %v", id, err)
 			}
 		}
@@ -115,6 +119,25 @@ func TestImageBuild(t *testing.T) {
 	if log := buildLog(srv, img.ImageID); !strings.Contains(log, "RUN echo built-"+uniq) {
 		t.Errorf("the build's output does not show the RUN step:\n%s", log)
 	}
+	// A snapshot of a sandbox booted from the built image keeps the image's files.
+	if _, _, code := execOut(t, ctx, sb, []string{"sh", "-c", "echo later > /later"}, nil); code != 0 {
+		t.Fatal("write /later")
+	}
+	snap, err := sb.SnapshotFilesystem(ctx, nil)
+	if err != nil {
+		t.Fatalf("SnapshotFilesystem: %v", err)
+	}
+	srv.mu.Lock()
+	remove(srv.images[snap.ImageID].snapshot) // the store's image of the snapshot
+	srv.mu.Unlock()
+	fromSnap, err := c.Sandboxes.Create(ctx, app, snap, nil)
+	if err != nil {
+		t.Fatalf("Create from the snapshot: %v", err)
+	}
+	if out, errOut, code := execOut(t, ctx, fromSnap, []string{"cat", "/built", "/later"}, nil); out != "built-"+uniq+"\nlater\n" || code != 0 {
+		t.Errorf("from the snapshot, cat /built /later = %q (stderr %q), %d", out, errOut, code)
+	}
+	fromSnap.Terminate(ctx, nil)
 	sb.Terminate(ctx, nil)
 
 	again := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands(cmds, nil)
