@@ -50,6 +50,9 @@ type backendOptions struct {
 	// Spec holds create's --image, --runtime, limits and volumes for the sandboxes
 	// the backend creates.
 	Spec engine.Spec
+	// Images, for the local backend, is the image store its engine boots Spec.Image
+	// from and commits image snapshots to; nil opens the data dir's.
+	Images engine.ImageResolver
 }
 
 // backends maps --provider names to their constructors.
@@ -145,8 +148,8 @@ func newLocalBackend(ctx context.Context, o backendOptions) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	var images engine.ImageResolver
-	if !o.Unisolated {
+	images := o.Images
+	if images == nil && !o.Unisolated {
 		// The data dir's image store (sandboxctl image build): --image boots from it,
 		// and the snapshot of a sandbox booted from an image is committed to it.
 		s, err := store.Open(store.Options{Dir: imageStoreDir(o.DataDir)})

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 )
 
 // serveOptions is what a protocol server gets.
@@ -30,6 +31,8 @@ type serveOptions struct {
 	Logger  *slog.Logger
 	// Ready, when set, is called with the address the server listens on.
 	Ready func(addr string)
+	// Images is the data dir's image store, which Engine boots images from.
+	Images *store.Store
 }
 
 // serveProtocols maps --protocol names to servers; a server runs until ctx is done.
@@ -48,12 +51,17 @@ func newCmdServe(a *app) *cobra.Command {
 			if !ok {
 				return usageError{errorf("unknown protocol %q (known: %s)", protocol, knownNames(serveProtocols))}
 			}
-			b, err := a.open(cmd.Context(), "local")
+			images, err := a.openImageStore()
 			if err != nil {
 				return err
 			}
-			defer b.close()
-			return serve(cmd.Context(), serveOptions{Engine: b.Engine, Addr: addr, DataDir: a.dataDir,
+			b, err := openBackend(cmd.Context(), "local", backendOptions{DataDir: a.dataDir, Unisolated: a.unisolated,
+				Getenv: a.getenv, Stderr: a.stderr, Logger: a.logger(), Images: images})
+			if err != nil {
+				return err
+			}
+			defer openedBackend{b}.close()
+			return serve(cmd.Context(), serveOptions{Engine: b.Engine, Images: images, Addr: addr, DataDir: a.dataDir,
 				Getenv: a.getenv, Stdout: a.stdout, Stderr: a.stderr, Logger: a.logger(),
 				Ready: func(addr string) { a.progress("serving %s on %s", protocol, addr) }})
 		},

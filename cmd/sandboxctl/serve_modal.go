@@ -14,8 +14,11 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/build"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/modalserver"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 func init() {
@@ -26,8 +29,9 @@ func init() {
 // serveModal serves Modal's gRPC protocol over the local engine until ctx is done. It
 // prints the `export` lines a Modal SDK needs. The server accepts one token pair, kept
 // in <data-dir>/modal-token (0600, made on the first serve); the tunnels' CA
-// certificate is written to <data-dir>/modal-tunnel-ca.pem. Image build steps it
-// cannot run (RUN, …) are refused unless SANDBOXCTL_MODAL_SKIP_RUN=1.
+// certificate is written to <data-dir>/modal-tunnel-ca.pem. Images with build steps
+// (RUN, …) are built into the image store (<data-dir>/images) on an isolated engine;
+// SANDBOXCTL_MODAL_SKIP_RUN=1 accepts such steps unrun instead (the host's userland).
 func serveModal(ctx context.Context, o serveOptions) error {
 	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 		return err
@@ -37,7 +41,7 @@ func serveModal(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	srv, err := modalserver.New(modalserver.Options{Engine: o.Engine, Logger: o.Logger, StateDir: o.DataDir, Token: tok,
-		SkipRunSteps: o.Getenv(modalserver.EnvSkipRunSteps) == "1"})
+		SkipRunSteps: o.Getenv(modalserver.EnvSkipRunSteps) == "1", Builder: modalBuilder(o)})
 	if err != nil {
 		return err
 	}
@@ -70,6 +74,16 @@ func serveModal(ctx context.Context, o serveOptions) error {
 		srv.Close()
 		return err
 	}
+}
+
+// modalBuilder builds the server's images into the image store, their RUN steps in
+// build sandboxes of the local engine; nil without a store or an engine that can.
+func modalBuilder(o serveOptions) modalserver.ImageBuilder {
+	be, ok := o.Engine.(build.BuildEngine)
+	if o.Images == nil || !ok {
+		return nil
+	}
+	return modalserver.StoreBuilder{Store: o.Images, Runner: build.EngineRunner{Engine: be, IDs: store.ShiftedIDs(rules.HostIDBase, rules.IDCount)}}
 }
 
 // newModalBackend drives Modal (or a local Modal server: the SDK reads

@@ -3,13 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	modal "github.com/modal-labs/modal-client/go"
+
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/modalserver"
 )
 
@@ -24,35 +31,10 @@ func TestServeModal(t *testing.T) {
 		"SANDBOXCTL_PROLIFERATE": filepath.Join(bins, "proliferate"), "HOME": t.TempDir(),
 		// The provider's base image has RUN steps; the host has what they install.
 		modalserver.EnvSkipRunSteps: "1"}
-	getenv := func(k string) string { return env[k] }
-
-	ctx, cancel := context.WithCancel(t.Context())
-	var out, errOut testutil.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--protocol", "modal", "--addr", "127.0.0.1:0", "--data-dir", dataDir}, getenv, nil, &out, &errOut)
-	}()
-	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("serve exited %d: %s", code, errOut.String())
-		}
-	}()
-	exported := map[string]string{}
-	for deadline := time.Now().Add(30 * time.Second); exported["MODAL_TUNNEL_CA"] == ""; time.Sleep(50 * time.Millisecond) {
-		for _, line := range strings.Split(out.String(), "\n") {
-			if kv, ok := strings.CutPrefix(line, "export "); ok {
-				k, v, _ := strings.Cut(kv, "=")
-				exported[k] = v
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve printed no export lines: %q %q", out.String(), errOut.String())
-		}
-	}
+	exported := serveModalCmd(t, dataDir, env)
 	url := exported["MODAL_SERVER_URL"]
 	if exported["MODAL_TUNNEL_CA"] != filepath.Join(dataDir, "modal-tunnel-ca.pem") || !strings.HasPrefix(url, "http://127.0.0.1:") {
-		t.Errorf("serve printed %q", out.String())
+		t.Errorf("serve exported %q", exported)
 	}
 	// The pair is made at the first serve, kept 0600 in the data dir, and printed.
 	tokFile := filepath.Join(dataDir, modalserver.TokenFile)
@@ -98,5 +80,109 @@ func TestServeModal(t *testing.T) {
 	}
 	if o, _, _ := sctl("list"); strings.Contains(o, id) {
 		t.Errorf("list after terminate still has %s: %q", id, o)
+	}
+}
+
+// serveModalCmd runs `sandboxctl serve --protocol modal` on dataDir with env until the
+// test ends, and returns the variables it exported.
+func serveModalCmd(t *testing.T, dataDir string, env map[string]string) map[string]string {
+	getenv := func(k string) string { return env[k] }
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var out, errOut testutil.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--protocol", "modal", "--addr", "127.0.0.1:0", "--data-dir", dataDir}, getenv, nil, &out, &errOut)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d: %s", code, errOut.String())
+		}
+	})
+	exported := map[string]string{}
+	for deadline := time.Now().Add(30 * time.Second); exported["MODAL_TUNNEL_CA"] == ""; time.Sleep(50 * time.Millisecond) {
+		for _, line := range strings.Split(out.String(), "\n") {
+			if kv, ok := strings.CutPrefix(line, "export "); ok {
+				k, v, _ := strings.Cut(kv, "=")
+				exported[k] = v
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve printed no export lines: %q %q", out.String(), errOut.String())
+		}
+	}
+	return exported
+}
+
+// TestServeModalBuild: `sandboxctl serve --protocol modal` builds an image with a RUN
+// step (Modal's Go SDK: fromRegistry("debian:bookworm-slim").dockerfileCommands) into
+// the data dir's image store, its base the Debian one, and the sandbox boots from it and
+// sees what the step made. The data dir's store is the tests' shared one (a symlink),
+// so the Debian base is built once per machine.
+func TestServeModalBuild(t *testing.T) {
+	requireNamespaces(t)
+	s, _ := imagetest.Base(t)
+	bins := buildBinaries(t)
+	dataDir := t.TempDir()
+	if err := os.Symlink(filepath.Join(imagetest.Dir(), "store"), filepath.Join(dataDir, "images")); err != nil {
+		t.Fatal(err)
+	}
+	exported := serveModalCmd(t, dataDir, map[string]string{"SANDBOXCTL_SANDBOX_MCP": filepath.Join(bins, "sandbox-mcp"),
+		"SANDBOXCTL_PROLIFERATE": filepath.Join(bins, "proliferate"), "HOME": t.TempDir()})
+	for k, v := range map[string]string{"MODAL_SERVER_URL": exported["MODAL_SERVER_URL"], "MODAL_TOKEN_ID": exported["MODAL_TOKEN_ID"],
+		"MODAL_TOKEN_SECRET": exported["MODAL_TOKEN_SECRET"], "MODAL_CONFIG_PATH": filepath.Join(t.TempDir(), "none.toml"),
+		"MODAL_PROFILE": "", "MODAL_ENVIRONMENT": ""} {
+		t.Setenv(k, v)
+	}
+	c, err := modal.NewClientWithOptions(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	app, err := c.Apps.FromName(ctx, "build", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uniq := strconv.FormatInt(time.Now().UnixNano(), 36) // a real build each run: the store is shared
+	img := c.Images.FromRegistry("debian:bookworm-slim", nil).DockerfileCommands([]string{"RUN echo built-" + uniq + " > /built"}, nil)
+	sb, err := c.Sandboxes.Create(ctx, app, img, nil)
+	if err != nil {
+		t.Fatalf("Create from an image with a RUN step: %v", err)
+	}
+	defer removeBuilt(t, s, dataDir)
+	defer sb.Terminate(context.WithoutCancel(ctx), nil)
+	p, err := sb.Exec(ctx, []string{"cat", "/built"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(p.Stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := p.Wait(ctx, nil); err != nil || code != 0 || string(out) != "built-"+uniq+"\n" {
+		t.Errorf("cat /built = %q, %d, %v; want what the RUN step wrote", out, code, err)
+	}
+}
+
+// removeBuilt removes from s the images the server in dataDir built (its state file).
+func removeBuilt(t *testing.T, s *store.Store, dataDir string) {
+	data, err := os.ReadFile(filepath.Join(dataDir, "modal-images.json"))
+	if err != nil {
+		t.Errorf("the server kept no images: %v", err)
+		return
+	}
+	var recs []struct{ Built string }
+	if err := json.Unmarshal(data, &recs); err != nil {
+		t.Error(err)
+	}
+	for _, r := range recs {
+		if r.Built != "" {
+			if _, err := s.Remove(context.Background(), r.Built); err != nil {
+				t.Logf("remove image %s: %v", r.Built, err)
+			}
+		}
 	}
 }

@@ -127,7 +127,7 @@ func imageEnv(img *image, env map[string]string) buildSteps {
 func engineSpec(sb *sandbox, img *image, def *pb.Sandbox, env map[string]string, vols []engine.VolumeMount) engine.Spec {
 	// A Modal sandbox has its own network and reaches the outside unless blocked: the
 	// engine's Egress (its own ports, outside through a proxy), never the host's network.
-	spec := engine.Spec{Snapshot: img.snapshot, Egress: !def.GetBlockNetwork(), Volumes: vols,
+	spec := engine.Spec{Snapshot: img.snapshot, Image: img.built, Egress: !def.GetBlockNetwork(), Volumes: vols,
 		Labels: map[string]string{labelID: sb.id, labelTask: sb.taskID, labelApp: sb.appID, labelName: sb.name, labelImage: sb.imageID,
 			labelDeadline: strconv.FormatInt(sb.deadline.UnixMilli(), 10)}}
 	var portLabels []string

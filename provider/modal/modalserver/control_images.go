@@ -48,30 +48,78 @@ func (s *Server) ImageGetOrCreate(ctx context.Context, req *pb.ImageGetOrCreateR
 		next.tag, next.snapshot = parent.tag, parent.snapshot
 		next.commands = append(slices.Clone(parent.commands), next.commands...)
 	} else {
-		if !s.hostImage(from) {
-			return nil, localOnly("cannot pull registry image %q: the local engine runs sandboxes on the host's userland and stands in only for %s", from, strings.Join(s.o.HostImages, ", "))
-		}
 		next.tag = from
+	}
+	key := next.tag + "\x00" + next.snapshot + "\x00" + strings.Join(next.commands, "\x00")
+	next.id = stableID("im", key)
+	if s.needsBuild(next) {
+		return s.buildImage(ctx, next)
+	}
+	if next.snapshot == "" && !s.hostImage(next.tag) {
+		return nil, localOnly("cannot pull registry image %q: the local engine runs sandboxes on the host's userland and stands in only for %s", next.tag, strings.Join(s.o.HostImages, ", "))
 	}
 	if err := s.checkBuildSteps(next.commands); err != nil {
 		return nil, err
 	}
-	key := next.tag + "\x00" + next.snapshot + "\x00" + strings.Join(next.commands, "\x00")
-	next.id = stableID("im", key)
 	if err := s.addImage(next); err != nil {
 		return nil, status.Errorf(codes.Internal, "saving image: %v", err)
 	}
-	return pb.ImageGetOrCreateResponse_builder{ImageId: next.id,
-		Result:   pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_SUCCESS}.Build(),
-		Metadata: pb.ImageMetadata_builder{ImageBuilderVersion: proto.String(imageBuilderVersion)}.Build()}.Build(), nil
+	return imageResult(next.id, true), nil
+}
+
+// imageResult answers ImageGetOrCreate; without a result (built false) the SDK waits
+// for the build with ImageJoinStreaming.
+func imageResult(id string, built bool) *pb.ImageGetOrCreateResponse {
+	r := pb.ImageGetOrCreateResponse_builder{ImageId: id,
+		Metadata: pb.ImageMetadata_builder{ImageBuilderVersion: proto.String(imageBuilderVersion)}.Build()}
+	if built {
+		r.Result = pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_SUCCESS}.Build()
+	}
+	return r.Build()
+}
+
+// needsBuild says whether the Builder builds img: its commands need running, or the
+// host does not stand in for its tag.
+func (s *Server) needsBuild(img *image) bool {
+	if !s.canBuild() {
+		return false
+	}
+	return len(parseBuildSteps(img.commands).unrun) > 0 || img.snapshot == "" && !s.hostImage(img.tag)
+}
+
+// buildImage answers ImageGetOrCreate for an image the Builder builds: at once when it
+// was built before, else after starting (or joining) its build.
+func (s *Server) buildImage(ctx context.Context, img *image) (*pb.ImageGetOrCreateResponse, error) {
+	if img.snapshot != "" {
+		return nil, localOnly("cannot run the image's build step %q on a snapshot: images are built from registry bases only", parseBuildSteps(img.commands).unrun[0])
+	}
+	s.mu.Lock()
+	old := s.images[img.id]
+	s.mu.Unlock()
+	if old != nil && old.built != "" {
+		return imageResult(img.id, true), nil
+	}
+	if err := s.o.Builder.CheckImage(ctx, img.tag, img.commands); err != nil {
+		return nil, localOnly("cannot build the image: %v", err)
+	}
+	s.startBuild(img)
+	return imageResult(img.id, false), nil
 }
 
 func (s *Server) ImageJoinStreaming(req *pb.ImageJoinStreamingRequest, stream grpc.ServerStreamingServer[pb.ImageJoinStreamingResponse]) error {
 	s.mu.Lock()
-	img := s.images[req.GetImageId()]
+	img, b := s.images[req.GetImageId()], s.builds[req.GetImageId()]
 	s.mu.Unlock()
+	if b != nil {
+		return joinBuild(req, b, stream)
+	}
 	if img == nil {
 		return status.Errorf(codes.NotFound, "Image '%s' not found", req.GetImageId())
+	}
+	if img.built != "" {
+		return stream.Send(pb.ImageJoinStreamingResponse_builder{
+			Result:  pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_SUCCESS}.Build(),
+			EntryId: "1", Eof: true}.Build())
 	}
 	line := fmt.Sprintf("local Modal server: the host stands in for %s; ENV and WORKDIR are applied, and %d build steps were accepted without running (SkipRunSteps)\n",
 		img.tag, len(parseBuildSteps(img.commands).unrun))
@@ -104,10 +152,7 @@ func (s *Server) checkBuildSteps(cmds []string) error {
 		return nil
 	}
 	if s.o.Engine.Capabilities().Images {
-		// TODO(images): the engine boots images (Spec.Image) but has no builder in its
-		// contract yet; once it has one, build the steps into an image here and record
-		// its id on the image instead of refusing.
-		return localOnly("cannot run the image's build step %q: the engine boots images but the local server cannot build them yet", unrun[0])
+		return localOnly("cannot run the image's build step %q: the engine boots images but the server has no image builder (Options.Builder)", unrun[0])
 	}
 	return localOnly("cannot run the image's build step %q: the local engine has no image builder, so the sandbox would start without what the step makes "+
 		"(start the server with SkipRunSteps — sandboxctl: %s=1 — to accept such steps unrun, on the host's userland)", unrun[0], EnvSkipRunSteps)

@@ -67,8 +67,14 @@ type jsStep struct {
 // runJS serves a fresh server on eng and runs the conformance script against it with
 // extra environment; ENGINE_VOLUMES tells the script whether eng has volumes.
 func runJS(t testing.TB, eng engine.Engine, extra ...string) []jsStep {
+	return runJSOn(t, Options{Engine: eng}, extra...)
+}
+
+// runJSOn is runJS on a server with o (Token and Logger are the tests').
+func runJSOn(t testing.TB, o Options, extra ...string) []jsStep {
 	dir := jsDir(t)
-	url, srv := startServer(t, eng)
+	url, srv := startServerWith(t, o)
+	eng := o.Engine
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, srv.CACertPEM(), 0o644); err != nil {
 		t.Fatal(err)
@@ -120,6 +126,25 @@ func TestJSSDK(t *testing.T) {
 	t.Run("engine without volumes", func(t *testing.T) {
 		eng := noVolumes{modaltest.Engine(t, local.EngineOptions{})}
 		testJSSDK(t, eng, true, true, runJS(t, eng, "ONLY=volumes"))
+	})
+	t.Run("image builds", func(t *testing.T) {
+		jsDir(t) // skips before the Debian base is built
+		eng, b, _ := imageEngine(t)
+		steps := runJSOn(t, Options{Engine: eng, Builder: b}, "ONLY=images", "IMAGE_BUILDS=true")
+		got := map[string]bool{}
+		for _, s := range steps {
+			got[s.Step] = true
+			if s.OK {
+				t.Logf("ok   %-60s %5d ms %s%s", s.Step, s.Ms, s.Detail, s.Error)
+			} else {
+				t.Errorf("FAIL %s: %s", s.Step, s.Error)
+			}
+		}
+		for _, w := range []string{"image RUN steps", "registry image the host cannot stand in for"} {
+			if !got[w] {
+				t.Errorf("step %q did not run", w)
+			}
+		}
 	})
 }
 

@@ -6,11 +6,12 @@
 //
 // It implements the calls the SDKs make to create a sandbox from an image (with its
 // own command and stdio), exec with streamed stdio and PTYs, use the filesystem, get
-// tunnels, snapshot, list, tag, wait and terminate, and Modal Volumes on an engine
-// that has volumes. What it cannot do locally it refuses with a message that starts
-// "local Modal server:" and says what is missing: registry images other than the ones
-// the host stands in for, image build steps (RUN, …), GPUs, memory snapshots, and
-// every call it does not serve. Output is bounded: an exec keeps at most a window of
+// tunnels, snapshot, list, tag, wait and terminate, Modal Volumes on an engine that
+// has volumes, and image builds (RUN steps, Debian bases) with an ImageBuilder on an
+// engine that boots images. What it cannot do locally it refuses with a message that
+// starts "local Modal server:" and says what is missing: registry images it can
+// neither build nor stand in for, build steps without a builder (RUN, …), GPUs, memory
+// snapshots, and every call it does not serve. Output is bounded: an exec keeps at most a window of
 // unread output, a sandbox's command a ring. See docs/modal.md.
 package modalserver
 
@@ -36,8 +37,8 @@ import (
 )
 
 // DefaultHostImages are the registry images the host's userland stands in for: a
-// sandbox created from one of them (plus any build commands, which are recorded but
-// not run) runs on the engine with the programs the host has.
+// sandbox created from one of them (with no build commands to run, or with
+// SkipRunSteps) runs on the engine with the programs the host has.
 var DefaultHostImages = []string{"debian:bookworm-slim", "debian:bookworm", "debian:12", "python:3.12-slim-bookworm"}
 
 // Options configure a Server.
@@ -58,6 +59,12 @@ type Options struct {
 	// without running them: the host's userland is taken to have what they install (the
 	// provider's own base image on a host that has its packages). Off, they are refused.
 	SkipRunSteps bool
+	// Builder, on an engine that boots images (Capabilities().Images), builds the
+	// images whose commands need running (RUN, USER, …) or whose registry tag the host
+	// does not stand in for; their sandboxes boot from the built image. Nil keeps
+	// refusing such images (or accepting their steps unrun with SkipRunSteps, which
+	// wins over Builder).
+	Builder ImageBuilder
 	// Token is the one pair of MODAL_TOKEN_ID/MODAL_TOKEN_SECRET the server accepts;
 	// zero means a random pair (see Server.Token; LoadOrCreateToken keeps one in a file).
 	Token Token
@@ -76,11 +83,12 @@ type Server struct {
 	tls    *tls.Config
 
 	mu        sync.Mutex
-	apps      map[string]*app     // by id
-	images    map[string]*image   // by id
-	secrets   map[string]*secret  // by id
-	sandboxes map[string]*sandbox // by Modal sandbox id
-	tasks     map[string]string   // task id -> sandbox id
+	apps      map[string]*app        // by id
+	images    map[string]*image      // by id
+	builds    map[string]*imageBuild // by image id (Builder)
+	secrets   map[string]*secret     // by id
+	sandboxes map[string]*sandbox    // by Modal sandbox id
+	tasks     map[string]string      // task id -> sandbox id
 	tunnels   map[tunnelKey]*tunnel
 	// finished are the ended sandboxes still remembered, oldest first (at most
 	// maxFinished, a field so tests can lower it).
@@ -111,6 +119,9 @@ type image struct {
 	// Snapshot is the engine snapshot the image restores; empty for a registry image.
 	snapshot string
 	commands []string
+	// built is the engine image (Spec.Image) the Builder made; empty when the
+	// sandbox runs on the host's userland or a snapshot.
+	built string
 }
 
 type secret struct {
@@ -195,7 +206,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("modalserver: %w", err)
 	}
 	s := &Server{o: o, log: log, tokens: newTokens(time.Hour, o.Now), tls: cfg,
-		apps: map[string]*app{}, images: map[string]*image{}, secrets: map[string]*secret{},
+		apps: map[string]*app{}, images: map[string]*image{}, builds: map[string]*imageBuild{}, secrets: map[string]*secret{},
 		sandboxes: map[string]*sandbox{}, tasks: map[string]string{}, tunnels: map[tunnelKey]*tunnel{},
 		volumeBeats: map[string]time.Time{}, maxFinished: maxFinished, uploads: make(chan struct{}, concurrentUploads),
 		done: make(chan struct{})}

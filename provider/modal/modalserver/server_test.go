@@ -23,7 +23,14 @@ import (
 // startServer serves a Server on a loopback port and returns its URL.
 func startServer(t testing.TB, eng engine.Engine) (string, *Server) {
 	t.Helper()
-	srv, err := New(Options{Engine: eng, Token: testToken, Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	return startServerWith(t, Options{Engine: eng})
+}
+
+// startServerWith is startServer with o, its Token and Logger the tests'.
+func startServerWith(t testing.TB, o Options) (string, *Server) {
+	t.Helper()
+	o.Token, o.Logger = testToken, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ type imageRecord struct {
 	Tag      string   `json:"tag,omitempty"`
 	Snapshot string   `json:"snapshot,omitempty"`
 	Commands []string `json:"commands,omitempty"`
+	Built    string   `json:"built,omitempty"`
 }
 
 func (s *Server) loadImages() error {
@@ -35,7 +36,7 @@ func (s *Server) loadImages() error {
 		return err
 	}
 	for _, r := range recs {
-		s.images[r.ID] = &image{id: r.ID, tag: r.Tag, snapshot: r.Snapshot, commands: r.Commands}
+		s.images[r.ID] = &image{id: r.ID, tag: r.Tag, snapshot: r.Snapshot, commands: r.Commands, built: r.Built}
 	}
 	return nil
 }
@@ -51,7 +52,7 @@ func (s *Server) addImage(img *image) error {
 	}
 	recs := make([]imageRecord, 0, len(s.images))
 	for _, i := range s.images {
-		recs = append(recs, imageRecord{ID: i.id, Tag: i.tag, Snapshot: i.snapshot, Commands: i.commands})
+		recs = append(recs, imageRecord{ID: i.id, Tag: i.tag, Snapshot: i.snapshot, Commands: i.commands, Built: i.built})
 	}
 	data, err := json.Marshal(recs)
 	if err != nil {

@@ -10,6 +10,8 @@
 //
 // ENGINE_VOLUMES=true says the engine under the server has volumes (the volume steps
 // use them; otherwise they check the refusal); ONLY=volumes runs the volume steps alone.
+// IMAGE_BUILDS=true says the server builds images (RUN steps run; otherwise they are
+// refused); ONLY=images runs the image steps alone.
 //
 // With BENCH=N it prints, instead, the medians of N runs: create → first command,
 // command round trip, and file upload MB/s.
@@ -19,6 +21,7 @@ const port = Number(process.env.TUNNEL_PORT || 8000);
 // V1 sandboxes (MODAL_SANDBOX_V2=false) take other calls for a few methods.
 const v1 = process.env.MODAL_SANDBOX_V2 === "false";
 const engineVolumes = process.env.ENGINE_VOLUMES === "true";
+const imageBuilds = process.env.IMAGE_BUILDS === "true";
 const modal = new ModalClient();
 const app = await modal.apps.fromName("js-conformance", { createIfMissing: true });
 const image = modal.images.fromRegistry("debian:bookworm-slim");
@@ -256,10 +259,7 @@ async function conformance() {
   await sb2.terminate();
 
   await volumeSteps();
-  await refused("image RUN steps", "", "local Modal server: cannot run the image's build step",
-    () => modal.sandboxes.create(app, modal.images.fromRegistry("debian:bookworm-slim").dockerfileCommands(["RUN echo hi"])));
-  await refused("registry image the host cannot stand in for", "", "local Modal server: cannot pull registry image",
-    () => modal.sandboxes.create(app, modal.images.fromRegistry("alpine:3.20")));
+  await imageSteps();
   await refused("GPU", "", "local Modal server: GPUs are not available",
     () => modal.sandboxes.create(app, image, { gpu: "T4" }));
   await refused("named secret", "SecretService.fromName", "local Modal server: named Secrets are not stored locally",
@@ -386,8 +386,30 @@ async function volumeSteps() {
   }, "VolumeService.delete");
 }
 
+// imageSteps: with image builds, a RUN step runs and the sandbox sees what it made;
+// without, it is refused. A registry image other than a Debian base is refused either way.
+async function imageSteps() {
+  if (imageBuilds) {
+    await step("image RUN steps", async () => {
+      const img = modal.images.fromRegistry("debian:bookworm-slim").dockerfileCommands(["RUN echo built > /built"]);
+      const s = await modal.sandboxes.create(app, img);
+      const p = await s.exec(["cat", "/built"]);
+      const out = await p.stdout.readText();
+      await p.wait();
+      await s.terminate();
+      return check(out === "built\n", { out, imageId: img.imageId });
+    });
+  } else {
+    await refused("image RUN steps", "", "local Modal server: cannot run the image's build step",
+      () => modal.sandboxes.create(app, modal.images.fromRegistry("debian:bookworm-slim").dockerfileCommands(["RUN echo hi"])));
+  }
+  await refused("registry image the host cannot stand in for", "", "cannot pull registry image",
+    () => modal.sandboxes.create(app, modal.images.fromRegistry("alpine:3.20")));
+}
+
 try {
   if (process.env.ONLY === "volumes") await volumeSteps();
+  else if (process.env.ONLY === "images") await imageSteps();
   else if (process.env.BENCH) await bench(Number(process.env.BENCH));
   else await conformance();
 } catch (e) {
