@@ -28,8 +28,8 @@ func TestGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The default Dockerfile's golden file is deploy/Dockerfile (deploy's test).
 	for _, tc := range []struct{ name, got string }{
-		{"Dockerfile", img.Dockerfile()},
 		{"e2b.Dockerfile", img.E2BDockerfile()},
 		{"modal-commands.txt", strings.Join(cmds, "\n") + "\n"},
 	} {
