@@ -115,32 +115,81 @@ func RunMonitorIfRequested() {
 // what the main process left behind.
 func runMonitor() int {
 	// The service is forked from this thread, and a thread's nice value is
-	// what a child inherits: keep the main goroutine on it.
+	// what a child inherits: keep the main goroutine on it, through every
+	// step below.
 	runtime.LockOSThread()
-	status := os.NewFile(3, "status")
-	var statusMu sync.Mutex
-	report := func(msg monitorMsg) {
-		if status == nil {
-			return
-		}
-		b, _ := json.Marshal(msg)
-		statusMu.Lock()
-		defer statusMu.Unlock()
-		// The sidecar may be gone; the exit file is the durable record.
-		_, _ = status.Write(append(b, '\n'))
-	}
-	fail := func(format string, args ...any) {
-		report(monitorMsg{Type: msgError, Message: fmt.Sprintf(format, args...)})
-	}
+	rep := &monitorReporter{status: os.NewFile(3, "status")}
 	setProcessName(monitorName)
 	var spec monitorSpec
 	// The spec comes on stdin; the service gets /dev/null instead.
 	in := json.NewDecoder(os.Stdin)
 	if err := in.Decode(&spec); err != nil {
-		fail("decode monitor spec: %v", err)
+		rep.fail("decode monitor spec: %v", err)
 		return 2
 	}
 	os.Unsetenv(internalEnv)
+	prepareMonitor()
+	lw, err := openServiceLog(spec)
+	if err != nil {
+		rep.fail("%v", err)
+		return 1
+	}
+	defer lw.Close()
+	offset := lw.Size()
+	pid, out, err := forkService(spec, lw)
+	if err != nil {
+		rep.fail("%v", err)
+		return 1
+	}
+	var start uint64
+	if st, err := procfs.ReadStat(pid); err == nil {
+		start = st.Start
+	}
+	self := target{instance: spec.Instance, monitor: os.Getpid(), monStart: selfStart()}
+	run := self
+	run.pgid, run.pgidStart = pid, start
+	rep.report(monitorMsg{Type: msgStarted, PID: pid, StartTime: start, LogOffset: offset, MonitorStartTime: self.monStart})
+	copied := copyOutput(out, lw)
+	if err := awaitAck(in, time.Duration(spec.AckTimeoutMs)*time.Millisecond); err != nil {
+		// Nobody recorded this run, so nobody could ever stop it: stop it now.
+		fmt.Fprintf(lw, "sandbox-mcp: %v; stopping the service\n", err)
+		_ = killTree(context.Background(), run, syscall.SIGKILL, 0)
+		reapAll()
+		rep.fail("%v", err)
+		return 3
+	}
+	reapService(spec, pid, self, lw, rep)
+	select {
+	case <-copied:
+	case <-time.After(2 * time.Second):
+	}
+	return 0
+}
+
+// monitorReporter writes the monitor's status messages on fd 3.
+type monitorReporter struct {
+	status *os.File
+	mu     sync.Mutex
+}
+
+func (r *monitorReporter) report(msg monitorMsg) {
+	if r.status == nil {
+		return
+	}
+	b, _ := json.Marshal(msg)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// The sidecar may be gone; the exit file is the durable record.
+	_, _ = r.status.Write(append(b, '\n'))
+}
+
+func (r *monitorReporter) fail(format string, args ...any) {
+	r.report(monitorMsg{Type: msgError, Message: fmt.Sprintf(format, args...)})
+}
+
+// prepareMonitor sets up the monitor's process before it forks the service,
+// which inherits the priority set here.
+func prepareMonitor() {
 	// The monitor must outlive whatever signals reach the sidecar's session
 	// and only ends when the service has nothing left.
 	// Caught, not ignored: an ignored disposition would be inherited by the service.
@@ -155,30 +204,38 @@ func runMonitor() int {
 	// monitor that dies is noticed by the sidecar, which then stops the run.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(serviceOOMScoreAdj)), 0)
 	_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, serviceNice) // this thread only
+}
 
+// openServiceLog opens the service's log and appends the marker of this
+// start, so the log shows where each run begins.
+func openServiceLog(spec monitorSpec) (*rotatingWriter, error) {
 	lw, err := openRotating(spec.LogPath, spec.LogMaxBytes, spec.LogKeep)
 	if err != nil {
-		fail("open log: %v", err)
-		return 1
+		return nil, fmt.Errorf("open log: %w", err)
 	}
-	defer lw.Close()
 	marker := fmt.Sprintf("\n=== Service %q started at %s ===\nCommand: %s\nWorking directory: %s\n\n",
 		spec.Name, spec.StartedAt, spec.Command, spec.Cwd)
 	if _, err := io.WriteString(lw, marker); err != nil {
-		fail("write log: %v", err)
-		return 1
+		lw.Close()
+		return nil, fmt.Errorf("write log: %w", err)
 	}
-	offset := lw.Size()
+	return lw, nil
+}
 
+// forkService starts `bash -c command` in a process group of its own, stdin
+// on /dev/null and stdout and stderr on a pipe, and returns its pid and the
+// pipe's read end. It must run on the locked thread: the child inherits its
+// nice value. A failed start is also written to the log, where the user looks.
+func forkService(spec monitorSpec, log io.Writer) (int, *os.File, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
-		fail("create pipe: %v", err)
-		return 1
+		return 0, nil, fmt.Errorf("create pipe: %w", err)
 	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		fail("open %s: %v", os.DevNull, err)
-		return 1
+		r.Close()
+		w.Close()
+		return 0, nil, fmt.Errorf("open %s: %w", os.DevNull, err)
 	}
 	pid, err := syscall.ForkExec(spec.Bash, []string{"bash", "-c", spec.Command}, &syscall.ProcAttr{
 		Dir:   spec.Cwd,
@@ -189,19 +246,16 @@ func runMonitor() int {
 	devnull.Close()
 	w.Close()
 	if err != nil {
-		fmt.Fprintf(lw, "sandbox-mcp: start %q: %v\n", spec.Command, err)
-		fail("start bash: %v", err)
-		return 1
+		r.Close()
+		fmt.Fprintf(log, "sandbox-mcp: start %q: %v\n", spec.Command, err)
+		return 0, nil, fmt.Errorf("start bash: %w", err)
 	}
-	var start uint64
-	if st, err := procfs.ReadStat(pid); err == nil {
-		start = st.Start
-	}
-	self := os.Getpid()
-	selfSt := selfStart()
-	run := target{pgid: pid, pgidStart: start, instance: spec.Instance, monitor: self, monStart: selfSt}
-	report(monitorMsg{Type: msgStarted, PID: pid, StartTime: start, LogOffset: offset, MonitorStartTime: selfSt})
+	return pid, r, nil
+}
 
+// copyOutput copies the service's output to the log until every writer of
+// the pipe is gone; the channel closes then.
+func copyOutput(r *os.File, lw io.Writer) <-chan struct{} {
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
@@ -220,17 +274,15 @@ func runMonitor() int {
 			}
 		}
 	}()
+	return copied
+}
 
-	if err := awaitAck(in, time.Duration(spec.AckTimeoutMs)*time.Millisecond); err != nil {
-		// Nobody recorded this run, so nobody could ever stop it: stop it now.
-		fmt.Fprintf(lw, "sandbox-mcp: %v; stopping the service\n", err)
-		_ = killTree(context.Background(), run, syscall.SIGKILL, 0)
-		reapAll()
-		fail("%v", err)
-		return 3
-	}
-
+// reapService reaps children until none is left. When the main process pid
+// ends it records its exit code, reports it and stops what it left behind;
+// self is the monitor's part of the target to stop.
+func reapService(spec monitorSpec, pid int, self target, log io.Writer, rep *monitorReporter) {
 	var reaped sync.WaitGroup
+	defer reaped.Wait()
 	for {
 		var ws syscall.WaitStatus
 		wpid, err := syscall.Wait4(-1, &ws, 0, nil)
@@ -238,16 +290,16 @@ func runMonitor() int {
 			continue
 		}
 		if err != nil {
-			break // ECHILD: nothing of the service is left
+			return // ECHILD: nothing of the service is left
 		}
 		if wpid != pid {
 			continue
 		}
 		code := exitCode(ws)
 		if err := atomicfile.WriteFile(spec.ExitFile, []byte(strconv.Itoa(code)+"\n"), 0o644); err != nil {
-			fmt.Fprintf(lw, "sandbox-mcp: record exit code: %v\n", err)
+			fmt.Fprintf(log, "sandbox-mcp: record exit code: %v\n", err)
 		}
-		report(monitorMsg{Type: msgExited, Code: &code})
+		rep.report(monitorMsg{Type: msgExited, Code: &code})
 		// The service is its main process: what it left behind goes with it.
 		// Zombies of killed children are reaped by this loop afterwards.
 		// The leader is reaped, so pgidStart stays 0: if its pid is recycled
@@ -259,16 +311,11 @@ func runMonitor() int {
 			if sig == 0 {
 				sig = syscall.SIGTERM
 			}
-			t := target{pgid: pid, instance: spec.Instance, monitor: self, monStart: selfSt}
+			t := self
+			t.pgid = pid
 			_ = killTree(context.Background(), t, sig, time.Duration(spec.StopTimeout)*time.Millisecond)
 		}()
 	}
-	reaped.Wait()
-	select {
-	case <-copied:
-	case <-time.After(2 * time.Second):
-	}
-	return 0
 }
 
 // awaitAck waits for the sidecar's ack on the monitor's stdin.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/sidecar"
@@ -35,13 +36,7 @@ var stopSignals = apitype.StopSignals
 
 // NewCmdServicesStart builds `services start`.
 func NewCmdServicesStart(f *Factory, runF func(*StartOptions) error) *cobra.Command {
-	var (
-		name, command, cwd, restart, readyHTTP, readyLog, stopSignal string
-		maxRestarts, readyTCP                                        int
-		readyTimeout, stopTimeout, waitTimeout, settle               time.Duration
-		env                                                          []string
-		wait, stopOnTimeout                                          bool
-	)
+	var sf startFlags
 	cmd := &cobra.Command{
 		Use:         "start --name N --command C [--cwd D] [flags]",
 		Annotations: required("name", "command"),
@@ -63,134 +58,195 @@ says the service was left running; --stop-on-timeout stops it instead.`,
 			if err := requireFlags(cmd); err != nil {
 				return err
 			}
-			if cwd != "" && !filepath.IsAbs(cwd) {
-				// The sidecar runs elsewhere; a relative --cwd means relative to the caller.
-				abs, err := filepath.Abs(cwd)
-				if err != nil {
-					return fmt.Errorf("resolve --cwd %q: %w", cwd, err)
-				}
-				cwd = abs
-			}
-			req := apitype.StartServiceRequest{Name: name, Command: command, Cwd: cwd}
-			fl := cmd.Flags()
-			if fl.Changed("restart") {
-				switch restart {
-				case apitype.RestartNo, apitype.RestartOnFailure, apitype.RestartAlways:
-					req.Restart = restart
-				default:
-					return usageErrorf("--restart must be 'no', 'on-failure' or 'always'")
-				}
-			}
-			if fl.Changed("max-restarts") {
-				if maxRestarts < 0 {
-					return usageErrorf("--max-restarts must be a non-negative integer")
-				}
-				req.MaxRestarts = &maxRestarts
-			}
-			probes := 0
-			rd := &apitype.Readiness{}
-			if fl.Changed("ready-tcp") {
-				if readyTCP < 1 || readyTCP > 65535 {
-					return usageErrorf("--ready-tcp must be a port number (1-65535)")
-				}
-				rd.TCP = &readyTCP
-				probes++
-			}
-			if fl.Changed("ready-http") {
-				if !strings.HasPrefix(readyHTTP, "http://") && !strings.HasPrefix(readyHTTP, "https://") {
-					return usageErrorf("--ready-http must be an http:// or https:// URL")
-				}
-				rd.HTTP = readyHTTP
-				probes++
-			}
-			if fl.Changed("ready-log") {
-				if _, err := regexp.Compile(readyLog); err != nil || readyLog == "" {
-					return usageErrorf("--ready-log must be a regular expression")
-				}
-				rd.Log = readyLog
-				probes++
-			}
-			if probes > 1 {
-				return usageErrorf("only one of --ready-tcp, --ready-http and --ready-log may be given")
-			}
-			if fl.Changed("ready-timeout") {
-				if probes == 0 {
-					return usageErrorf("--ready-timeout needs --ready-tcp, --ready-http or --ready-log")
-				}
-				if readyTimeout <= 0 {
-					return usageErrorf("--ready-timeout must be a positive duration")
-				}
-				rd.TimeoutMs = int(max(readyTimeout.Milliseconds(), 1))
-			}
-			if probes == 1 {
-				req.Readiness = rd
-			}
-			for _, kv := range env {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok || k == "" {
-					return usageErrorf("--env must be KEY=VALUE, got %q", kv)
-				}
-				if req.Env == nil {
-					req.Env = map[string]string{}
-				}
-				req.Env[k] = v
-			}
-			if fl.Changed("stop-signal") {
-				s := strings.ToUpper(stopSignal)
-				if !strings.HasPrefix(s, "SIG") {
-					s = "SIG" + s
-				}
-				ok := false
-				for _, v := range stopSignals {
-					ok = ok || v == s
-				}
-				if !ok {
-					return usageErrorf("--stop-signal must be one of %s", strings.Join(stopSignals, ", "))
-				}
-				req.StopSignal = s
-			}
-			if fl.Changed("stop-timeout") {
-				if stopTimeout < 0 {
-					return usageErrorf("--stop-timeout must not be negative")
-				}
-				ms := int(stopTimeout.Milliseconds())
-				req.StopTimeoutMs = &ms
-			}
-			if err := checkStartLimits(req); err != nil {
+			o, err := sf.options(cmd.Flags())
+			if err != nil {
 				return err
 			}
-			if waitTimeout <= 0 {
-				return usageErrorf("--wait-timeout must be a positive duration")
-			}
-			if err := checkWaitFlags(fl.Changed("settle"), fl.Changed("stop-on-timeout"), wait, probes > 0, settle); err != nil {
-				return err
-			}
-			o := &StartOptions{Ctx: cmd.Context(), Factory: f, Request: req, Wait: wait, WaitTimeout: waitTimeout,
-				Settle: settle, StopOnTimeout: stopOnTimeout}
+			o.Ctx, o.Factory = cmd.Context(), f
 			if runF != nil {
 				return runF(o)
 			}
 			return startRun(o)
 		},
 	}
-	fl := cmd.Flags()
-	fl.StringVar(&name, "name", "", "service name: letters, digits, '.', '_', '-' (required)")
-	fl.StringVar(&command, "command", "", "shell command to run (required)")
-	fl.StringVar(&cwd, "cwd", "", "working directory, relative to the current one (default: the workspace)")
-	fl.StringVar(&restart, "restart", "no", "restart policy: no, on-failure or always")
-	fl.IntVar(&maxRestarts, "max-restarts", 5, "consecutive restarts before the service stays in error")
-	fl.IntVar(&readyTCP, "ready-tcp", 0, "ready when a process of the service listens on this local TCP port")
-	fl.StringVar(&readyHTTP, "ready-http", "", "ready when this URL answers 2xx or 3xx from a process of the service")
-	fl.StringVar(&readyLog, "ready-log", "", "ready when a log line matches this regular expression")
-	fl.DurationVar(&readyTimeout, "ready-timeout", 0, "give up on readiness after this long (default: the sidecar's)")
-	fl.StringArrayVar(&env, "env", nil, "extra environment variable KEY=VALUE (repeatable)")
-	fl.StringVar(&stopSignal, "stop-signal", "SIGTERM", "signal that stops the service: SIGTERM, SIGINT, SIGHUP or SIGQUIT")
-	fl.DurationVar(&stopTimeout, "stop-timeout", 5*time.Second, "grace period before SIGKILL")
-	fl.BoolVar(&wait, "wait", false, "block until the service is ready")
-	fl.DurationVar(&waitTimeout, "wait-timeout", 2*time.Minute, "how long --wait waits")
-	fl.DurationVar(&settle, "settle", time.Second, "without a --ready-* probe, how long the service must keep running for --wait")
-	fl.BoolVar(&stopOnTimeout, "stop-on-timeout", false, "stop the service when --wait-timeout runs out (default: leave it running)")
+	sf.register(cmd.Flags())
 	return cmd
+}
+
+// startFlags holds the values of the `services start` flags. Most of them are
+// only sent when given (fl.Changed), so the sidecar's defaults apply
+// otherwise; the defaults registered here are what --help shows.
+type startFlags struct {
+	name, command, cwd, restart, readyHTTP, readyLog, stopSignal string
+	maxRestarts, readyTCP                                        int
+	readyTimeout, stopTimeout, waitTimeout, settle               time.Duration
+	env                                                          []string
+	wait, stopOnTimeout                                          bool
+}
+
+func (sf *startFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&sf.name, "name", "", "service name: letters, digits, '.', '_', '-' (required)")
+	fl.StringVar(&sf.command, "command", "", "shell command to run (required)")
+	fl.StringVar(&sf.cwd, "cwd", "", "working directory, relative to the current one (default: the workspace)")
+	fl.StringVar(&sf.restart, "restart", "no", "restart policy: no, on-failure or always")
+	fl.IntVar(&sf.maxRestarts, "max-restarts", 5, "consecutive restarts before the service stays in error")
+	fl.IntVar(&sf.readyTCP, "ready-tcp", 0, "ready when a process of the service listens on this local TCP port")
+	fl.StringVar(&sf.readyHTTP, "ready-http", "", "ready when this URL answers 2xx or 3xx from a process of the service")
+	fl.StringVar(&sf.readyLog, "ready-log", "", "ready when a log line matches this regular expression")
+	fl.DurationVar(&sf.readyTimeout, "ready-timeout", 0, "give up on readiness after this long (default: the sidecar's)")
+	fl.StringArrayVar(&sf.env, "env", nil, "extra environment variable KEY=VALUE (repeatable)")
+	fl.StringVar(&sf.stopSignal, "stop-signal", "SIGTERM", "signal that stops the service: SIGTERM, SIGINT, SIGHUP or SIGQUIT")
+	fl.DurationVar(&sf.stopTimeout, "stop-timeout", 5*time.Second, "grace period before SIGKILL")
+	fl.BoolVar(&sf.wait, "wait", false, "block until the service is ready")
+	fl.DurationVar(&sf.waitTimeout, "wait-timeout", 2*time.Minute, "how long --wait waits")
+	fl.DurationVar(&sf.settle, "settle", time.Second, "without a --ready-* probe, how long the service must keep running for --wait")
+	fl.BoolVar(&sf.stopOnTimeout, "stop-on-timeout", false, "stop the service when --wait-timeout runs out (default: leave it running)")
+}
+
+// options checks the flags and builds the options, without Ctx and Factory.
+// The checks run in flag order, so the first bad flag is the one reported.
+func (sf *startFlags) options(fl *pflag.FlagSet) (*StartOptions, error) {
+	req, err := sf.request(fl)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkStartLimits(req); err != nil {
+		return nil, err
+	}
+	if sf.waitTimeout <= 0 {
+		return nil, usageErrorf("--wait-timeout must be a positive duration")
+	}
+	if err := checkWaitFlags(fl.Changed("settle"), fl.Changed("stop-on-timeout"), sf.wait, req.Readiness != nil, sf.settle); err != nil {
+		return nil, err
+	}
+	return &StartOptions{Request: req, Wait: sf.wait, WaitTimeout: sf.waitTimeout,
+		Settle: sf.settle, StopOnTimeout: sf.stopOnTimeout}, nil
+}
+
+// request builds the request the sidecar gets from the flags.
+func (sf *startFlags) request(fl *pflag.FlagSet) (apitype.StartServiceRequest, error) {
+	var req apitype.StartServiceRequest
+	cwd := sf.cwd
+	if cwd != "" && !filepath.IsAbs(cwd) {
+		// The sidecar runs elsewhere; a relative --cwd means relative to the caller.
+		abs, err := filepath.Abs(cwd)
+		if err != nil {
+			return req, fmt.Errorf("resolve --cwd %q: %w", cwd, err)
+		}
+		cwd = abs
+	}
+	req = apitype.StartServiceRequest{Name: sf.name, Command: sf.command, Cwd: cwd}
+	if fl.Changed("restart") {
+		switch sf.restart {
+		case apitype.RestartNo, apitype.RestartOnFailure, apitype.RestartAlways:
+			req.Restart = sf.restart
+		default:
+			return req, usageErrorf("--restart must be 'no', 'on-failure' or 'always'")
+		}
+	}
+	if fl.Changed("max-restarts") {
+		if sf.maxRestarts < 0 {
+			return req, usageErrorf("--max-restarts must be a non-negative integer")
+		}
+		req.MaxRestarts = &sf.maxRestarts
+	}
+	rd, err := sf.readiness(fl)
+	if err != nil {
+		return req, err
+	}
+	req.Readiness = rd
+	if req.Env, err = parseEnvFlags(sf.env); err != nil {
+		return req, err
+	}
+	if fl.Changed("stop-signal") {
+		if req.StopSignal, err = parseStopSignal(sf.stopSignal); err != nil {
+			return req, err
+		}
+	}
+	if fl.Changed("stop-timeout") {
+		if sf.stopTimeout < 0 {
+			return req, usageErrorf("--stop-timeout must not be negative")
+		}
+		ms := int(sf.stopTimeout.Milliseconds())
+		req.StopTimeoutMs = &ms
+	}
+	return req, nil
+}
+
+// readiness is the probe of the --ready-* flags, or nil without one: the
+// sidecar then calls the service ready as soon as it runs.
+func (sf *startFlags) readiness(fl *pflag.FlagSet) (*apitype.Readiness, error) {
+	probes := 0
+	rd := &apitype.Readiness{}
+	if fl.Changed("ready-tcp") {
+		if sf.readyTCP < 1 || sf.readyTCP > 65535 {
+			return nil, usageErrorf("--ready-tcp must be a port number (1-65535)")
+		}
+		rd.TCP = &sf.readyTCP
+		probes++
+	}
+	if fl.Changed("ready-http") {
+		if !strings.HasPrefix(sf.readyHTTP, "http://") && !strings.HasPrefix(sf.readyHTTP, "https://") {
+			return nil, usageErrorf("--ready-http must be an http:// or https:// URL")
+		}
+		rd.HTTP = sf.readyHTTP
+		probes++
+	}
+	if fl.Changed("ready-log") {
+		if _, err := regexp.Compile(sf.readyLog); err != nil || sf.readyLog == "" {
+			return nil, usageErrorf("--ready-log must be a regular expression")
+		}
+		rd.Log = sf.readyLog
+		probes++
+	}
+	if probes > 1 {
+		return nil, usageErrorf("only one of --ready-tcp, --ready-http and --ready-log may be given")
+	}
+	if fl.Changed("ready-timeout") {
+		if probes == 0 {
+			return nil, usageErrorf("--ready-timeout needs --ready-tcp, --ready-http or --ready-log")
+		}
+		if sf.readyTimeout <= 0 {
+			return nil, usageErrorf("--ready-timeout must be a positive duration")
+		}
+		rd.TimeoutMs = int(max(sf.readyTimeout.Milliseconds(), 1))
+	}
+	if probes == 0 {
+		return nil, nil
+	}
+	return rd, nil
+}
+
+// parseEnvFlags turns the --env values into a map, nil when there are none
+// so the request leaves env out.
+func parseEnvFlags(kvs []string) (map[string]string, error) {
+	var env map[string]string
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usageErrorf("--env must be KEY=VALUE, got %q", kv)
+		}
+		if env == nil {
+			env = map[string]string{}
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// parseStopSignal accepts a stop signal in any case, with or without SIG,
+// and returns the sidecar's spelling of it.
+func parseStopSignal(s string) (string, error) {
+	s = strings.ToUpper(s)
+	if !strings.HasPrefix(s, "SIG") {
+		s = "SIG" + s
+	}
+	for _, v := range stopSignals {
+		if v == s {
+			return s, nil
+		}
+	}
+	return "", usageErrorf("--stop-signal must be one of %s", strings.Join(stopSignals, ", "))
 }
 
 func startRun(o *StartOptions) error {
