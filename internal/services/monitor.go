@@ -158,13 +158,18 @@ func runMonitor() int {
 		rep.fail("%v", err)
 		return 3
 	}
-	reapService(spec, pid, self, lw, rep)
+	reapService(spec, pid, self, lw, rep, copied)
 	select {
 	case <-copied:
 	case <-time.After(2 * time.Second):
 	}
 	return 0
 }
+
+// exitDrain is how long the exit report waits for the service's last output to reach
+// the log: a log read once the status says stopped then holds all the main process
+// printed, unless something it left behind still holds the pipe.
+const exitDrain = 250 * time.Millisecond
 
 // monitorReporter writes the monitor's status messages on fd 3.
 type monitorReporter struct {
@@ -278,9 +283,10 @@ func copyOutput(r *os.File, lw io.Writer) <-chan struct{} {
 }
 
 // reapService reaps children until none is left. When the main process pid
-// ends it records its exit code, reports it and stops what it left behind;
-// self is the monitor's part of the target to stop.
-func reapService(spec monitorSpec, pid int, self target, log io.Writer, rep *monitorReporter) {
+// ends it records its exit code, reports it once its output is in the log (or
+// after exitDrain) and stops what it left behind; self is the monitor's part of
+// the target to stop.
+func reapService(spec monitorSpec, pid int, self target, log io.Writer, rep *monitorReporter, copied <-chan struct{}) {
 	var reaped sync.WaitGroup
 	defer reaped.Wait()
 	for {
@@ -298,6 +304,10 @@ func reapService(spec monitorSpec, pid int, self target, log io.Writer, rep *mon
 		code := exitCode(ws)
 		if err := atomicfile.WriteFile(spec.ExitFile, []byte(strconv.Itoa(code)+"\n"), 0o644); err != nil {
 			fmt.Fprintf(log, "sandbox-mcp: record exit code: %v\n", err)
+		}
+		select {
+		case <-copied:
+		case <-time.After(exitDrain):
 		}
 		rep.report(monitorMsg{Type: msgExited, Code: &code})
 		// The service is its main process: what it left behind goes with it.
