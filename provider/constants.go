@@ -170,7 +170,7 @@ func (p Paths) RepoDir(workspacePath string) string {
 // SandboxTimeout parses SANDBOX_TIMEOUT_SECONDS: a finite number > 0 (fractions and
 // exponents allowed), else DefaultSandboxTimeout.
 func SandboxTimeout(getenv func(string) string) time.Duration {
-	s := getenv("SANDBOX_TIMEOUT_SECONDS")
+	s := getenv(EnvSandboxTimeoutSeconds)
 	f, ok := parseJSNumber(s)
 	if !ok || f <= 0 || f > 1e12 {
 		return DefaultSandboxTimeout

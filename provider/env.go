@@ -78,9 +78,9 @@ func NormalizeSecretPath(p string) (string, bool) {
 // LLMProxyBaseURL is the LLM proxy's base URL from LLM_PROXY_PUBLIC_URL (preferred) or
 // LLM_PROXY_URL, without trailing slashes and ending in /v1; "" when not configured.
 func LLMProxyBaseURL(getenv func(string) string) string {
-	base := getenv("LLM_PROXY_PUBLIC_URL")
+	base := getenv(EnvLLMProxyPublicURL)
 	if base == "" {
-		base = getenv("LLM_PROXY_URL")
+		base = getenv(EnvLLMProxyURL)
 	}
 	base = strings.TrimRight(base, "/")
 	if base == "" {
@@ -183,13 +183,13 @@ type HostSettings struct {
 // LoadHostSettings reads HostSettings through getenv.
 func LoadHostSettings(getenv func(string) string) HostSettings {
 	s := HostSettings{
-		DefaultProvider:  Kind(strings.TrimSpace(getenv("DEFAULT_SANDBOX_PROVIDER"))),
+		DefaultProvider:  Kind(strings.TrimSpace(getenv(EnvDefaultProvider))),
 		SandboxTimeout:   SandboxTimeout(getenv),
-		GitPullOnRestore: parseBool(getenv("SANDBOX_GIT_PULL_ON_RESTORE")),
-		ImageVersion:     getenv("SANDBOX_IMAGE_VERSION"),
+		GitPullOnRestore: parseBool(getenv(EnvGitPullOnRestore)),
+		ImageVersion:     getenv(EnvSandboxImageVersion),
 		LLMProxyBaseURL:  LLMProxyBaseURL(getenv),
 	}
-	if n, err := strconv.Atoi(strings.TrimSpace(getenv("SANDBOX_GIT_PULL_CADENCE_SECONDS"))); err == nil && n > 0 {
+	if n, err := strconv.Atoi(strings.TrimSpace(getenv(EnvGitPullCadenceSeconds))); err == nil && n > 0 {
 		s.GitPullCadenceSeconds = n
 	}
 	if s.ImageVersion == "" {

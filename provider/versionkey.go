@@ -31,7 +31,7 @@ func ComputeBaseSnapshotVersionKey(getenv func(string) string) string {
 		imageKey = err.Error() // unreachable: empty Sources read no files; still a stable input
 	}
 	h.Write([]byte(imageKey))
-	v := getenv("SANDBOX_IMAGE_VERSION")
+	v := getenv(EnvSandboxImageVersion)
 	if v == "" {
 		v = DefaultImageVersion
 	}

@@ -63,7 +63,7 @@ var backends = map[string]func(ctx context.Context, o backendOptions) (*backend,
 // defaultDataDir is $SANDBOXCTL_DATA_DIR, else $XDG_DATA_HOME/sandboxctl, else
 // ~/.local/share/sandboxctl.
 func defaultDataDir(getenv func(string) string) string {
-	if d := getenv("SANDBOXCTL_DATA_DIR"); d != "" {
+	if d := getenv(provider.EnvSandboxctlDataDir); d != "" {
 		return d
 	}
 	if d := getenv("XDG_DATA_HOME"); d != "" {
@@ -140,11 +140,11 @@ func carried(o backendOptions, envName, name string) (string, error) {
 }
 
 func newLocalBackend(ctx context.Context, o backendOptions) (*backend, error) {
-	mcp, err := carried(o, "SANDBOXCTL_SANDBOX_MCP", "sandbox-mcp")
+	mcp, err := carried(o, provider.EnvSandboxctlSandboxMCP, "sandbox-mcp")
 	if err != nil {
 		return nil, err
 	}
-	cli, err := carried(o, "SANDBOXCTL_PROLIFERATE", "proliferate")
+	cli, err := carried(o, provider.EnvSandboxctlProliferate, "proliferate")
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"net"
 	"os"
 	"path/filepath"
@@ -57,8 +58,8 @@ func serveModal(ctx context.Context, o serveOptions) error {
 		srv.Close()
 		return err
 	}
-	for _, kv := range [][2]string{{"MODAL_SERVER_URL", "http://" + addr}, {"MODAL_TOKEN_ID", tok.ID},
-		{"MODAL_TOKEN_SECRET", tok.Secret}, {"MODAL_TUNNEL_CA", ca}} {
+	for _, kv := range [][2]string{{provider.EnvModalServerURL, "http://" + addr}, {provider.EnvModalTokenID, tok.ID},
+		{provider.EnvModalTokenSecret, tok.Secret}, {provider.EnvModalTunnelCA, ca}} {
 		fmt.Fprintf(o.Stdout, "export %s=%s\n", kv[0], shellQuote(kv[1]))
 	}
 	if o.Ready != nil {
@@ -92,7 +93,7 @@ func modalBuilder(o serveOptions) modalserver.ImageBuilder {
 func newModalBackend(ctx context.Context, o backendOptions) (*backend, error) {
 	p := modal.New(modal.Options{Getenv: o.Getenv, Logger: o.Logger})
 	e := p.Engine()
-	if ca := o.Getenv("MODAL_TUNNEL_CA"); ca != "" {
+	if ca := o.Getenv(provider.EnvModalTunnelCA); ca != "" {
 		pem, err := os.ReadFile(ca)
 		if err != nil {
 			return nil, fmt.Errorf("MODAL_TUNNEL_CA: %w", err)

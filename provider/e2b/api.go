@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"io"
 	"net/http"
 	"net/url"
@@ -31,11 +32,11 @@ import (
 
 // Environment variables the client reads (the same names the official SDKs read).
 const (
-	EnvAPIKey     = "E2B_API_KEY"
-	EnvDomain     = "E2B_DOMAIN"
-	EnvAPIURL     = "E2B_API_URL"
-	EnvSandboxURL = "E2B_SANDBOX_URL"
-	EnvTemplate   = "E2B_TEMPLATE"
+	EnvAPIKey     = provider.EnvE2BAPIKey
+	EnvDomain     = provider.EnvE2BDomain
+	EnvAPIURL     = provider.EnvE2BAPIURL
+	EnvSandboxURL = provider.EnvE2BSandboxURL
+	EnvTemplate   = provider.EnvE2BTemplate
 )
 
 // DefaultDomain is E2B's cloud.

@@ -15,7 +15,7 @@ import (
 
 // EnvLocalTunnels, when "1" or "true", makes the provider ask the local server
 // (e2bserver) for the URL of a sandbox port instead of building <port>-<id>.<domain>.
-const EnvLocalTunnels = "E2B_LOCAL_TUNNELS"
+const EnvLocalTunnels = provider.EnvE2BLocalTunnels
 
 // Options configure a Provider.
 type Options struct {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -201,6 +200,3 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	return nil
 }
-
-// errIsNotExist keeps fs.ErrNotExist visible through our wrapping.
-var _ = fs.ErrNotExist

@@ -29,8 +29,8 @@ func DefaultBaseImage(getenv func(string) string) BaseImage {
 	return BaseImage{
 		Def: image.Default(),
 		Binaries: map[string]string{
-			"sandbox-mcp": strings.TrimSpace(getenv("SANDBOX_MCP_BINARY_URL")),
-			"proliferate": strings.TrimSpace(getenv("PROLIFERATE_BINARY_URL")),
+			"sandbox-mcp": strings.TrimSpace(getenv(provider.EnvSandboxMCPBinaryURL)),
+			"proliferate": strings.TrimSpace(getenv(provider.EnvProliferateBinaryURL)),
 		},
 	}
 }

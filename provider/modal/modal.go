@@ -135,7 +135,7 @@ func (p *Provider) connect(ctx context.Context, op provider.Operation) (*modalsd
 	if p.app != nil {
 		return p.client, p.app, nil
 	}
-	id, secret := p.env("MODAL_TOKEN_ID"), p.env("MODAL_TOKEN_SECRET")
+	id, secret := p.env(provider.EnvModalTokenID), p.env(provider.EnvModalTokenSecret)
 	if AuthPreflight(id, secret) != nil {
 		// No call is made with a mis-shaped pair; the hint says what is wrong. (With
 		// neither set, the SDK uses ~/.modal.toml.)

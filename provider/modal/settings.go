@@ -65,11 +65,11 @@ func AuthPreflight(id, secret string) error {
 
 // AppName is MODAL_APP_NAME, suffixed with -MODAL_APP_SUFFIX when set.
 func AppName(getenv func(string) string) (string, error) {
-	name, ok := NormalizeEnvValue(getenv("MODAL_APP_NAME"))
+	name, ok := NormalizeEnvValue(getenv(provider.EnvModalAppName))
 	if !ok {
 		return "", errors.New("MODAL_APP_NAME is required to use the Modal provider")
 	}
-	if suffix, ok := NormalizeEnvValue(getenv("MODAL_APP_SUFFIX")); ok {
+	if suffix, ok := NormalizeEnvValue(getenv(provider.EnvModalAppSuffix)); ok {
 		return name + "-" + suffix, nil
 	}
 	return name, nil
@@ -93,7 +93,7 @@ func PickImageSource(opts provider.CreateOptions, getenv func(string) string) Im
 	if opts.BaseSnapshotID != "" {
 		return ImageSource{Kind: "base-snapshot", ID: opts.BaseSnapshotID}
 	}
-	if id, ok := NormalizeEnvValue(getenv("MODAL_BASE_SNAPSHOT_ID")); ok {
+	if id, ok := NormalizeEnvValue(getenv(provider.EnvModalBaseSnapshotID)); ok {
 		return ImageSource{Kind: "base-snapshot", ID: id}
 	}
 	return ImageSource{Kind: "base-image"}

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -49,7 +50,7 @@ func LoadOrCreateToken(dir string) (Token, error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return Token{}, err
 		}
-		body := fmt.Sprintf("MODAL_TOKEN_ID=%s\nMODAL_TOKEN_SECRET=%s\n", tok.ID, tok.Secret)
+		body := provider.EnvModalTokenID + "=" + tok.ID + "\n" + provider.EnvModalTokenSecret + "=" + tok.Secret + "\n"
 		if err := atomicfile.WriteFile(path, []byte(body), 0o600); err != nil {
 			return Token{}, fmt.Errorf("write %s: %w", path, err)
 		}
@@ -67,9 +68,9 @@ func LoadOrCreateToken(dir string) (Token, error) {
 	for _, line := range strings.Split(string(data), "\n") {
 		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
 		switch k {
-		case "MODAL_TOKEN_ID":
+		case provider.EnvModalTokenID:
 			tok.ID = v
-		case "MODAL_TOKEN_SECRET":
+		case provider.EnvModalTokenSecret:
 			tok.Secret = v
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"io"
 	"log/slog"
 	"net"
@@ -178,7 +179,7 @@ const (
 
 // EnvSkipRunSteps is the variable with which `sandboxctl serve --protocol modal` sets
 // Options.SkipRunSteps ("1").
-const EnvSkipRunSteps = "SANDBOXCTL_MODAL_SKIP_RUN"
+const EnvSkipRunSteps = provider.EnvSandboxctlModalSkipRunStep
 
 // New returns a Server; call Serve to answer on a listener.
 func New(o Options) (*Server, error) {
