@@ -40,7 +40,7 @@ var _ engine.Engine = (*Engine)(nil)
 // and images, but this adapter implements neither engine.Volumes nor Spec.Image (a
 // snapshot's image id goes in Spec.Snapshot), so it does not claim them.
 func (e *Engine) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Isolated: true, Snapshot: true, DialPort: true}
+	return engine.Capabilities{Isolated: true, Snapshot: true, DialPort: true, Names: true, TTY: true}
 }
 
 func (e *Engine) sandbox(ctx context.Context, id string) (*modalsdk.Sandbox, error) {
