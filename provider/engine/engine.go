@@ -200,6 +200,9 @@ type Capabilities struct {
 	// TTY: ExecRequest.TTY runs the command on a terminal; without it, such an Exec is
 	// refused with ErrUnsupported.
 	TTY bool `json:"tty"`
+	// FileErrors: file calls tell ErrIsDir and ErrNotDir apart (see Engine); without
+	// it, such calls still fail, with an error that may say only why in its text.
+	FileErrors bool `json:"fileErrors"`
 	// Runtimes are the values Spec.Runtime accepts, the default first.
 	Runtimes []string `json:"runtimes,omitempty"`
 }
@@ -269,7 +272,8 @@ type Volumes interface {
 // dead, is ErrNotFound (Terminate excepted: a gone sandbox is success). A file call on a
 // live sandbox whose path does not exist is fs.ErrNotExist, never ErrNotFound; one that
 // names a directory where it needs a file is ErrIsDir, and one whose path (or a
-// component of it) is a file where it needs a directory is ErrNotDir. The contract
+// component of it) is a file where it needs a directory is ErrNotDir (with
+// Capabilities.FileErrors; otherwise they fail all the same). The contract
 // suite, provider/engine/enginetest, checks all of this on every engine.
 type Engine interface {
 	Capabilities() Capabilities
