@@ -19,7 +19,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// faultEnv names the fault TestFaulty's engine has (set by TestChecksCanFail).
+// faultEnv names the fault TestFaulty's engine has (set by TestContractChecksCanFail).
 const faultEnv = "_ENGINETEST_FAULT"
 
 // faulty is the local engine with one breach of the contract.
@@ -113,11 +113,11 @@ func newLocal(t *testing.T) *local.Engine {
 	return e
 }
 
-// TestFaulty runs the suite on a faulty engine; only TestChecksCanFail runs it.
+// TestFaulty runs the suite on a faulty engine; only TestContractChecksCanFail runs it.
 func TestFaulty(t *testing.T) {
 	fault := os.Getenv(faultEnv)
 	if fault == "" {
-		t.Skip("run by TestChecksCanFail")
+		t.Skip("run by TestContractChecksCanFail")
 	}
 	e := newLocal(t)
 	enginetest.Run(t, func(t *testing.T) engine.Engine {
@@ -125,9 +125,9 @@ func TestFaulty(t *testing.T) {
 	})
 }
 
-// TestChecksCanFail: each breach of the contract fails the subtest that checks it
+// TestContractChecksCanFail: each breach of the contract fails the subtest that checks it
 // (the suite runs in a child process, on an engine with that one fault).
-func TestChecksCanFail(t *testing.T) {
+func TestContractChecksCanFail(t *testing.T) {
 	newLocal(t) // skips where the local engine cannot run
 	for _, tt := range []struct{ fault, subtest, says string }{
 		{"labels", "Create", "labels"},
