@@ -60,7 +60,7 @@ func engineErr(err error) error {
 // TTY (envd has terminals; this adapter does not drive them) or raw DialPort, and envd's
 // file errors do not tell is-a-directory from not-a-directory but by their text.
 func (e *Engine) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Isolated: true, Pause: true, Snapshot: true}
+	return engine.Capabilities{Isolated: true, Pause: true, Snapshot: true, ExecKill: true}
 }
 
 // Create creates a sandbox; Spec.Name, Ports, Limits and Mounts have no E2B

@@ -203,6 +203,9 @@ type Capabilities struct {
 	// FileErrors: file calls tell ErrIsDir and ErrNotDir apart (see Engine); without
 	// it, such calls still fail, with an error that may say only why in its text.
 	FileErrors bool `json:"fileErrors"`
+	// ExecKill: cancelling an Exec's context kills its command; without it, Exec
+	// returns all the same, but the command may run on in the sandbox.
+	ExecKill bool `json:"execKill"`
 	// Runtimes are the values Spec.Runtime accepts, the default first.
 	Runtimes []string `json:"runtimes,omitempty"`
 }
@@ -286,7 +289,8 @@ type Engine interface {
 	// is either left out or listed with StateDead until Terminate; it is never listed
 	// as running. The entries carry at least ID and State; Get has the rest.
 	List(ctx context.Context) ([]Info, error)
-	// Exec runs a command and returns its exit code; ctx cancellation kills it. The
+	// Exec runs a command and returns its exit code; ctx cancellation ends the call
+	// and (Capabilities.ExecKill) kills the command. The
 	// environment is Spec.Env then ExecRequest.Env, a later KEY winning. Past its
 	// Timeout the command is killed and Exec returns 124 and ErrTimeout.
 	Exec(ctx context.Context, id string, req ExecRequest) (exitCode int, err error)

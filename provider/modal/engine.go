@@ -38,7 +38,8 @@ func (p *Provider) Engine() *Engine { return &Engine{p: p} }
 var _ engine.Engine = (*Engine)(nil)
 
 // Capabilities: Modal isolates sandboxes and snapshots filesystems, and DialPort
-// reaches the ports given a tunnel at create (Spec.Ports). No pause; Modal has volumes
+// reaches the ports given a tunnel at create (Spec.Ports). No ExecKill: Modal's
+// protocol has no call that kills an exec. No pause; Modal has volumes
 // and images, but this adapter implements neither engine.Volumes nor Spec.Image (a
 // snapshot's image id goes in Spec.Snapshot), so it does not claim them.
 func (e *Engine) Capabilities() engine.Capabilities {

@@ -67,6 +67,23 @@ func (f *faulty) Exec(ctx context.Context, id string, req engine.ExecRequest) (i
 		req.Env = nil
 	case "stdin":
 		req.Stdin = nil
+	case "tty":
+		req.TTY = false
+	case "nokill":
+		// The command runs on after the call returns.
+		done := make(chan struct{})
+		var code int
+		var err error
+		go func() {
+			defer close(done)
+			code, err = f.Engine.Exec(context.WithoutCancel(ctx), id, req)
+		}()
+		select {
+		case <-done:
+			return code, err
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		}
 	}
 	code, err := f.Engine.Exec(ctx, id, req)
 	if f.fault == "timeout" && errors.Is(err, engine.ErrTimeout) {
@@ -81,6 +98,13 @@ func (f *faulty) ReadFile(ctx context.Context, id, p string) ([]byte, error) {
 		err = errors.New(err.Error())
 	}
 	return data, err
+}
+
+func (f *faulty) RemoveVolume(ctx context.Context, name string) error {
+	if f.fault == "inuse" {
+		return nil
+	}
+	return f.Engine.RemoveVolume(ctx, name)
 }
 
 func (f *faulty) Pause(ctx context.Context, id string) error {
@@ -140,6 +164,9 @@ func TestContractChecksCanFail(t *testing.T) {
 		{"fileerrors", "FileErrors", "ReadFile(missing path)"},
 		{"pause", "Pause", "Get after Pause"},
 		{"terminate", "Terminate", "Terminate #2"},
+		{"tty", "TTY", "want /dev/pts/N"},
+		{"nokill", "ExecCancel", "went on running"},
+		{"inuse", "Volumes", "want ErrInUse"},
 	} {
 		t.Run(tt.fault, func(t *testing.T) {
 			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestFaulty$/^"+tt.subtest+"$", "-test.count=1")

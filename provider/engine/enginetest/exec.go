@@ -3,6 +3,7 @@ package enginetest
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,13 +71,15 @@ func (s *suite) testExecTimeout(t *testing.T) {
 	}
 }
 
-// testExecCancel: cancelling the context ends an exec.
+// testExecCancel: cancelling the context ends an exec and (Capabilities.ExecKill) kills
+// its command.
 func (s *suite) testExecCancel(t *testing.T) {
 	in := s.create(t, engine.Spec{})
 	c, cancel := context.WithCancel(ctx(t))
 	done := make(chan error, 1)
+	marker := home("cancelled-but-ran")
 	go func() {
-		_, err := s.e.Exec(c, in.ID, engine.ExecRequest{Argv: []string{"sleep", "60"}})
+		_, err := s.e.Exec(c, in.ID, engine.ExecRequest{Argv: []string{"sh", "-c", "sleep 2; echo late > " + marker}})
 		done <- err
 	}()
 	time.Sleep(500 * time.Millisecond)
@@ -92,6 +95,14 @@ func (s *suite) testExecCancel(t *testing.T) {
 	// The sandbox is still usable.
 	if out := s.sh(t, in.ID, "echo alive"); out != "alive\n" {
 		t.Errorf("exec after a cancelled one = %q", out)
+	}
+	if !s.e.Capabilities().ExecKill {
+		return
+	}
+	// Had the command gone on, it would have written the marker by now.
+	time.Sleep(3 * time.Second)
+	if _, err := s.e.Stat(ctx(t), in.ID, marker); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the command of a cancelled exec went on running: Stat(%s) = %v", marker, err)
 	}
 }
 
