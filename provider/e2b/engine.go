@@ -66,8 +66,8 @@ func (e *Engine) Capabilities() engine.Capabilities {
 // Create creates a sandbox; Spec.Name, Ports, Limits and Mounts have no E2B
 // counterpart and are refused rather than ignored.
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
-	if spec.Name != "" || len(spec.Mounts) > 0 || len(spec.Volumes) > 0 || spec.Limits != (engine.Limits{}) {
-		return engine.Info{}, fmt.Errorf("%w: E2B sandboxes have no names, mounts, volumes or limits", engine.ErrUnsupported)
+	if spec.Name != "" || len(spec.Mounts) > 0 || len(spec.Volumes) > 0 || spec.Limits != (engine.Limits{}) || spec.Image != "" {
+		return engine.Info{}, fmt.Errorf("%w: E2B sandboxes have no names, mounts, volumes, limits or images (a template goes in Spec.Snapshot)", engine.ErrUnsupported)
 	}
 	env := map[string]string{}
 	for _, kv := range spec.Env {

@@ -79,8 +79,8 @@ func gone(ctx context.Context, sb *modalsdk.Sandbox, err error) error {
 
 // Create starts a sandbox from spec.Snapshot (an image id) or the base image.
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
-	if len(spec.Volumes) > 0 {
-		return engine.Info{}, fmt.Errorf("modal: volumes: %w", engine.ErrUnsupported)
+	if len(spec.Volumes) > 0 || spec.Image != "" {
+		return engine.Info{}, fmt.Errorf("modal: volumes and Spec.Image (a snapshot's image goes in Spec.Snapshot): %w", engine.ErrUnsupported)
 	}
 	c, app, err := e.p.connect(ctx, provider.OpCreateSandbox)
 	if err != nil {

@@ -41,6 +41,7 @@ func Run(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 		{"TTY", s.testTTY},
 		{"Files", s.testFiles},
 		{"FileErrors", s.testFileErrors},
+		{"Image", s.testImage},
 		{"Snapshot", s.testSnapshot},
 		{"Pause", s.testPause},
 		{"List", s.testList},

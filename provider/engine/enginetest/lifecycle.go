@@ -56,6 +56,23 @@ func (s *suite) testName(t *testing.T) {
 	}
 }
 
+// testImage: without Capabilities.Images, Spec.Image is refused; with it, an image the
+// engine does not have is an error, never a sandbox of some other image.
+func (s *suite) testImage(t *testing.T) {
+	const ref = "enginetest.invalid/no-such-image:0"
+	in, err := s.e.Create(ctx(t), engine.Spec{Image: ref})
+	if err == nil {
+		s.cleanup(t, in.ID)
+	}
+	if !s.e.Capabilities().Images {
+		unsupported(t, "Create with an image", err)
+		return
+	}
+	if err == nil {
+		t.Errorf("Create with the unknown image %s = %+v, want an error", ref, in)
+	}
+}
+
 // testSnapshot: a sandbox created from a snapshot has the files of the moment of the
 // snapshot, and the original goes on independently.
 func (s *suite) testSnapshot(t *testing.T) {
