@@ -133,7 +133,24 @@ func newLocal(t *testing.T) *local.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.Close() })
+	// A faulty engine may leave sandboxes or volumes behind (a volume stays
+	// loop-mounted until removed): remove them on the real engine.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		infos, _ := e.List(ctx)
+		for _, in := range infos {
+			if err := e.Terminate(ctx, in.ID); err != nil {
+				t.Errorf("terminate %s: %v", in.ID, err)
+			}
+		}
+		vols, _ := e.ListVolumes(ctx)
+		for _, v := range vols {
+			if err := e.RemoveVolume(ctx, v.Name); err != nil {
+				t.Errorf("remove volume %s: %v", v.Name, err)
+			}
+		}
+		e.Close()
+	})
 	return e
 }
 
