@@ -182,7 +182,8 @@ type FileInfo struct {
 // Capabilities say what an engine does honestly. What one leaves out, the engine
 // refuses with ErrUnsupported rather than ignores: Pause and Resume without Pause,
 // Snapshot without Snapshot, DialPort without DialPort, a Spec with Volumes without
-// Volumes, a Spec.Name without Names, an ExecRequest.TTY without TTY.
+// Volumes, a Spec.Image without Images, a Spec.Name without Names, an ExecRequest.TTY
+// without TTY.
 type Capabilities struct {
 	Isolated bool `json:"isolated"`
 	Pause    bool `json:"pause"`
@@ -290,9 +291,9 @@ type Engine interface {
 	// as running. The entries carry at least ID and State; Get has the rest.
 	List(ctx context.Context) ([]Info, error)
 	// Exec runs a command and returns its exit code; ctx cancellation ends the call
-	// and (Capabilities.ExecKill) kills the command. The
-	// environment is Spec.Env then ExecRequest.Env, a later KEY winning. Past its
-	// Timeout the command is killed and Exec returns 124 and ErrTimeout.
+	// and (Capabilities.ExecKill) kills the command. The environment is Spec.Env then
+	// ExecRequest.Env, a later KEY winning. Past its Timeout the command is killed and
+	// Exec returns 124 and ErrTimeout.
 	Exec(ctx context.Context, id string, req ExecRequest) (exitCode int, err error)
 	ReadFile(ctx context.Context, id, path string) ([]byte, error)
 	// WriteFile creates parent directories as needed and replaces an existing file.
