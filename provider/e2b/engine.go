@@ -56,16 +56,18 @@ func engineErr(err error) error {
 	return err
 }
 
-// Capabilities: E2B pauses and snapshots; its sandboxes are VMs.
+// Capabilities: E2B pauses and snapshots; its sandboxes are VMs. No names, volumes,
+// TTY (envd has terminals; this adapter does not drive them) or raw DialPort, and envd's
+// file errors do not tell is-a-directory from not-a-directory but by their text.
 func (e *Engine) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Isolated: true, Pause: true, Snapshot: true}
+	return engine.Capabilities{Isolated: true, Pause: true, Snapshot: true, ExecKill: true}
 }
 
 // Create creates a sandbox; Spec.Name, Ports, Limits and Mounts have no E2B
 // counterpart and are refused rather than ignored.
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
-	if spec.Name != "" || len(spec.Mounts) > 0 || spec.Limits != (engine.Limits{}) {
-		return engine.Info{}, fmt.Errorf("%w: E2B sandboxes have no names, mounts or limits", engine.ErrUnsupported)
+	if spec.Name != "" || len(spec.Mounts) > 0 || len(spec.Volumes) > 0 || spec.Limits != (engine.Limits{}) || spec.Image != "" {
+		return engine.Info{}, fmt.Errorf("%w: E2B sandboxes have no names, mounts, volumes, limits or images (a template goes in Spec.Snapshot)", engine.ErrUnsupported)
 	}
 	env := map[string]string{}
 	for _, kv := range spec.Env {
@@ -141,6 +143,9 @@ func (e *Engine) envd(ctx context.Context, id string) (*Envd, error) {
 func (e *Engine) Exec(ctx context.Context, id string, req engine.ExecRequest) (int, error) {
 	if len(req.Argv) == 0 {
 		return -1, errors.New("exec: argv is required")
+	}
+	if req.TTY {
+		return -1, fmt.Errorf("exec: %w: this adapter runs commands without a terminal", engine.ErrUnsupported)
 	}
 	ev, err := e.envd(ctx, id)
 	if err != nil {

@@ -179,7 +179,11 @@ type FileInfo struct {
 	ModTime time.Time `json:"modTime"`
 }
 
-// Capabilities say what an engine does honestly.
+// Capabilities say what an engine does honestly. What one leaves out, the engine
+// refuses with ErrUnsupported rather than ignores: Pause and Resume without Pause,
+// Snapshot without Snapshot, DialPort without DialPort, a Spec with Volumes without
+// Volumes, a Spec.Image without Images, a Spec.Name without Names, an ExecRequest.TTY
+// without TTY.
 type Capabilities struct {
 	Isolated bool `json:"isolated"`
 	Pause    bool `json:"pause"`
@@ -191,6 +195,18 @@ type Capabilities struct {
 	Volumes bool `json:"volumes"`
 	// Images: Spec.Image boots from an image, and snapshots are images.
 	Images bool `json:"images"`
+	// Names: Spec.Name is honoured (unique among live sandboxes, ErrNameTaken); without
+	// it, a Create with a name is refused with ErrUnsupported.
+	Names bool `json:"names"`
+	// TTY: ExecRequest.TTY runs the command on a terminal; without it, such an Exec is
+	// refused with ErrUnsupported.
+	TTY bool `json:"tty"`
+	// FileErrors: file calls tell ErrIsDir and ErrNotDir apart (see Engine); without
+	// it, such calls still fail, with an error that may say only why in its text.
+	FileErrors bool `json:"fileErrors"`
+	// ExecKill: cancelling an Exec's context kills its command; without it, Exec
+	// returns all the same, but the command may run on in the sandbox.
+	ExecKill bool `json:"execKill"`
 	// Runtimes are the values Spec.Runtime accepts, the default first.
 	Runtimes []string `json:"runtimes,omitempty"`
 }
@@ -255,20 +271,39 @@ type Volumes interface {
 
 // Engine runs sandboxes. Every method is safe for concurrent use. Paths inside a sandbox
 // are absolute and resolved inside it (never escaping to the host).
+//
+// Errors: a call on a sandbox id the engine does not know, or on one terminated or
+// dead, is ErrNotFound (Terminate excepted: a gone sandbox is success). A file call on a
+// live sandbox whose path does not exist is fs.ErrNotExist, never ErrNotFound; one that
+// names a directory where it needs a file is ErrIsDir, and one whose path (or a
+// component of it) is a file where it needs a directory is ErrNotDir (with
+// Capabilities.FileErrors; otherwise they fail all the same). The contract
+// suite, provider/engine/enginetest, checks all of this on every engine.
 type Engine interface {
 	Capabilities() Capabilities
 	Create(ctx context.Context, spec Spec) (Info, error)
+	// Get describes a sandbox. After Terminate it is ErrNotFound, or (an engine over a
+	// service that remembers finished sandboxes) an Info with StateDead.
 	Get(ctx context.Context, id string) (Info, error)
-	// List returns every known sandbox, dead ones included until removed by Terminate.
+	// List returns every live sandbox (running or paused, with that State) and never a
+	// terminated one. A sandbox that ended on its own (its Timeout, its init's exit)
+	// is either left out or listed with StateDead until Terminate; it is never listed
+	// as running. The entries carry at least ID and State; Get has the rest.
 	List(ctx context.Context) ([]Info, error)
-	// Exec runs a command and returns its exit code; ctx cancellation kills it.
+	// Exec runs a command and returns its exit code; ctx cancellation ends the call
+	// and (Capabilities.ExecKill) kills the command. The environment is Spec.Env then
+	// ExecRequest.Env, a later KEY winning. Past its Timeout the command is killed and
+	// Exec returns 124 and ErrTimeout.
 	Exec(ctx context.Context, id string, req ExecRequest) (exitCode int, err error)
 	ReadFile(ctx context.Context, id, path string) ([]byte, error)
-	// WriteFile creates parent directories as needed.
+	// WriteFile creates parent directories as needed and replaces an existing file.
 	WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) error
+	// ListFiles lists a directory's entries, in no particular order.
 	ListFiles(ctx context.Context, id, dir string) ([]FileInfo, error)
 	Stat(ctx context.Context, id, path string) (FileInfo, error)
+	// MkdirAll creates a directory and its parents; an existing directory is success.
 	MkdirAll(ctx context.Context, id, path string) error
+	// Remove deletes a file, or a directory with everything under it.
 	Remove(ctx context.Context, id, path string) error
 	// Snapshot stores the sandbox's writable state and returns a snapshot id.
 	Snapshot(ctx context.Context, id string) (string, error)

@@ -130,7 +130,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	e.caps = engine.Capabilities{Isolated: !o.Unisolated, Snapshot: true,
 		Pause: e.cg.freezer(), Limits: e.cg.limits(), DialPort: true,
 		Volumes: !o.Unisolated && volumesUsable(), Images: o.Images != nil && !o.Unisolated,
-		Runtimes: []string{runtimeUserns}}
+		Runtimes: []string{runtimeUserns}, Names: true, TTY: true, FileErrors: true, ExecKill: true}
 	if o.Unisolated {
 		e.caps.Runtimes = []string{runtimeNone}
 	}

@@ -79,9 +79,30 @@ func (e *Engine) withRoot(id, p string, f func(root int, p string) error) error 
 	}
 	defer unix.Close(root)
 	if !isolated {
-		return f(root, p)
+		return fileErr(f(root, p))
 	}
-	return asSandboxRoot(func() error { return f(root, p) })
+	return fileErr(asSandboxRoot(func() error { return f(root, p) }))
+}
+
+// sentinelErr is an error that is also one of engine's file sentinels; its text is
+// the error's alone.
+type sentinelErr struct{ err, sentinel error }
+
+func (s sentinelErr) Error() string   { return s.err.Error() }
+func (s sentinelErr) Unwrap() []error { return []error{s.err, s.sentinel} }
+
+// fileErr makes EISDIR engine.ErrIsDir and ENOTDIR engine.ErrNotDir (ENOENT is
+// fs.ErrNotExist already).
+func fileErr(err error) error {
+	switch {
+	case errors.Is(err, unix.EISDIR):
+		return sentinelErr{err, engine.ErrIsDir}
+	case errors.Is(err, unix.ENOTDIR):
+		return sentinelErr{err, engine.ErrNotDir}
+	case errors.Is(err, unix.ENOTEMPTY):
+		return sentinelErr{err, engine.ErrNotEmpty}
+	}
+	return err
 }
 
 // asSandboxRoot runs f on an OS thread of its own whose filesystem ids are the
@@ -130,6 +151,9 @@ func (e *Engine) ReadFile(ctx context.Context, id, p string) ([]byte, error) {
 		fi, err := f.Stat()
 		if err != nil {
 			return err
+		}
+		if fi.IsDir() {
+			return &fs.PathError{Op: "read", Path: p, Err: unix.EISDIR}
 		}
 		if !fi.Mode().IsRegular() {
 			return &fs.PathError{Op: "read", Path: p, Err: errors.New("not a regular file")}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	modalsdk "github.com/modal-labs/modal-client/go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -36,31 +38,50 @@ func (p *Provider) Engine() *Engine { return &Engine{p: p} }
 var _ engine.Engine = (*Engine)(nil)
 
 // Capabilities: Modal isolates sandboxes and snapshots filesystems, and DialPort
-// reaches the ports given a tunnel at create (Spec.Ports). No pause; Modal has volumes
+// reaches the ports given a tunnel at create (Spec.Ports). No ExecKill: Modal's
+// protocol has no call that kills an exec. No pause; Modal has volumes
 // and images, but this adapter implements neither engine.Volumes nor Spec.Image (a
 // snapshot's image id goes in Spec.Snapshot), so it does not claim them.
 func (e *Engine) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Isolated: true, Snapshot: true, DialPort: true}
+	return engine.Capabilities{Isolated: true, Snapshot: true, DialPort: true, Names: true, TTY: true, FileErrors: true}
 }
 
 func (e *Engine) sandbox(ctx context.Context, id string) (*modalsdk.Sandbox, error) {
-	return e.p.sandbox(ctx, provider.OpExecCommand, id)
+	sb, err := e.p.sandbox(ctx, provider.OpExecCommand, id)
+	return sb, notFound(err)
 }
 
-// notFound maps the SDK's "gone" answers to engine.ErrNotFound.
+// notFound maps the SDK's "gone" answers (its NotFoundError, or gRPC's NotFound that
+// some calls return as they are) to engine.ErrNotFound.
 func notFound(err error) error {
 	if err == nil {
 		return nil
 	}
 	var nf modalsdk.NotFoundError
-	if errors.As(err, &nf) {
+	if errors.As(err, &nf) || status.Code(err) == codes.NotFound {
 		return fmt.Errorf("%w: %v", engine.ErrNotFound, err)
+	}
+	return err
+}
+
+// gone is err, or engine.ErrNotFound when the call failed because the sandbox has
+// finished (Modal answers calls on a finished sandbox with FailedPrecondition or a
+// generic filesystem error).
+func gone(ctx context.Context, sb *modalsdk.Sandbox, err error) error {
+	if err == nil || errors.Is(err, engine.ErrNotFound) {
+		return err
+	}
+	if code, perr := sb.Poll(ctx, nil); perr == nil && code != nil {
+		return fmt.Errorf("sandbox %s has finished: %w: %v", sb.SandboxID, engine.ErrNotFound, err)
 	}
 	return err
 }
 
 // Create starts a sandbox from spec.Snapshot (an image id) or the base image.
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
+	if len(spec.Volumes) > 0 || spec.Image != "" {
+		return engine.Info{}, fmt.Errorf("modal: volumes and Spec.Image (a snapshot's image goes in Spec.Snapshot): %w", engine.ErrUnsupported)
+	}
 	c, app, err := e.p.connect(ctx, provider.OpCreateSandbox)
 	if err != nil {
 		return engine.Info{}, err
@@ -157,7 +178,7 @@ func (e *Engine) Exec(ctx context.Context, id string, req engine.ExecRequest) (i
 	// Resize is not part of the protocol) and everything comes on stdout.
 	proc, err := sb.Exec(ctx, req.Argv, &modalsdk.SandboxExecParams{Workdir: req.Cwd, Env: env, Timeout: wholeSeconds(req.Timeout), PTY: req.TTY})
 	if err != nil {
-		return -1, notFound(err)
+		return -1, gone(ctx, sb, notFound(err))
 	}
 	var wg sync.WaitGroup
 	copyOut := func(w io.Writer, r io.Reader) {
@@ -177,6 +198,12 @@ func (e *Engine) Exec(ctx context.Context, id string, req engine.ExecRequest) (i
 		}()
 	}
 	code, err := proc.Wait(ctx, nil)
+	if ctx.Err() != nil {
+		// Modal has no call that kills an exec: stop reading its output, which would
+		// go on as long as the command runs.
+		proc.Stdout.Close()
+		proc.Stderr.Close()
+	}
 	wg.Wait()
 	var te modalsdk.ExecTimeoutError
 	if errors.As(err, &te) {
@@ -195,7 +222,7 @@ func (e *Engine) ReadFile(ctx context.Context, id, path string) ([]byte, error) 
 		return nil, err
 	}
 	data, err := sb.Filesystem.ReadBytes(ctx, path, nil)
-	return data, fsErr(err)
+	return data, gone(ctx, sb, fsErr(err))
 }
 
 func (e *Engine) WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) error {
@@ -204,7 +231,7 @@ func (e *Engine) WriteFile(ctx context.Context, id, path string, data []byte, mo
 		return err
 	}
 	if err := sb.Filesystem.WriteBytes(ctx, data, path, nil); err != nil {
-		return fsErr(err)
+		return gone(ctx, sb, fsErr(err))
 	}
 	if perm := fs.FileMode(mode).Perm(); perm != 0 && perm != 0o644 {
 		var stderr bytes.Buffer
@@ -240,7 +267,7 @@ func (e *Engine) ListFiles(ctx context.Context, id, dir string) ([]engine.FileIn
 	}
 	list, err := sb.Filesystem.ListFiles(ctx, dir, nil)
 	if err != nil {
-		return nil, fsErr(err)
+		return nil, gone(ctx, sb, fsErr(err))
 	}
 	out := make([]engine.FileInfo, 0, len(list))
 	for _, f := range list {
@@ -256,7 +283,7 @@ func (e *Engine) Stat(ctx context.Context, id, path string) (engine.FileInfo, er
 	}
 	f, err := sb.Filesystem.Stat(ctx, path, nil)
 	if err != nil {
-		return engine.FileInfo{}, fsErr(err)
+		return engine.FileInfo{}, gone(ctx, sb, fsErr(err))
 	}
 	return toInfo(*f), nil
 }
@@ -266,7 +293,7 @@ func (e *Engine) MkdirAll(ctx context.Context, id, path string) error {
 	if err != nil {
 		return err
 	}
-	return fsErr(sb.Filesystem.MakeDirectory(ctx, path, nil))
+	return gone(ctx, sb, fsErr(sb.Filesystem.MakeDirectory(ctx, path, nil)))
 }
 
 func (e *Engine) Remove(ctx context.Context, id, path string) error {
@@ -274,14 +301,24 @@ func (e *Engine) Remove(ctx context.Context, id, path string) error {
 	if err != nil {
 		return err
 	}
-	return fsErr(sb.Filesystem.Remove(ctx, path, &modalsdk.SandboxFilesystemRemoveParams{Recursive: true}))
+	return gone(ctx, sb, fsErr(sb.Filesystem.Remove(ctx, path, &modalsdk.SandboxFilesystemRemoveParams{Recursive: true})))
 }
 
-// fsErr maps a missing path to fs.ErrNotExist.
+// fsErr maps a missing path to fs.ErrNotExist, and the SDK's is-a-directory and
+// not-a-directory errors to engine's.
 func fsErr(err error) error {
-	var fnf modalsdk.SandboxFilesystemNotFoundError
-	if errors.As(err, &fnf) {
+	var (
+		fnf   modalsdk.SandboxFilesystemNotFoundError
+		isDir modalsdk.SandboxFilesystemIsADirectoryError
+		notD  modalsdk.SandboxFilesystemNotADirectoryError
+	)
+	switch {
+	case errors.As(err, &fnf):
 		return fmt.Errorf("%w: %v", fs.ErrNotExist, err)
+	case errors.As(err, &isDir):
+		return fmt.Errorf("%w: %v", engine.ErrIsDir, err)
+	case errors.As(err, &notD):
+		return fmt.Errorf("%w: %v", engine.ErrNotDir, err)
 	}
 	return notFound(err)
 }
@@ -293,7 +330,7 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (string, error) {
 	}
 	img, err := sb.SnapshotFilesystem(ctx, nil)
 	if err != nil {
-		return "", notFound(err)
+		return "", gone(ctx, sb, notFound(err))
 	}
 	return img.ImageID, nil
 }

@@ -77,7 +77,8 @@ func toFSInfo(fi engine.FileInfo) fsFileInfo {
 		ModifiedTime: float64(fi.ModTime.UnixNano()) / 1e9}
 }
 
-// classify maps an engine file error to the tool's error kinds.
+// classify maps an engine file error to the tool's error kinds: by engine's sentinels,
+// or by the text of an engine without Capabilities.FileErrors.
 func classify(err error, op string) *fsError {
 	msg := op + " failed"
 	switch {
@@ -87,11 +88,11 @@ func classify(err error, op string) *fsError {
 		return &fsError{Kind: "PermissionDenied", Message: "Permission denied", Detail: err.Error()}
 	case errors.Is(err, fs.ErrExist):
 		return &fsError{Kind: "PathAlreadyExists", Message: "File exists", Detail: err.Error()}
-	case strings.Contains(err.Error(), "is a directory"):
+	case errors.Is(err, engine.ErrIsDir), strings.Contains(err.Error(), "is a directory"):
 		return &fsError{Kind: "IsDirectory", Message: "Is a directory", Detail: err.Error()}
-	case strings.Contains(err.Error(), "not a directory"):
+	case errors.Is(err, engine.ErrNotDir), strings.Contains(err.Error(), "not a directory"):
 		return &fsError{Kind: "NotDirectory", Message: "Not a directory", Detail: err.Error()}
-	case strings.Contains(err.Error(), "directory not empty"):
+	case errors.Is(err, engine.ErrNotEmpty), strings.Contains(err.Error(), "directory not empty"):
 		return &fsError{Kind: "DirectoryNotEmpty", Message: "Directory not empty", Detail: err.Error()}
 	}
 	return &fsError{Kind: "Other", Message: msg + ": " + err.Error()}

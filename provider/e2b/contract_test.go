@@ -1,0 +1,25 @@
+package e2b_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/internal/e2btest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine/enginetest"
+)
+
+// TestEngineContract runs the engine contract suite on the E2B adapter, over HTTP and
+// envd's Connect protocol, against the local E2B server on the isolated local engine:
+// the server is tested through the contract it serves.
+func TestEngineContract(t *testing.T) {
+	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP})
+	enginetest.Run(t, func(t *testing.T) engine.Engine {
+		eng, err := e2b.NewEngine(srv.Client(t), e2b.EngineOptions{Template: "base", Timeout: 10 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eng
+	})
+}
