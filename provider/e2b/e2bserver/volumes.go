@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path"
+	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -145,8 +146,30 @@ func (s *Server) destroyVolume(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// volumeMounts checks a create's volumeMounts: known volumes at distinct absolute
-// paths. refuseV2 has already refused them on an engine without volumes.
+// parseMounts validates a create's volumeMounts: valid volume names at distinct
+// absolute paths other than /, cleaned.
+func parseMounts(ms []e2bwire.VolumeMount) ([]engine.VolumeMount, error) {
+	out := make([]engine.VolumeMount, 0, len(ms))
+	seen := map[string]bool{}
+	for _, m := range ms {
+		p := path.Clean(m.Path)
+		if !path.IsAbs(m.Path) || p == "/" || strings.ContainsRune(m.Path, 0) {
+			return nil, errBadRequest("volume mount path %q must be absolute and not /", m.Path)
+		}
+		if seen[p] {
+			return nil, errBadRequest("two volumes mounted at %s", p)
+		}
+		seen[p] = true
+		if rules.ValidateVolumeName(m.Name) != nil {
+			return nil, errBadRequest("volume %q not found", m.Name)
+		}
+		out = append(out, engine.VolumeMount{Name: m.Name, Target: p})
+	}
+	return out, nil
+}
+
+// volumeMounts checks a create's volumeMounts (parseMounts) and that each volume
+// exists. refuseV2 has already refused them on an engine without volumes.
 func (s *Server) volumeMounts(ctx context.Context, ms []e2bwire.VolumeMount) ([]engine.VolumeMount, error) {
 	if len(ms) == 0 {
 		return nil, nil
@@ -155,26 +178,16 @@ func (s *Server) volumeMounts(ctx context.Context, ms []e2bwire.VolumeMount) ([]
 	if err != nil {
 		return nil, err
 	}
-	out := make([]engine.VolumeMount, 0, len(ms))
-	seen := map[string]bool{}
-	for _, m := range ms {
-		if !path.IsAbs(m.Path) || path.Clean(m.Path) == "/" {
-			return nil, errBadRequest("volume mount path %q must be absolute and not /", m.Path)
-		}
-		p := path.Clean(m.Path)
-		if seen[p] {
-			return nil, errBadRequest("two volumes mounted at %s", p)
-		}
-		seen[p] = true
-		if rules.ValidateVolumeName(m.Name) != nil {
-			return nil, errBadRequest("volume %q not found", m.Name)
-		}
+	out, err := parseMounts(ms)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range out {
 		if _, err := vols.GetVolume(ctx, m.Name); errors.Is(err, engine.ErrNotFound) {
 			return nil, errBadRequest("volume %q not found", m.Name)
 		} else if err != nil {
 			return nil, fmt.Errorf("get volume: %w", err)
 		}
-		out = append(out, engine.VolumeMount{Name: m.Name, Target: p})
 	}
 	return out, nil
 }
