@@ -107,6 +107,9 @@ func TestVolumes(t *testing.T) {
 		t.Fatalf("POST /v2/sandboxes with volumeMounts = %d %s", code, b)
 	}
 	t.Cleanup(func() { _ = c.Kill(context.Background(), bsb.SandboxID) })
+	if d, err := c.Get(ctx, bsb.SandboxID); err != nil || len(d.VolumeMounts) != 1 || d.VolumeMounts[0] != (e2bwire.VolumeMount{Name: "shared", Path: "/mnt/shared"}) {
+		t.Errorf("GET /sandboxes/B = %+v, %v, want its volume mount", d, err)
+	}
 	if r, err := c.Envd(a).Run(ctx, "echo from-a > /data/note", e2b.RunOptions{}); err != nil || r.ExitCode != 0 {
 		t.Fatalf("write in A = %+v, %v", r, err)
 	}

@@ -82,6 +82,7 @@ type SandboxDetail struct {
 	DiskSizeMB      int               `json:"diskSizeMB"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
 	State           string            `json:"state"`
+	VolumeMounts    []VolumeMount     `json:"volumeMounts,omitempty"`
 }
 
 // SnapshotInfo is a snapshot made from a sandbox.
