@@ -32,6 +32,9 @@ func (s *Server) detailJSON(sb *sandbox, state string, withToken bool) e2bwire.S
 	if d.Metadata == nil {
 		d.Metadata = map[string]string{}
 	}
+	for _, v := range sb.volumes {
+		d.VolumeMounts = append(d.VolumeMounts, e2bwire.VolumeMount{Name: v.Name, Path: v.Target})
+	}
 	if withToken {
 		d.EnvdAccessToken = sb.token
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
 )
@@ -47,10 +48,10 @@ type v2Fields struct {
 	AutoResume      *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
-	Network      *networkConfig    `json:"network"`
-	IAM          json.RawMessage   `json:"iam"`
-	MCP          json.RawMessage   `json:"mcp"`
-	VolumeMounts []json.RawMessage `json:"volumeMounts"`
+	Network      *networkConfig        `json:"network"`
+	IAM          json.RawMessage       `json:"iam"`
+	MCP          json.RawMessage       `json:"mcp"`
+	VolumeMounts []e2bwire.VolumeMount `json:"volumeMounts"`
 }
 
 // networkConfig is SandboxNetworkConfig; only allowPublicTraffic is honoured (false:
@@ -65,15 +66,16 @@ type networkConfig struct {
 	EgressProxy        json.RawMessage `json:"egressProxy"`
 }
 
-// refuseV2 names the first requested feature this server lacks.
-func refuseV2(f v2Fields) error {
+// refuseV2 names the first requested feature this server lacks; volumeMounts are
+// served when the engine has volumes.
+func refuseV2(f v2Fields, volumes bool) error {
 	lacks := func(what string) error {
 		return errBadRequest("%s is not supported by the local E2B server", what)
 	}
 	switch {
 	case f.AutoResume != nil && f.AutoResume.Enabled:
 		return lacks("autoResume")
-	case len(f.VolumeMounts) > 0:
+	case len(f.VolumeMounts) > 0 && !volumes:
 		return lacks("volumeMounts")
 	case !isNull(f.IAM):
 		return lacks("iam")
@@ -118,7 +120,7 @@ func (s *Server) parseNew(req newSandboxRequest, v2 bool) (*sandbox, time.Durati
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := refuseV2(req.v2Fields); err != nil {
+	if err := refuseV2(req.v2Fields, s.hasVolumes()); err != nil {
 		return nil, 0, err
 	}
 	for k, v := range req.EnvVars {
@@ -156,6 +158,9 @@ func (s *Server) create(v2 bool) func(w http.ResponseWriter, r *http.Request) er
 		}
 		sb, timeout, err := s.parseNew(req, v2)
 		if err != nil {
+			return err
+		}
+		if sb.volumes, err = s.volumeMounts(r.Context(), req.VolumeMounts); err != nil {
 			return err
 		}
 		snap := ""

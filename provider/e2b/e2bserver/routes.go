@@ -17,6 +17,9 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc(r.pattern, s.authAPI(s.handle(r.h)))
 	}
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	// E2B's volume content API authenticates with a volume token, not the API key;
+	// this server does not serve it and says so to whoever asks.
+	mux.HandleFunc("/volumecontent/", s.handle(refuseVolumeContent))
 	mux.HandleFunc("/", s.authAPI(func(w http.ResponseWriter, r *http.Request) {
 		// A route E2B has and this server does not serve says so, rather than a bare
 		// 404 the SDKs would blame on a sandbox or template.
@@ -66,5 +69,9 @@ func (s *Server) apiRoutes() []route {
 		{"POST /sandboxes/{id}/fork", s.forkHandler},
 		{"GET /snapshots", s.listSnapshots},
 		{"GET /sandboxes/{id}/ports/{port}", s.ports},
+		{"POST /volumes", s.createVolume},
+		{"GET /volumes", s.listVolumes},
+		{"GET /volumes/{volumeID}", s.getVolume},
+		{"DELETE /volumes/{volumeID}", s.destroyVolume},
 	}
 }

@@ -77,7 +77,7 @@ func runConformance(t testing.TB, node, dir string, srv *e2btest.Server, figures
 	cmd.Dir = filepath.Dir(dir)
 	cmd.Env = append(os.Environ(), "E2B_API_KEY="+e2btest.APIKey, "E2B_API_URL="+srv.URL,
 		"E2B_SANDBOX_URL="+srv.URL, "E2B_DOMAIN=localhost", "E2B_DEBUG=false",
-		"E2B_CONFORMANCE_FIGURES="+strconv.Itoa(figures))
+		"E2B_CONFORMANCE_FIGURES="+strconv.Itoa(figures), "E2B_LOCAL_VOLUMES="+strconv.FormatBool(srv.Engine != nil && srv.Engine.Capabilities().Volumes))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -105,6 +105,7 @@ type Server struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox // by E2B sandbox id
 	snapshots map[string]snapshot // by snapshot id, made through this server
+	volTokens map[string]string   // by volume id: the token VolumeAndToken carries
 	closed    bool
 	// base is the context of every process started through envd; Close cancels it.
 	base context.Context
@@ -139,6 +140,7 @@ type sandbox struct {
 	timer       *time.Timer
 	procs       *procTable
 	forwards    map[int]*portfwd.Forwarder
+	volumes     []engine.VolumeMount // volumeMounts of create, kept for a resume
 }
 
 // New checks the options, recovers the sandboxes a previous server created on the
@@ -205,7 +207,7 @@ func (s *Server) fromLabels(in engine.Info) *sandbox {
 	}
 	return &sandbox{id: in.Labels[labelSandbox], engineID: in.ID, template: in.Labels[labelTemplate],
 		token: in.Labels[labelToken], traffic: in.Labels[labelTraffic], metadata: meta, started: in.Created,
-		procs: newProcTable(), forwards: map[int]*portfwd.Forwarder{}}
+		procs: newProcTable(), forwards: map[int]*portfwd.Forwarder{}, volumes: in.Volumes}
 }
 
 // Handler serves the control plane and envd.
@@ -452,5 +454,6 @@ func (s *Server) spec(sb *sandbox, snapshot string) engine.Spec {
 	for k, v := range sb.metadata {
 		labels[labelMeta+k] = v
 	}
-	return engine.Spec{Snapshot: snapshot, Env: env, Egress: sb.network, Mounts: s.o.Mounts, Labels: labels}
+	return engine.Spec{Snapshot: snapshot, Env: env, Egress: sb.network, Mounts: s.o.Mounts, Labels: labels,
+		Volumes: slices.Clone(sb.volumes)}
 }

@@ -243,12 +243,19 @@ func TestRefuseV2(t *testing.T) {
 		{"mask", `{"network":{"maskRequestHost":"x"}}`, "maskRequestHost"},
 		{"https ports", `{"network":{"httpsPorts":[443]}}`, "httpsPorts"},
 	}
+	var mounts v2Fields
+	if err := json.Unmarshal([]byte(`{"volumeMounts":[{"name":"v","path":"/d"}]}`), &mounts); err != nil {
+		t.Fatal(err)
+	}
+	if err := refuseV2(mounts, true); err != nil {
+		t.Errorf("refuseV2(volumeMounts) on an engine with volumes = %v, want nil", err)
+	}
 	for _, tt := range tests {
 		var v v2Fields
 		if err := json.Unmarshal([]byte(tt.in), &v); err != nil {
 			t.Fatal(err)
 		}
-		err := refuseV2(v)
+		err := refuseV2(v, false)
 		switch {
 		case tt.want == "" && err != nil:
 			t.Errorf("%s: refuseV2(%s) = %v, want nil", tt.name, tt.in, err)

@@ -16,6 +16,32 @@ type NewSandbox struct {
 	AllowInternetAccess *bool             `json:"allow_internet_access,omitempty"`
 	Metadata            map[string]string `json:"metadata,omitempty"`
 	EnvVars             map[string]string `json:"envVars,omitempty"`
+	VolumeMounts        []VolumeMount     `json:"volumeMounts,omitempty"`
+}
+
+// VolumeMount is SandboxVolumeMount: the volume Name mounted at Path (absolute).
+type VolumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+// NewVolume is POST /volumes's body.
+type NewVolume struct {
+	Name string `json:"name"`
+}
+
+// Volume is an entry of GET /volumes.
+type Volume struct {
+	VolumeID string `json:"volumeID"`
+	Name     string `json:"name"`
+}
+
+// VolumeAndToken is the answer of POST /volumes and GET /volumes/{volumeID}; Token
+// authorizes E2B's volume content API.
+type VolumeAndToken struct {
+	VolumeID string `json:"volumeID"`
+	Name     string `json:"name"`
+	Token    string `json:"token"`
 }
 
 // Sandbox is the answer of create and connect.
@@ -56,6 +82,7 @@ type SandboxDetail struct {
 	DiskSizeMB      int               `json:"diskSizeMB"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
 	State           string            `json:"state"`
+	VolumeMounts    []VolumeMount     `json:"volumeMounts,omitempty"`
 }
 
 // SnapshotInfo is a snapshot made from a sandbox.

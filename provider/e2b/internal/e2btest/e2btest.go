@@ -77,6 +77,8 @@ type Options struct {
 	// NoPause hides the engine's pause from the server (the real engine, with its
 	// Capabilities saying it cannot pause), so the server pauses by snapshot and stop.
 	NoPause bool
+	// NoVolumes hides the engine's volumes from the server (Capabilities.Volumes false).
+	NoVolumes bool
 	// Egress lets sandboxes reach the outside through the engine's proxy.
 	Egress bool
 	// MaxUpload is the server's MaxUpload; zero means its default.
@@ -89,6 +91,15 @@ type noPause struct{ engine.Engine }
 func (n noPause) Capabilities() engine.Capabilities {
 	c := n.Engine.Capabilities()
 	c.Pause = false
+	return c
+}
+
+// noVolumes is an engine with volumes masked out of its capabilities.
+type noVolumes struct{ engine.Engine }
+
+func (n noVolumes) Capabilities() engine.Capabilities {
+	c := n.Engine.Capabilities()
+	c.Volumes = false
 	return c
 }
 
@@ -107,6 +118,9 @@ func Start(t testing.TB, o Options) *Server {
 	var served engine.Engine = eng
 	if o.NoPause {
 		served = noPause{eng}
+	}
+	if o.NoVolumes {
+		served = noVolumes{served}
 	}
 	srv, err := e2bserver.New(e2bserver.Options{Engine: served, APIKey: APIKey, Logger: o.Logger, Egress: o.Egress, MaxUpload: o.MaxUpload,
 		Mounts: []engine.Mount{{Source: shared, Target: SharedDir, ReadOnly: true}}})

@@ -12,7 +12,7 @@ import { readFileSync } from 'node:fs'
 
 const sdkDir = process.argv[2]
 const require = createRequire(sdkDir + '/')
-const { Sandbox } = require('e2b')
+const { Sandbox, Volume } = require('e2b') // Volume: e2b ≥ 2.46 only
 const version = JSON.parse(readFileSync(`${sdkDir}/node_modules/e2b/package.json`, 'utf8')).version
 
 const steps = {}
@@ -251,6 +251,33 @@ await step('kill', async () => {
   return `${e.constructor.name}: ${e.message}`
 })
 
+// Volumes (SDKs with the Volume class, engines with volumes): one volume mounted in two
+// sandboxes at once, in use while mounted, destroyed at the end.
+await step('volumes', async () => {
+  if (!Volume) return 'skipped: this SDK has no Volume class'
+  if (process.env.E2B_LOCAL_VOLUMES !== 'true') return 'skipped: the engine has no volumes'
+  const vol = await Volume.create(`v${run}`)
+  try {
+    const a = await Sandbox.create('base', { volumeMounts: { '/data': vol }, timeoutMs: 60_000 })
+    const b = await Sandbox.create('base', { volumeMounts: { '/mnt/v': vol.name }, timeoutMs: 60_000 })
+    try {
+      await a.files.write('/data/note.txt', 'through the volume')
+      eq(await b.files.read('/mnt/v/note.txt'), 'through the volume', 'file written in the other sandbox')
+      eq((await Volume.getInfo(vol.volumeId)).name, vol.name, 'getInfo name')
+      eq((await Volume.connect(vol.volumeId)).token, vol.token, 'connect token')
+      expect((await Volume.list()).some((v) => v.volumeId === vol.volumeId), 'list lacks the volume')
+      const busy = await Volume.destroy(vol.volumeId).catch((e) => e)
+      expect(busy instanceof Error, 'destroy of a mounted volume succeeded')
+    } finally {
+      await a.kill()
+      await b.kill()
+    }
+  } finally {
+    await Volume.destroy(vol.volumeId).catch(() => {})
+  }
+  eq(await Volume.destroy(vol.volumeId), false, 'destroy of a destroyed volume')
+})
+
 // What the SDK shows for what this server does not serve (docs/e2b.md quotes it).
 const refusals = {}
 const refused = async (name, fn) => {
@@ -266,7 +293,7 @@ const refused = async (name, fn) => {
   await refused('sandbox.getMetrics', () => s.getMetrics())
   await refused('sandbox.updateNetwork', () => s.updateNetwork({ allowOut: ['1.1.1.1'] }))
   await refused('Sandbox.deleteSnapshot', () => Sandbox.deleteSnapshot('nope'))
-  await refused('Sandbox.create.volumeMounts', () => Sandbox.create('base', { volumeMounts: { '/data': 'vol' } }))
+  await refused('Sandbox.create.volumeMounts', () => Sandbox.create('base', { volumeMounts: { '/data': 'no-such-volume' } }))
   await refused('Sandbox.create.network', () => Sandbox.create('base', { network: { allowOut: ['1.1.1.1'] } }))
   await refused('sandbox.getMcpToken', () => s.getMcpToken())
   await s.kill()
