@@ -1,6 +1,7 @@
 package e2bserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -329,6 +330,26 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// snapshotRunning snapshots a running sandbox's engine sandbox; a paused one is a
+// conflict (E2B snapshots and forks only running sandboxes).
+func (s *Server) snapshotRunning(ctx context.Context, sb *sandbox) (string, error) {
+	st, err := s.state(ctx, sb)
+	if err != nil {
+		return "", err
+	}
+	if st != e2bwire.StateRunning {
+		return "", errConflict("sandbox " + sb.id + " is paused; connect it first")
+	}
+	s.mu.Lock()
+	eid := sb.engineID
+	s.mu.Unlock()
+	id, err := s.o.Engine.Snapshot(ctx, eid)
+	if err != nil {
+		return "", fmt.Errorf("snapshot: %w", err)
+	}
+	return id, nil
+}
+
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	sb, ok := s.lookup(r.PathValue("id"))
 	if !ok {
@@ -340,19 +361,9 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	st, err := s.state(r.Context(), sb)
+	id, err := s.snapshotRunning(r.Context(), sb)
 	if err != nil {
 		return err
-	}
-	if st != e2bwire.StateRunning {
-		return errConflict("sandbox " + sb.id + " is paused; connect it first")
-	}
-	s.mu.Lock()
-	eid := sb.engineID
-	s.mu.Unlock()
-	id, err := s.o.Engine.Snapshot(r.Context(), eid)
-	if err != nil {
-		return fmt.Errorf("snapshot: %w", err)
 	}
 	s.mu.Lock()
 	s.snapshots[id] = snapshot{ID: id, SandboxID: sb.id}

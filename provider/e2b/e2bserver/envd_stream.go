@@ -121,18 +121,8 @@ func (c envdCall) connectStream(w http.ResponseWriter, r *http.Request) {
 // Connect-Timeout-Ms passes. The process outlives the stream.
 func (c envdCall) follow(st *stream, r *http.Request, p *proc, sub *sub) {
 	defer p.unsubscribe(sub)
-	var deadline <-chan time.Time
-	if ms, err := strconv.ParseInt(r.Header.Get(e2bwire.HeaderTimeoutMs), 10, 64); err == nil && ms > 0 {
-		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
-		defer t.Stop()
-		deadline = t.C
-	}
-	var keepalive <-chan time.Time
-	if sec, err := strconv.Atoi(r.Header.Get("Keepalive-Ping-Interval")); err == nil && sec > 0 {
-		t := time.NewTicker(time.Duration(sec) * time.Second)
-		defer t.Stop()
-		keepalive = t.C
-	}
+	deadline, keepalive, stop := callTimers(r)
+	defer stop()
 	for {
 		select {
 		case <-sub.notify:
@@ -159,6 +149,28 @@ func (c envdCall) follow(st *stream, r *http.Request, p *proc, sub *sub) {
 			return
 		case <-r.Context().Done():
 			return
+		}
+	}
+}
+
+// callTimers are a streaming call's deadline (Connect-Timeout-Ms) and keep-alive
+// ticker (Keepalive-Ping-Interval), nil channels where the client asked for none;
+// stop releases them.
+func callTimers(r *http.Request) (deadline, keepalive <-chan time.Time, stop func()) {
+	var stops []func()
+	if ms, err := strconv.ParseInt(r.Header.Get(e2bwire.HeaderTimeoutMs), 10, 64); err == nil && ms > 0 {
+		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+		stops = append(stops, func() { t.Stop() })
+		deadline = t.C
+	}
+	if sec, err := strconv.Atoi(r.Header.Get("Keepalive-Ping-Interval")); err == nil && sec > 0 {
+		t := time.NewTicker(time.Duration(sec) * time.Second)
+		stops = append(stops, t.Stop)
+		keepalive = t.C
+	}
+	return deadline, keepalive, func() {
+		for _, f := range stops {
+			f()
 		}
 	}
 }

@@ -40,19 +40,9 @@ func (s *Server) forkHandler(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	st, err := s.state(r.Context(), sb)
+	snap, err := s.snapshotRunning(r.Context(), sb)
 	if err != nil {
-		return err
-	}
-	if st != e2bwire.StateRunning {
-		return errConflict("sandbox " + sb.id + " is paused; connect it first")
-	}
-	s.mu.Lock()
-	eid := sb.engineID
-	s.mu.Unlock()
-	snap, err := s.o.Engine.Snapshot(r.Context(), eid)
-	if err != nil {
-		return fmt.Errorf("fork: snapshot: %w", err)
+		return fmt.Errorf("fork: %w", err)
 	}
 	out := make([]e2bwire.ForkResult, 0, count)
 	for range count {

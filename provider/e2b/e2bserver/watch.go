@@ -11,7 +11,6 @@ import (
 	"cmp"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -100,18 +99,8 @@ func (c envdCall) watchStream(w http.ResponseWriter, r *http.Request) {
 	if err := st.sendMsg(e2bwire.WatchDirResponse{Start: &struct{}{}}); err != nil {
 		return
 	}
-	var deadline <-chan time.Time
-	if ms, err := strconv.ParseInt(r.Header.Get(e2bwire.HeaderTimeoutMs), 10, 64); err == nil && ms > 0 {
-		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
-		defer t.Stop()
-		deadline = t.C
-	}
-	var keepalive <-chan time.Time
-	if sec, err := strconv.Atoi(r.Header.Get("Keepalive-Ping-Interval")); err == nil && sec > 0 {
-		t := time.NewTicker(time.Duration(sec) * time.Second)
-		defer t.Stop()
-		keepalive = t.C
-	}
+	deadline, keepalive, stop := callTimers(r)
+	defer stop()
 	tick := time.NewTicker(watchInterval)
 	defer tick.Stop()
 	for {
