@@ -498,21 +498,7 @@ func TestEngineSpecOptions(t *testing.T) {
 		}
 	})
 	t.Run("network shares the host's", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Write([]byte("host\n"))
-				c.Close()
-			}
-		}()
+		ln := hostListener(t)
 		port := ln.Addr().(*net.TCPAddr).Port
 		script := fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && head -1 <&3", port)
 		shared := createBox(t, e, engine.Spec{Network: true})
@@ -701,4 +687,26 @@ func TestEngineExecTTY(t *testing.T) {
 	if err := <-done; err != nil || code != 5 {
 		t.Errorf("exit of the terminal command = %d, %v", code, err)
 	}
+}
+
+// hostListener listens on the host's loopback and answers every connection "host";
+// it closes with the test.
+func hostListener(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("host\n"))
+			c.Close()
+		}
+	}()
+	return ln
 }

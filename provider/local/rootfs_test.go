@@ -31,21 +31,7 @@ func TestSystemRootHidesTheHost(t *testing.T) {
 		planted = append(planted, p)
 		t.Cleanup(func() { os.Remove(p) })
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("host\n"))
-			c.Close()
-		}
-	}()
+	ln := hostListener(t)
 	info := createBox(t, e, engine.Spec{})
 	for _, p := range planted {
 		if out, code := sh(t, e, info.ID, "bash", "-c", "cat "+p+" 2>&1"); code == 0 || strings.Contains(out, "secret") {
