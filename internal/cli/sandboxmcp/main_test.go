@@ -75,12 +75,17 @@ func TestAPIModeServesAndShutsDownOnSIGTERM(t *testing.T) {
 
 func TestGeneratedTokenIsPrintedWhenNoneConfigured(t *testing.T) {
 	s := sidecartest.Start(t, sidecartest.Build(t), "SANDBOX_MCP_AUTH_TOKEN=", "SERVICE_TO_SERVICE_AUTH_TOKEN=")
+	// The sidecar prints the line before it serves, but stderr reaches the
+	// test through a pipe copied by another goroutine: the health answer can
+	// arrive before the copy does, so wait for the line (bounded).
 	var token string
-	for _, line := range strings.Split(s.Stderr(), "\n") {
-		// export SANDBOX_MCP_AUTH_TOKEN=<48 hex> PROLIFERATE_SANDBOX_MCP_URL=…
-		if rest, ok := strings.CutPrefix(line, "export SANDBOX_MCP_AUTH_TOKEN="); ok {
-			if tok, _, _ := strings.Cut(rest, " "); len(tok) == 48 {
-				token = tok
+	for deadline := time.Now().Add(10 * time.Second); token == "" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for _, line := range strings.Split(s.Stderr(), "\n") {
+			// export SANDBOX_MCP_AUTH_TOKEN=<48 hex> PROLIFERATE_SANDBOX_MCP_URL=…
+			if rest, ok := strings.CutPrefix(line, "export SANDBOX_MCP_AUTH_TOKEN="); ok {
+				if tok, _, _ := strings.Cut(rest, " "); len(tok) == 48 {
+					token = tok
+				}
 			}
 		}
 	}
