@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
-	"github.com/spf13/cobra"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/clitest"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
@@ -110,18 +110,6 @@ func cleanupSandboxes(dataDir string) error {
 	return nil
 }
 
-// commandPaths lists every command of the tree, the root first.
-func commandPaths(c *cobra.Command, prefix []string) [][]string {
-	out := [][]string{prefix}
-	for _, sub := range c.Commands() {
-		if sub.Hidden || sub.Name() == "help" {
-			continue
-		}
-		out = append(out, commandPaths(sub, append(append([]string(nil), prefix...), sub.Name()))...)
-	}
-	return out
-}
-
 func TestHelpGolden(t *testing.T) {
 	getenv := func(k string) string {
 		if k == "HOME" {
@@ -130,7 +118,7 @@ func TestHelpGolden(t *testing.T) {
 		return ""
 	}
 	root := newCmdRoot(&app{getenv: getenv})
-	paths := commandPaths(root, nil)
+	paths := clitest.CommandPaths(root, nil)
 	if len(paths) < 12 {
 		t.Fatalf("found %d commands, want every command of the tree", len(paths))
 	}

@@ -7,30 +7,18 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/spf13/cobra"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/clitest"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-// commandPaths lists every command of the tree, the root first.
-func commandPaths(c *cobra.Command, prefix []string) [][]string {
-	out := [][]string{prefix}
-	for _, sub := range c.Commands() {
-		if sub.Hidden || sub.Name() == "help" {
-			continue
-		}
-		out = append(out, commandPaths(sub, append(append([]string(nil), prefix...), sub.Name()))...)
-	}
-	return out
-}
-
 func TestHelpGolden(t *testing.T) {
 	root := NewCmdRoot(newFactory(func(string) string { return "" }, nil, nil, nil))
 	// Cobra adds the completion command when the tree is executed.
 	root.InitDefaultCompletionCmd()
-	paths := commandPaths(root, nil)
+	paths := clitest.CommandPaths(root, nil)
 	if len(paths) < 20 {
 		t.Fatalf("found %d commands, want every command of the tree", len(paths))
 	}
@@ -60,7 +48,7 @@ func golden(t *testing.T, path, got string) {
 func TestRequiredFlags(t *testing.T) {
 	root := NewCmdRoot(newFactory(func(string) string { return "" }, nil, nil, nil))
 	got := map[string][]string{}
-	for _, p := range commandPaths(root, nil) {
+	for _, p := range clitest.CommandPaths(root, nil) {
 		cmd, _, err := root.Find(p)
 		if err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
+	"github.com/proliferate-ai/sandbox-mcp/internal/clitest"
 	"github.com/proliferate-ai/sandbox-mcp/internal/envfiles"
 	"github.com/proliferate-ai/sandbox-mcp/internal/grants"
 )
@@ -22,24 +23,13 @@ import (
 // records the options it parsed, so flag parsing and validation are checked
 // without a sidecar, a gateway or any output.
 
-// parse runs the command newCmd builds on args with a recording runF and
-// returns the options runF saw (nil if the command never got that far) and
-// the command's error. The command must write nothing.
+// parse runs the command newCmd builds on args with a recording runF (see
+// clitest.Parse).
 func parse[T any](t *testing.T, newCmd func(*Factory, func(*T) error) *cobra.Command, args ...string) (*T, error) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	f := newFactory(func(string) string { return "" }, nil, &out, &errOut)
-	var got *T
-	cmd := newCmd(f, func(o *T) error { got = o; return nil })
-	cmd.SetArgs(args)
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	cmd.SilenceErrors, cmd.SilenceUsage = true, true
-	err := cmd.ExecuteContext(t.Context())
-	if out.Len() > 0 || errOut.Len() > 0 {
-		t.Errorf("%q wrote stdout %q, stderr %q; want nothing before runF", args, out.String(), errOut.String())
-	}
-	return got, err
+	return clitest.Parse(t, func(out, errOut *bytes.Buffer, runF func(*T) error) *cobra.Command {
+		return newCmd(newFactory(func(string) string { return "" }, nil, out, errOut), runF)
+	}, args...)
 }
 
 // ignoreRuntime leaves out the fields every options struct carries that are
