@@ -64,12 +64,18 @@ func (s *Store) IndexDocs(ctx context.Context, pkg, source, md string) (IndexSta
 			return st, fmt.Errorf("index %s: %w", source, err)
 		}
 	}
+	if len(vecs) > 0 {
+		s.ensureVecIndex(ctx, len(vecs[0]))
+	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		for h, id := range have {
 			if _, keep := want[h]; keep {
 				continue
 			}
 			if err := deleteRow(ctx, tx, "doc_chunks", id); err != nil {
+				return err
+			}
+			if err := s.deleteVec(ctx, tx, id); err != nil {
 				return err
 			}
 			st.Removed++
@@ -84,8 +90,14 @@ func (s *Store) IndexDocs(ctx context.Context, pkg, source, md string) (IndexSta
 			if err != nil {
 				return err
 			}
-			id, _ := res.LastInsertId()
+			id, err := res.LastInsertId()
+			if err != nil {
+				return err
+			}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO doc_chunks_fts (rowid, title, content) VALUES (?, ?, ?)`, id, c.Title, c.Content); err != nil {
+				return err
+			}
+			if err := s.putVec(ctx, tx, id, blob); err != nil {
 				return err
 			}
 			st.Added++

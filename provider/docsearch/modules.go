@@ -128,7 +128,10 @@ func (s *Store) SaveModules(ctx context.Context, volume string, mods []Module) e
 			if err != nil {
 				return err
 			}
-			id, _ := res.LastInsertId()
+			id, err := res.LastInsertId()
+			if err != nil {
+				return err
+			}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO code_modules_fts (rowid, title, content) VALUES (?, ?, ?)`, id, moduleTitle(m), moduleText(m)); err != nil {
 				return err
 			}
