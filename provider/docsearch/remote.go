@@ -106,8 +106,10 @@ func (s *Store) ensureVecIndex(ctx context.Context, dim int) {
 	// A transport failure says nothing about the server: the next embedding tries again.
 }
 
-// vecDDL reads the vector table's CREATE statement.
-var vecDDL = hrana.Stmt{SQL: `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?`, Args: []any{vecTable}}
+// vecDDL reads the vector table's CREATE statement, when its index exists too (a
+// server without vector indexes may have made the table and refused the index).
+var vecDDL = hrana.Stmt{SQL: `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?
+	AND EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?)`, Args: []any{vecTable, vecIndexName}}
 
 // declaredDim is the dimension in the vector table's CREATE statement, 0 without one.
 func declaredDim(r hrana.Result) int {

@@ -1,0 +1,165 @@
+package docsearch
+
+import (
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch/hrana"
+	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch/hrana/hranatest"
+)
+
+// remoteDB is the libSQL database the tests' stores open while a suite runs there.
+type remoteDB struct {
+	url, token string
+	// native says whether the server has libSQL's vector index (a real libSQL).
+	native bool
+}
+
+// remote is set while runSuite runs; the tests do not run in parallel.
+var remote *remoteDB
+
+// reset drops the store's tables, so each test starts on an empty database as it does
+// on a new SQLite file.
+func (r *remoteDB) reset(t testing.TB) {
+	t.Helper()
+	c, err := hrana.New(hrana.Options{URL: r.url, Token: r.token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drops []hrana.Stmt
+	for _, table := range []string{vecTable, "doc_chunks_fts", "doc_chunks", "code_modules_fts", "code_modules", "session_volumes"} {
+		drops = append(drops, hrana.Stmt{SQL: "DROP TABLE IF EXISTS " + table})
+	}
+	if _, err := c.Batch(t.Context(), drops); err != nil {
+		t.Fatalf("empty the libSQL database: %v", err)
+	}
+}
+
+// suite is the package's tests that run against a store.
+var suite = []struct {
+	name string
+	f    func(*testing.T)
+}{
+	{"SearchRanksSections", TestSearchRanksSections},
+	{"ModulesLiveWithTheirVolume", TestModulesLiveWithTheirVolume},
+	{"HybridSearch", TestHybridSearch},
+	{"SelectiveQuery", TestSelectiveQuery},
+	{"VectorIndex", testVectorIndex},
+}
+
+func runSuite(t *testing.T, r *remoteDB) {
+	remote = r
+	defer func() { remote = nil }()
+	for _, tc := range suite {
+		t.Run(tc.name, tc.f)
+	}
+}
+
+// TestSuiteOnLibSQL runs the store's tests on a real libSQL server or Turso database:
+// LIBSQL_URL (libsql://…, https://… or http://127.0.0.1:8080 for a local sqld) and
+// LIBSQL_AUTH_TOKEN. The database must be a scratch one: the tests drop and recreate
+// the store's tables. Skipped without LIBSQL_URL.
+func TestSuiteOnLibSQL(t *testing.T) {
+	url := os.Getenv("LIBSQL_URL")
+	if url == "" {
+		t.Skip("LIBSQL_URL is not set (a scratch libSQL or Turso database; LIBSQL_AUTH_TOKEN its token)")
+	}
+	runSuite(t, &remoteDB{url: url, token: os.Getenv("LIBSQL_AUTH_TOKEN"), native: true})
+	remote = &remoteDB{url: url, token: os.Getenv("LIBSQL_AUTH_TOKEN")}
+	remote.reset(t)
+	remote = nil
+}
+
+// TestSuiteOverHrana runs the store's tests through the Hrana client against a Hrana
+// server on loopback backed by SQLite (hranatest): the same SQL as on the file, over
+// the wire, with batons and transactions; without libSQL's vector functions, so vector
+// search takes the cosine scan.
+func TestSuiteOverHrana(t *testing.T) {
+	registerFunctions() // the server's SQLite has our vector_distance_cos
+	hs, err := hranatest.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.Token = "test-token"
+	srv := httptest.NewServer(hs)
+	defer func() { srv.Close(); hs.Close() }()
+	runSuite(t, &remoteDB{url: srv.URL, token: "test-token"})
+	if n := hs.Streams(); n != 0 {
+		t.Errorf("%d streams left open on the server", n)
+	}
+}
+
+// testVectorIndex: on libSQL, embeddings of doc chunks go into the native vector index
+// (vector_top_k) once the first one's dimension is known, and it ranks as the scan
+// does; elsewhere the store stays on the scan. Either way search is hybrid.
+func testVectorIndex(t *testing.T) {
+	var calls atomic.Int32
+	emb := embeddingServer(t, &calls)
+	s := openStore(t, &Embedder{URL: emb.URL, Model: "m", Key: "k", Client: emb.Client()})
+	if s.NativeVectorIndex() {
+		t.Fatal("a new store has a vector index before any embedding")
+	}
+	md, err := os.ReadFile("testdata/sdk.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.IndexDocs(t.Context(), "@acme/sdk", "mem://sdk", string(md)); err != nil {
+		t.Fatal(err)
+	}
+	wantNative := remote != nil && remote.native
+	if got := s.NativeVectorIndex(); got != wantNative {
+		t.Fatalf("NativeVectorIndex = %v, want %v", got, wantNative)
+	}
+	if remote != nil {
+		// A store opened later on the same database finds the index, or its absence.
+		again, err := Open(t.Context(), Options{URL: remote.url, Token: remote.token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := again.NativeVectorIndex(); got != wantNative {
+			t.Errorf("NativeVectorIndex of a reopened store = %v, want %v", got, wantNative)
+		}
+		again.Close()
+	}
+	if wantNative {
+		var n int
+		if err := s.db.QueryRow(`SELECT count(*) FROM ` + vecTable).Scan(&n); err != nil || n != 12 {
+			t.Errorf("%d rows in the vector index, %v; want 12", n, err)
+		}
+		// The index's nearest neighbours of a chunk's own embedding start with it.
+		var title string
+		err := s.db.QueryRow(`SELECT d.title FROM vector_top_k('`+vecIndexName+`', (SELECT embedding FROM doc_chunks WHERE title = 'Webhooks'), 1) v
+			JOIN doc_chunks d ON d.id = v.id`).Scan(&title)
+		if err != nil || title != "Webhooks" {
+			t.Errorf("vector_top_k of the Webhooks chunk = %q, %v", title, err)
+		}
+	}
+	res, err := s.Search(t.Context(), Query{Text: "verify the signature of an event delivery", K: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Mode != "hybrid" || len(res.Results) == 0 {
+		t.Fatalf("Search = %+v", res)
+	}
+	found := false
+	for _, r := range res.Results {
+		found = found || r.Title == "Webhooks"
+	}
+	if !found {
+		t.Errorf("Webhooks not in the top 3: %+v", res.Results)
+	}
+	// A re-index that drops a section drops it from the vector index too.
+	cut := strings.Replace(string(md), "## Webhooks", "## Hooks", 1)
+	if _, err := s.IndexDocs(t.Context(), "@acme/sdk", "mem://sdk", cut); err != nil {
+		t.Fatal(err)
+	}
+	if wantNative {
+		var n int
+		if err := s.db.QueryRow(`SELECT count(*) FROM ` + vecTable + ` WHERE id NOT IN (SELECT id FROM doc_chunks)`).Scan(&n); err != nil || n != 0 {
+			t.Errorf("%d vector rows of removed chunks, %v", n, err)
+		}
+	}
+}
