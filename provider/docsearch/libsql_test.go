@@ -131,7 +131,7 @@ func testVectorIndex(t *testing.T) {
 		}
 		// The index's nearest neighbours of a chunk's own embedding start with it.
 		var title string
-		err := s.db.QueryRow(`SELECT d.title FROM vector_top_k('`+vecIndexName+`', (SELECT embedding FROM doc_chunks WHERE title = 'Webhooks'), 1) v
+		err := s.db.QueryRow(`SELECT d.title FROM vector_top_k('` + vecIndexName + `', (SELECT embedding FROM doc_chunks WHERE title = 'Webhooks'), 1) v
 			JOIN doc_chunks d ON d.id = v.id`).Scan(&title)
 		if err != nil || title != "Webhooks" {
 			t.Errorf("vector_top_k of the Webhooks chunk = %q, %v", title, err)
