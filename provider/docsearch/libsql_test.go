@@ -7,9 +7,13 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch/hrana"
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch/hrana/hranatest"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // remoteDB is the libSQL database the tests' stores open while a suite runs there.
 type remoteDB struct {
@@ -29,6 +33,7 @@ func (r *remoteDB) reset(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.Close()
 	var drops []hrana.Stmt
 	for _, table := range []string{vecTable, "doc_chunks_fts", "doc_chunks", "code_modules_fts", "code_modules", "session_volumes"} {
 		drops = append(drops, hrana.Stmt{SQL: "DROP TABLE IF EXISTS " + table})

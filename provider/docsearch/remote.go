@@ -49,6 +49,7 @@ func openRemote(ctx context.Context, o Options) (*Store, error) {
 	stmts = append(stmts, vecDDL)
 	res, err := c.Batch(ctx, stmts)
 	if err != nil {
+		c.Close()
 		return nil, fmt.Errorf("open docsearch on libsql: %w", err)
 	}
 	s := &Store{db: sql.OpenDB(c.Connector()), emb: o.Embedder, remote: c}

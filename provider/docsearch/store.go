@@ -132,8 +132,14 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	return &Store{db: db, emb: o.Embedder}, nil
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the database (and a libSQL store's idle connections).
+func (s *Store) Close() error {
+	err := s.db.Close()
+	if s.remote != nil {
+		s.remote.Close()
+	}
+	return err
+}
 
 // Hybrid reports whether search uses embeddings.
 func (s *Store) Hybrid() bool { return s.emb != nil }

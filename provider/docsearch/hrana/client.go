@@ -40,7 +40,8 @@ type Options struct {
 	// Token, when set, is sent as a bearer token (a Turso database token or an sqld
 	// JWT). It is never part of an error or log line.
 	Token string
-	// HTTPClient sends the requests; nil means a client of its own.
+	// HTTPClient sends the requests; nil means a client of its own, whose idle
+	// connections Close closes.
 	HTTPClient *http.Client
 	// Timeout bounds one HTTP request (default DefaultTimeout).
 	Timeout time.Duration
@@ -55,6 +56,7 @@ type Client struct {
 	http    *http.Client
 	timeout time.Duration
 	max     int64
+	own     *http.Transport // the transport of a client of its own
 }
 
 // ErrUnauthorized is wrapped by errors of requests the server refused with HTTP 401 or
@@ -85,26 +87,29 @@ func (e *HTTPError) Unwrap() error {
 	return nil
 }
 
-// ParseURL checks a database URL and returns the HTTP(S) base URL it names.
+// ParseURL checks a database URL and returns the HTTP(S) base URL it names. Its
+// errors show the URL's scheme and host only: a URL given with a token in it must not
+// print the token.
 func ParseURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("libsql url: %w", err)
+		return nil, errors.New("libsql url: not a URL")
+	}
+	switch {
+	case u.User != nil:
+		return nil, errors.New("libsql url: user info is not allowed (the token comes from its own setting)")
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return nil, errors.New("libsql url: a query or fragment is not allowed (the token comes from its own setting)")
 	}
 	switch u.Scheme {
 	case "libsql":
 		u.Scheme = "https"
 	case "https", "http":
 	default:
-		return nil, fmt.Errorf("libsql url %q: want libsql://, https:// or http://", u.Redacted())
+		return nil, fmt.Errorf("libsql url: scheme %q: want libsql://, https:// or http://", truncate(u.Scheme))
 	}
-	switch {
-	case u.Host == "" || u.Hostname() == "":
-		return nil, fmt.Errorf("libsql url %q: no host", u.Redacted())
-	case u.User != nil:
-		return nil, errors.New("libsql url: user info is not allowed (the token comes from its own setting)")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return nil, errors.New("libsql url: a query or fragment is not allowed (the token comes from its own setting)")
+	if u.Host == "" || u.Hostname() == "" {
+		return nil, errors.New("libsql url: no host")
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawPath = ""
@@ -122,7 +127,8 @@ func New(o Options) (*Client, error) {
 	}
 	c := &Client{base: u, token: o.Token, http: o.HTTPClient, timeout: o.Timeout, max: o.MaxResponseBytes}
 	if c.http == nil {
-		c.http = &http.Client{}
+		c.own = http.DefaultTransport.(*http.Transport).Clone()
+		c.http = &http.Client{Transport: c.own}
 	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
@@ -131,6 +137,14 @@ func New(o Options) (*Client, error) {
 		c.max = DefaultMaxResponseBytes
 	}
 	return c, nil
+}
+
+// Close closes the idle connections of a client of its own (Options.HTTPClient nil).
+// Streams of open transactions are the server's to expire.
+func (c *Client) Close() {
+	if c.own != nil {
+		c.own.CloseIdleConnections()
+	}
 }
 
 // Stmt is one SQL statement with positional arguments (nil, int64, int, bool,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch/hrana/hranatest"
 )
@@ -32,6 +33,10 @@ func TestParseURL(t *testing.T) {
 		{"libsql://db.example?", "", "query"},
 		{"libsql://db.example#x", "", "fragment"},
 		{"://", "", "libsql url"},
+		{"wss://db.example?authToken=secret", "", "query"},
+		{"wss://secret@db.example", "", "user info"},
+		{"ws://db.example/secret", "", `scheme "ws"`},
+		{"https://db.example/%zz-secret", "", "not a URL"},
 	}
 	for _, tt := range tests {
 		u, err := ParseURL(tt.in)
@@ -88,8 +93,11 @@ func newClient(t *testing.T, url string, o Options) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.Close)
 	return c
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The requests are the spec's shapes: POST <base>/v2/pipeline, JSON, bearer token,
 // {"baton": null, "requests": [{"type": "execute", "stmt": …}, {"type": "close"}]}
