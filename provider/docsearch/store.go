@@ -7,10 +7,11 @@
 // stays off), or, when a URL is configured, a libSQL server or Turso database reached
 // over Hrana over HTTP (package hrana) with the same schema and SQL; there, doc chunks'
 // embeddings also go into libSQL's native vector index (see remote.go). Keyword
-// ranking is FTS5's BM25 with the porter stemmer ("install" finds "Installation"). When an OpenAI-compatible embeddings endpoint is configured, every
-// chunk and module also gets an F32 embedding blob, compared by cosine through the SQL
-// function vector_distance_cos (libSQL's name, so the SQL is the same there), and search
-// is hybrid: BM25 and vector rankings merged by reciprocal rank. Without an endpoint,
+// ranking is FTS5's BM25 with the porter stemmer ("install" finds "Installation").
+// When an OpenAI-compatible embeddings endpoint is configured, every chunk and module
+// also gets an F32 embedding blob, compared by cosine through the SQL function
+// vector_distance_cos (libSQL's name, so the SQL is the same there), and search is
+// hybrid: BM25 and vector rankings merged by reciprocal rank. Without an endpoint,
 // search is BM25 only and its result says so.
 //
 // provider/coderun imports it; nothing here knows about sandboxes.
