@@ -398,3 +398,45 @@ func TestDriverLostStream(t *testing.T) {
 		t.Errorf("%d idle connections after a broken one; want it discarded", s.Idle)
 	}
 }
+
+// A transaction is one stream: BEGIN opens it (baton null), each statement carries the
+// baton of the answer before, and COMMIT goes with close.
+func TestTransactionRequestShape(t *testing.T) {
+	n := 0
+	cap := newCapture(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		n++
+		ok := `{"type":"ok","response":{"type":"execute","result":{"cols":[],"rows":[],"affected_row_count":1,"last_insert_rowid":"9"}}}`
+		if n < 3 {
+			io.WriteString(w, `{"baton":"b`+string(rune('0'+n))+`","base_url":null,"results":[`+ok+`]}`)
+			return
+		}
+		io.WriteString(w, `{"baton":null,"base_url":null,"results":[`+ok+`,{"type":"ok","response":{"type":"close"}}]}`)
+	})
+	db := sql.OpenDB(newClient(t, cap.srv.URL, Options{}).Connector())
+	defer db.Close()
+	tx, err := db.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tx.ExecContext(t.Context(), `INSERT INTO t VALUES (?)`, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := res.LastInsertId(); id != 9 {
+		t.Errorf("LastInsertId = %d, want 9", id)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var want []map[string]any
+	json.Unmarshal([]byte(`[
+		{"baton":null,"requests":[{"type":"execute","stmt":{"sql":"BEGIN","want_rows":true}}]},
+		{"baton":"b1","requests":[{"type":"execute","stmt":{"sql":"INSERT INTO t VALUES (?)","want_rows":true,"args":[{"type":"integer","value":"1"}]}}]},
+		{"baton":"b2","requests":[{"type":"execute","stmt":{"sql":"COMMIT","want_rows":true}},{"type":"close"}]}]`), &want)
+	if diff := cmp.Diff(want, cap.bodies); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+	if _, err := db.BeginTx(t.Context(), &sql.TxOptions{ReadOnly: true}); err == nil {
+		t.Error("a read-only transaction was accepted")
+	}
+}
