@@ -214,3 +214,55 @@ func BenchmarkSearchOverHrana(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 }
+
+// On libSQL an index's writes go as batches of at most maxPlanBatchBytes, each one
+// request: a 5 MB document is a query and two transactions, not a request per row.
+func TestIndexWritesInBatches(t *testing.T) {
+	registerFunctions()
+	hs, err := hranatest.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hs)
+	defer func() { srv.Close(); hs.Close() }()
+	s, err := Open(t.Context(), Options{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var md strings.Builder
+	filler := strings.Repeat("lorem ipsum dolor sit amet ", 600) // ~16 KB
+	for i := range 320 {
+		fmt.Fprintf(&md, "## Section %d\nsection%d %s\n", i, i, filler)
+	}
+	before := hs.Requests()
+	st, err := s.IndexDocs(t.Context(), "p", "mem://big", md.String())
+	if err != nil || st.Added != 320 {
+		t.Fatalf("IndexDocs = %+v, %v", st, err)
+	}
+	if n := hs.Requests() - before; n != 3 {
+		t.Errorf("indexing 5 MB took %d requests, want 3 (read the hashes, two batches)", n)
+	}
+	var rows, fts int
+	if err := s.db.QueryRow(`SELECT (SELECT count(*) FROM doc_chunks), (SELECT count(*) FROM doc_chunks_fts)`).Scan(&rows, &fts); err != nil || rows != 320 || fts != 320 {
+		t.Errorf("%d chunks and %d full-text rows, %v; want 320 each", rows, fts, err)
+	}
+	res, err := s.Search(t.Context(), Query{Text: "section317", K: 1})
+	if err != nil || len(res.Results) != 1 || res.Results[0].Title != "Section 317" {
+		t.Errorf("Search = %+v, %v", res.Results, err)
+	}
+	// A batch that fails midway leaves nothing behind: its stream closes with the
+	// transaction open, which rolls it back.
+	if _, err := s.db.Exec(`DROP TABLE doc_chunks_fts`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.IndexDocs(t.Context(), "p", "mem://other", "## A\na\n## B\nb\n"); err == nil || !strings.Contains(err.Error(), "doc_chunks_fts") {
+		t.Errorf("IndexDocs without the FTS table = %v", err)
+	}
+	if err := s.db.QueryRow(`SELECT count(*) FROM doc_chunks WHERE source = 'mem://other'`).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("%d chunks of a failed batch were kept, %v", rows, err)
+	}
+	if n := hs.Streams(); n != 0 {
+		t.Errorf("%d streams left open", n)
+	}
+}

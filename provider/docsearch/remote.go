@@ -129,21 +129,17 @@ func declaredDim(r hrana.Result) int {
 	return n
 }
 
-// putVec stores a chunk's embedding in the native index when its dimension is the
-// index's.
-func (s *Store) putVec(ctx context.Context, tx *sql.Tx, id int64, blob []byte) error {
-	if d := s.vecDim(); d == 0 || len(blob) != 4*d {
-		return nil
-	}
-	_, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO `+vecTable+` (id, embedding) VALUES (?, vector32(?))`, id, blob)
-	return err
+// vecFits reports whether an embedding goes into the native index: a libSQL store
+// whose index has the embedding's dimension.
+func (s *Store) vecFits(blob []byte) bool {
+	d := s.vecDim()
+	return d > 0 && len(blob) == 4*d
 }
 
-// deleteVec removes a chunk from the native index.
-func (s *Store) deleteVec(ctx context.Context, tx *sql.Tx, id int64) error {
+// deleteVecStmts remove a chunk from the native index, when there is one.
+func (s *Store) deleteVecStmts(id int64) []stmt {
 	if s.vecDim() == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, `DELETE FROM `+vecTable+` WHERE id = ?`, id)
-	return err
+	return []stmt{{`DELETE FROM ` + vecTable + ` WHERE id = ?`, []any{id}}}
 }

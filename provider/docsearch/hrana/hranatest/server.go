@@ -168,6 +168,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b := s.keep(conn)
 		baton = &b
 	} else {
+		// A stream closed inside a transaction rolls it back, as closing a
+		// connection does; the pooled connection must not keep it.
+		conn.ExecContext(context.WithoutCancel(r.Context()), "ROLLBACK")
 		conn.Close()
 	}
 	w.Header().Set("Content-Type", "application/json")
