@@ -69,8 +69,9 @@ func (s *Store) IndexDocs(ctx context.Context, pkg, source, md string) (IndexSta
 	if len(vecs) > 0 {
 		s.ensureVecIndex(ctx, len(vecs[0]))
 	}
-	// The writes name rows by their unique key, not by ids read back, so they are a
-	// plan: one transaction on SQLite, one batch per few MiB on libSQL.
+	// The writes name rows by last_insert_rowid() or their unique key, not by ids read
+	// back, so they are a plan: one transaction on SQLite, one batch per few MiB on
+	// libSQL.
 	var plan []stmt
 	for h, id := range have {
 		if _, keep := want[h]; keep {
@@ -90,7 +91,8 @@ func (s *Store) IndexDocs(ctx context.Context, pkg, source, md string) (IndexSta
 		plan = append(plan,
 			stmt{`INSERT INTO doc_chunks (package, source, title, content, hash, embedding) VALUES (?, ?, ?, ?, ?, ?)`,
 				[]any{pkg, source, c.Title, c.Content, h, blob}},
-			stmt{`INSERT INTO doc_chunks_fts (rowid, title, content) SELECT id, title, content` + byKey, []any{pkg, source, h}})
+			// Right after the insert, last_insert_rowid() is the chunk's id.
+			stmt{`INSERT INTO doc_chunks_fts (rowid, title, content) VALUES (last_insert_rowid(), ?, ?)`, []any{c.Title, c.Content}})
 		if s.vecFits(blob) {
 			plan = append(plan, stmt{`INSERT OR REPLACE INTO ` + vecTable + ` (id, embedding) SELECT id, vector32(embedding)` + byKey,
 				[]any{pkg, source, h}})
