@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -439,4 +440,30 @@ func TestTransactionRequestShape(t *testing.T) {
 	if _, err := db.BeginTx(t.Context(), &sql.TxOptions{ReadOnly: true}); err == nil {
 		t.Error("a read-only transaction was accepted")
 	}
+}
+
+// FuzzParseURL: what ParseURL accepts is an http(s) URL with a host and nothing that
+// could carry a secret; what it refuses, it refuses without echoing user info or a
+// query.
+func FuzzParseURL(f *testing.F) {
+	for _, s := range []string{"libsql://db.turso.io", "http://127.0.0.1:8080/x/", "libsql://u:p@h?authToken=t#f", "wss://h", "%", "libsql://[::1]:80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		u, err := ParseURL(raw)
+		if err != nil {
+			if p, perr := url.Parse(raw); perr == nil {
+				for _, secret := range []string{p.RawQuery, p.User.String(), p.Fragment} {
+					if len(secret) > 3 && strings.Contains(err.Error(), secret) {
+						t.Fatalf("ParseURL(%q) error %q echoes %q", raw, err, secret)
+					}
+				}
+			}
+			return
+		}
+		if (u.Scheme != "https" && u.Scheme != "http") || u.Hostname() == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" ||
+			strings.HasSuffix(u.Path, "/") {
+			t.Fatalf("ParseURL(%q) = %#v", raw, u)
+		}
+	})
 }
