@@ -1,13 +1,19 @@
 package docsearch
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +24,86 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// libsqlWasm is the npm package of libSQL's WebAssembly build the tests run.
+const libsqlWasm = "@libsql/libsql-wasm-experimental@0.0.3"
+
+// libsqlServer starts testdata/hrana-libsql.mjs, ended (by process group) when the
+// test ends, and returns its URL.
+func libsqlServer(t *testing.T, token string) string {
+	t.Helper()
+	for _, bin := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is required in CI: %v", bin, err)
+			}
+			t.Skipf("%s is not installed: %v", bin, err)
+		}
+	}
+	mod := installLibSQLWasm(t)
+	cmd := exec.Command("node", "testdata/hrana-libsql.mjs")
+	cmd.Env = append(os.Environ(), "LIBSQL_WASM="+mod, "HRANA_TOKEN="+token)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(out).ReadString('\n')
+		line <- l
+	}()
+	select {
+	case l := <-line:
+		url, ok := strings.CutPrefix(strings.TrimSpace(l), "listening ")
+		if !ok {
+			t.Fatalf("hrana-libsql.mjs said %q; stderr:\n%s", l, stderr.String())
+		}
+		return url
+	case <-time.After(60 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		t.Fatalf("hrana-libsql.mjs did not start in 60 s; stderr:\n%s", stderr.String())
+	}
+	return ""
+}
+
+// installLibSQLWasm installs libsqlWasm with npm into a cache dir kept between runs
+// and returns the path of its node.mjs.
+func installLibSQLWasm(t *testing.T) string {
+	t.Helper()
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "sandbox-mcp-test", "libsql-wasm")
+	mod := filepath.Join(dir, "node_modules", "@libsql", "libsql-wasm-experimental", "node.mjs")
+	if _, err := os.Stat(mod); err == nil {
+		return mod
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"private":true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", libsqlWasm)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm install %s: %v\n%s", libsqlWasm, err, out)
+	}
+	return mod
+}
 
 // remoteDB is the libSQL database the tests' stores open while a suite runs there.
 type remoteDB struct {
@@ -67,19 +153,26 @@ func runSuite(t *testing.T, r *remoteDB) {
 	}
 }
 
-// TestSuiteOnLibSQL runs the store's tests on a real libSQL server or Turso database:
-// LIBSQL_URL (libsql://…, https://… or http://127.0.0.1:8080 for a local sqld) and
-// LIBSQL_AUTH_TOKEN. The database must be a scratch one: the tests drop and recreate
-// the store's tables. Skipped without LIBSQL_URL.
-func TestSuiteOnLibSQL(t *testing.T) {
+// TestSuiteOnLibSQLServer runs the store's tests on a libSQL server or Turso
+// database: LIBSQL_URL (libsql://…, https://… or http://127.0.0.1:8080 for a local
+// sqld) and LIBSQL_AUTH_TOKEN. The database must be a scratch one: the tests drop and
+// recreate the store's tables. Skipped without LIBSQL_URL.
+func TestSuiteOnLibSQLServer(t *testing.T) {
 	url := os.Getenv("LIBSQL_URL")
 	if url == "" {
 		t.Skip("LIBSQL_URL is not set (a scratch libSQL or Turso database; LIBSQL_AUTH_TOKEN its token)")
 	}
-	runSuite(t, &remoteDB{url: url, token: os.Getenv("LIBSQL_AUTH_TOKEN"), native: true})
-	remote = &remoteDB{url: url, token: os.Getenv("LIBSQL_AUTH_TOKEN")}
-	remote.reset(t)
-	remote = nil
+	r := &remoteDB{url: url, token: os.Getenv("LIBSQL_AUTH_TOKEN"), native: true}
+	runSuite(t, r)
+	r.reset(t)
+}
+
+// TestSuiteOnLibSQL runs the store's tests on libSQL itself, with its native vector
+// index: libSQL's WebAssembly build (npm @libsql/libsql-wasm-experimental) behind a
+// Hrana server in Node (testdata/hrana-libsql.mjs) on loopback. npm installs it into
+// the user cache dir once. Skipped without node and npm, except in CI.
+func TestSuiteOnLibSQL(t *testing.T) {
+	runSuite(t, &remoteDB{url: libsqlServer(t, "wasm-token"), token: "wasm-token", native: true})
 }
 
 // TestSuiteOverHrana runs the store's tests through the Hrana client against a Hrana
