@@ -30,7 +30,7 @@ const libsqlWasm = "@libsql/libsql-wasm-experimental@0.0.3"
 
 // libsqlServer starts testdata/hrana-libsql.mjs, ended (by process group) when the
 // test ends, and returns its URL.
-func libsqlServer(t *testing.T, token string) string {
+func libsqlServer(t testing.TB, token string) string {
 	t.Helper()
 	for _, bin := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -78,7 +78,7 @@ func libsqlServer(t *testing.T, token string) string {
 
 // installLibSQLWasm installs libsqlWasm with npm into a cache dir kept between runs
 // and returns the path of its node.mjs.
-func installLibSQLWasm(t *testing.T) string {
+func installLibSQLWasm(t testing.TB) string {
 	t.Helper()
 	cache, err := os.UserCacheDir()
 	if err != nil {
@@ -358,5 +358,57 @@ func TestIndexWritesInBatches(t *testing.T) {
 	}
 	if n := hs.Streams(); n != 0 {
 		t.Errorf("%d streams left open", n)
+	}
+}
+
+// BenchmarkVectorOnLibSQL compares libSQL's native vector index (vector_top_k) with the
+// vector_distance_cos scan for the vector half of a hybrid search, over 3,000 chunks
+// with 64-dimension embeddings on libSQL's WebAssembly build behind Hrana on loopback.
+// It reports the p50 of one vector ranking (top 50).
+func BenchmarkVectorOnLibSQL(b *testing.B) {
+	var calls atomic.Int32
+	emb := embeddingServer(b, &calls)
+	remote = &remoteDB{url: libsqlServer(b, ""), native: true}
+	defer func() { remote = nil }()
+	s := openStore(b, &Embedder{URL: emb.URL, Model: "m", Key: "k", Client: emb.Client()})
+	r := rand.New(rand.NewPCG(3, 4))
+	var md strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&md, "## Section %d\n", i)
+		for range 40 {
+			fmt.Fprintf(&md, "word%d ", r.IntN(400))
+		}
+		md.WriteString("\n")
+	}
+	if st, err := s.IndexDocs(b.Context(), "bench", "mem://bench", md.String()); err != nil || st.Added != 3000 {
+		b.Fatalf("index = %+v, %v", st, err)
+	}
+	if !s.NativeVectorIndex() {
+		b.Fatal("no native vector index")
+	}
+	vs, err := s.emb.Embed(b.Context(), []string{"word1 word2 word3 word4"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	blob := F32Blob(vs[0])
+	for _, native := range []bool{true, false} {
+		name := map[bool]string{true: "vector_top_k", false: "scan"}[native]
+		b.Run(name, func(b *testing.B) {
+			dim := s.vec.dim
+			if !native {
+				s.vec.dim = 0
+			}
+			defer func() { s.vec.dim = dim }()
+			var lat []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				if _, err := s.vector(b.Context(), Query{}, false, blob, 50); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+		})
 	}
 }
