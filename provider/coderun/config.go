@@ -13,6 +13,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch/hrana"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -39,6 +40,14 @@ type Config struct {
 	Dependencies []Dependency
 	// Embeddings, when set, makes search_docs hybrid (BM25 + vectors).
 	Embeddings *Embeddings
+	// StorageURL, when set, puts the search index (doc_chunks, code_modules,
+	// session_volumes) on a libSQL server or Turso database (libsql://host,
+	// https://… or http://…) instead of the SQLite file in the data directory.
+	StorageURL string
+	// StorageTokenEnv names the host environment variable holding StorageURL's auth
+	// token; StorageToken is its value, read at load.
+	StorageTokenEnv string
+	StorageToken    Secret
 }
 
 // Dependency is one `[[sandbox.dependencies]]`.
@@ -115,6 +124,8 @@ type fileConfig struct {
 			Model  string `toml:"model"`
 			KeyEnv string `toml:"key_env"`
 		} `toml:"embeddings"`
+		StorageURL      string `toml:"storage_url"`
+		StorageTokenEnv string `toml:"storage_token_env"`
 	} `toml:"sandbox"`
 }
 
@@ -189,7 +200,12 @@ func Parse(data []byte, getenv func(string) string) (Config, error) {
 			c.Embeddings.Key = Secret(getenv(e.KeyEnv))
 		}
 	}
+	c.StorageURL, c.StorageTokenEnv = s.StorageURL, s.StorageTokenEnv
+	if c.StorageTokenEnv != "" && getenv != nil {
+		c.StorageToken = Secret(getenv(c.StorageTokenEnv))
+	}
 	errs = append(errs, c.validate()...)
+	errs = append(errs, c.validateStorage()...)
 	if len(errs) > 0 {
 		return Config{}, fmt.Errorf("sandbox config: %w", errors.Join(errs...))
 	}
@@ -259,6 +275,28 @@ func (c Config) validate() []error {
 		if e.KeyEnv != "" && !envName.MatchString(e.KeyEnv) {
 			errs = append(errs, fmt.Errorf("embeddings: key_env %q is not an environment variable name", e.KeyEnv))
 		}
+	}
+	return errs
+}
+
+// validateStorage checks storage_url and storage_token_env: a URL hrana accepts, and a
+// token variable that is set (a storage whose token is missing would fail on every
+// search; say so at start).
+func (c Config) validateStorage() []error {
+	var errs []error
+	if c.StorageURL != "" {
+		if _, err := hrana.ParseURL(c.StorageURL); err != nil {
+			errs = append(errs, fmt.Errorf("storage_url: %w", err))
+		}
+	}
+	switch {
+	case c.StorageTokenEnv == "":
+	case c.StorageURL == "":
+		errs = append(errs, errors.New("storage_token_env is set without storage_url"))
+	case !envName.MatchString(c.StorageTokenEnv):
+		errs = append(errs, fmt.Errorf("storage_token_env %q is not an environment variable name", c.StorageTokenEnv))
+	case c.StorageToken == "":
+		errs = append(errs, fmt.Errorf("storage_token_env: %s is not set in the environment", c.StorageTokenEnv))
 	}
 	return errs
 }

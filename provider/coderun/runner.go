@@ -132,7 +132,8 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	if e := o.Config.Embeddings; e != nil {
 		emb = &docsearch.Embedder{URL: e.URL, Model: e.Model, Key: e.Key.Value(), Client: o.HTTPClient}
 	}
-	store, err := docsearch.Open(ctx, docsearch.Options{Path: filepath.Join(dir, "index.db"), Embedder: emb})
+	store, err := docsearch.Open(ctx, docsearch.Options{Path: filepath.Join(dir, "index.db"), Embedder: emb,
+		URL: o.Config.StorageURL, Token: o.Config.StorageToken.Value()})
 	if err != nil {
 		return nil, fmt.Errorf("new coderun: %w", err)
 	}

@@ -105,9 +105,16 @@ func FuzzChunkMarkdown(f *testing.F) {
 	})
 }
 
+// openStore opens a new, empty store: a SQLite file, or the libSQL database of
+// remote (emptied first) while a suite runs there.
 func openStore(t testing.TB, emb *Embedder) *Store {
 	t.Helper()
-	s, err := Open(context.Background(), Options{Path: filepath.Join(t.TempDir(), "index.db"), Embedder: emb})
+	o := Options{Path: filepath.Join(t.TempDir(), "index.db"), Embedder: emb}
+	if remote != nil {
+		o.URL, o.Token = remote.url, remote.token
+		remote.reset(t)
+	}
+	s, err := Open(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch/hrana"
 )
 
 // IndexStats say what an IndexDocs did.
@@ -64,47 +66,112 @@ func (s *Store) IndexDocs(ctx context.Context, pkg, source, md string) (IndexSta
 			return st, fmt.Errorf("index %s: %w", source, err)
 		}
 	}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		for h, id := range have {
-			if _, keep := want[h]; keep {
-				continue
-			}
-			if err := deleteRow(ctx, tx, "doc_chunks", id); err != nil {
-				return err
-			}
-			st.Removed++
+	if len(vecs) > 0 {
+		s.ensureVecIndex(ctx, len(vecs[0]))
+	}
+	// The writes name rows by last_insert_rowid() or their unique key, not by ids read
+	// back, so they are a plan: one transaction on SQLite, one batch per few MiB on
+	// libSQL.
+	var plan []stmt
+	for h, id := range have {
+		if _, keep := want[h]; keep {
+			continue
 		}
-		for i, c := range add {
-			var blob []byte
-			if vecs != nil {
-				blob = F32Blob(vecs[i])
-			}
-			res, err := tx.ExecContext(ctx, `INSERT INTO doc_chunks (package, source, title, content, hash, embedding) VALUES (?, ?, ?, ?, ?, ?)`,
-				pkg, source, c.Title, c.Content, c.Hash(), blob)
-			if err != nil {
-				return err
-			}
-			id, _ := res.LastInsertId()
-			if _, err := tx.ExecContext(ctx, `INSERT INTO doc_chunks_fts (rowid, title, content) VALUES (?, ?, ?)`, id, c.Title, c.Content); err != nil {
-				return err
-			}
-			st.Added++
+		plan = append(plan, deleteStmts("doc_chunks", id)...)
+		plan = append(plan, s.deleteVecStmts(id)...)
+		st.Removed++
+	}
+	const byKey = ` FROM doc_chunks WHERE package = ? AND source = ? AND hash = ?`
+	for i, c := range add {
+		var blob []byte
+		if vecs != nil {
+			blob = F32Blob(vecs[i])
 		}
-		return nil
-	})
-	if err != nil {
+		h := c.Hash()
+		plan = append(plan,
+			stmt{`INSERT INTO doc_chunks (package, source, title, content, hash, embedding) VALUES (?, ?, ?, ?, ?, ?)`,
+				[]any{pkg, source, c.Title, c.Content, h, blob}},
+			// Right after the insert, last_insert_rowid() is the chunk's id.
+			stmt{`INSERT INTO doc_chunks_fts (rowid, title, content) VALUES (last_insert_rowid(), ?, ?)`, []any{c.Title, c.Content}})
+		if s.vecFits(blob) {
+			plan = append(plan, stmt{`INSERT OR REPLACE INTO ` + vecTable + ` (id, embedding) SELECT id, vector32(embedding)` + byKey,
+				[]any{pkg, source, h}})
+		}
+		st.Added++
+	}
+	if err := s.writePlan(ctx, plan); err != nil {
 		return IndexStats{}, fmt.Errorf("index %s: %w", source, err)
 	}
 	return st, nil
 }
 
-// deleteRow deletes a row of doc_chunks or code_modules and its full-text entry.
-func deleteRow(ctx context.Context, tx *sql.Tx, table string, id int64) error {
-	if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+`_fts WHERE rowid = ?`, id); err != nil {
-		return err
+// stmt is one statement of a write plan.
+type stmt struct {
+	sql  string
+	args []any
+}
+
+// deleteStmts delete a row of doc_chunks or code_modules and its full-text entry.
+func deleteStmts(table string, id int64) []stmt {
+	return []stmt{
+		{`DELETE FROM ` + table + `_fts WHERE rowid = ?`, []any{id}},
+		{`DELETE FROM ` + table + ` WHERE id = ?`, []any{id}},
 	}
-	_, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE id = ?`, id)
-	return err
+}
+
+// maxPlanBatchBytes bounds one libSQL batch of a write plan (its statements' text and
+// arguments): a big document is several transactions rather than one huge request.
+// Re-indexing converges if one fails midway: chunks already written count as
+// unchanged, the rest are added.
+const maxPlanBatchBytes = 4 << 20
+
+// writePlan runs the statements in order, in one transaction on SQLite and in
+// transactions of at most maxPlanBatchBytes on libSQL, each one request (BEGIN, the
+// statements, COMMIT; a failed step skips the rest, and closing the stream rolls back).
+func (s *Store) writePlan(ctx context.Context, plan []stmt) error {
+	if len(plan) == 0 {
+		return nil
+	}
+	if s.remote == nil {
+		return s.inTx(ctx, func(tx *sql.Tx) error {
+			for _, st := range plan {
+				if _, err := tx.ExecContext(ctx, st.sql, st.args...); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	for len(plan) > 0 {
+		batch := []hrana.Stmt{{SQL: "BEGIN"}}
+		size := 0
+		for len(plan) > 0 && (len(batch) == 1 || size+stmtSize(plan[0]) <= maxPlanBatchBytes) {
+			size += stmtSize(plan[0])
+			batch = append(batch, hrana.Stmt{SQL: plan[0].sql, Args: plan[0].args})
+			plan = plan[1:]
+		}
+		batch = append(batch, hrana.Stmt{SQL: "COMMIT"})
+		if _, err := s.remote.Batch(ctx, batch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stmtSize estimates a statement's size on the wire (blobs grow by a third in base64).
+func stmtSize(st stmt) int {
+	n := len(st.sql) + 32
+	for _, a := range st.args {
+		switch x := a.(type) {
+		case string:
+			n += len(x) + 32
+		case []byte:
+			n += len(x)*4/3 + 32
+		default:
+			n += 32
+		}
+	}
+	return n
 }
 
 // maxDocBytes caps one fetched document.

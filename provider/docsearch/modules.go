@@ -112,8 +112,10 @@ func (s *Store) SaveModules(ctx context.Context, volume string, mods []Module) e
 			var old int64
 			err := tx.QueryRowContext(ctx, `SELECT id FROM code_modules WHERE volume = ? AND path = ?`, volume, m.Path).Scan(&old)
 			if err == nil {
-				if err := deleteRow(ctx, tx, "code_modules", old); err != nil {
-					return err
+				for _, st := range deleteStmts("code_modules", old) {
+					if _, err := tx.ExecContext(ctx, st.sql, st.args...); err != nil {
+						return err
+					}
 				}
 			} else if !errors.Is(err, sql.ErrNoRows) {
 				return err
@@ -128,7 +130,10 @@ func (s *Store) SaveModules(ctx context.Context, volume string, mods []Module) e
 			if err != nil {
 				return err
 			}
-			id, _ := res.LastInsertId()
+			id, err := res.LastInsertId()
+			if err != nil {
+				return err
+			}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO code_modules_fts (rowid, title, content) VALUES (?, ?, ?)`, id, moduleTitle(m), moduleText(m)); err != nil {
 				return err
 			}

@@ -82,13 +82,28 @@ func (s *Store) selectiveQuery(ctx context.Context, text string) (string, error)
 	if total < 100 {
 		return strings.Join(words, " OR "), nil
 	}
+	// One statement for all the words: on libSQL each statement is a round trip.
+	var counts strings.Builder
+	args := make([]any, len(words))
+	for i, w := range words {
+		if i > 0 {
+			counts.WriteString(", ")
+		}
+		counts.WriteString(`(SELECT count(*) FROM doc_chunks_fts WHERE doc_chunks_fts MATCH ?)`)
+		args[i] = w
+	}
+	dfs := make([]int, len(words))
+	dests := make([]any, len(words))
+	for i := range dfs {
+		dests[i] = &dfs[i]
+	}
+	if err := s.db.QueryRowContext(ctx, `SELECT `+counts.String(), args...).Scan(dests...); err != nil {
+		return "", err
+	}
 	var keep []string
 	rarest, rarestDF := "", total+1
-	for _, w := range words {
-		var df int
-		if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM doc_chunks_fts WHERE doc_chunks_fts MATCH ?`, w).Scan(&df); err != nil {
-			return "", err
-		}
+	for i, w := range words {
+		df := dfs[i]
 		if df < rarestDF {
 			rarest, rarestDF = w, df
 		}
@@ -179,20 +194,28 @@ func (s *Store) keyword(ctx context.Context, q Query, withModules bool, n int) (
 	return out, nil
 }
 
-// vector is the cosine ranking.
+// vector is the cosine ranking: libSQL's native index (vector_top_k) for doc chunks of
+// all packages when the store has one of the query's dimension, else a scan with
+// vector_distance_cos (libSQL's, or ours on SQLite; either is NULL or 1 for a zero
+// vector). Modules are few per volume: they are always scanned.
 func (s *Store) vector(ctx context.Context, q Query, withModules bool, blob []byte, n int) ([]candidate, error) {
-	docSQL := `SELECT id, vector_distance_cos(embedding, ?) FROM doc_chunks WHERE embedding IS NOT NULL AND length(embedding) = ?`
+	docSQL := `SELECT id, coalesce(vector_distance_cos(embedding, ?), 1.0) FROM doc_chunks WHERE embedding IS NOT NULL AND length(embedding) = ?`
 	args := []any{blob, len(blob)}
 	if q.Package != "" {
 		docSQL += ` AND package = ?`
 		args = append(args, q.Package)
+	}
+	if d := s.vecDim(); d > 0 && 4*d == len(blob) && q.Package == "" {
+		docSQL = `SELECT d.id, coalesce(vector_distance_cos(d.embedding, ?), 1.0) FROM vector_top_k('` + vecIndexName + `', vector32(?), ?) AS v
+			JOIN doc_chunks d ON d.id = v.id WHERE length(d.embedding) = ?`
+		args = []any{blob, blob, n, len(blob)}
 	}
 	out, err := s.rank(ctx, false, docSQL+` ORDER BY 2 LIMIT ?`, append(args, n)...)
 	if err != nil {
 		return nil, err
 	}
 	if withModules {
-		mods, err := s.rank(ctx, true, `SELECT id, vector_distance_cos(embedding, ?) FROM code_modules
+		mods, err := s.rank(ctx, true, `SELECT id, coalesce(vector_distance_cos(embedding, ?), 1.0) FROM code_modules
 			WHERE volume = ? AND embedding IS NOT NULL AND length(embedding) = ? ORDER BY 2 LIMIT ?`, blob, q.Volume, len(blob), n)
 		if err != nil {
 			return nil, err
