@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -41,19 +42,7 @@ func TestGvisorRefusalStillHolds(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("runsc do needs root")
 	}
-	state := t.TempDir()
-	do := func(argv ...string) (string, error) {
-		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-		defer cancel()
-		args := append([]string{"--root=" + state, "--network=none", "do", "--quiet"}, argv...)
-		cmd := exec.CommandContext(ctx, runsc, args...)
-		// runsc starts a gofer and a sandbox: on a timeout the whole group goes.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-		cmd.WaitDelay = 5 * time.Second
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	do := runscDo(t, runsc)
 	version, _ := exec.Command(runsc, "--version").Output()
 	v := strings.SplitN(string(version), "\n", 2)[0]
 	if out, err := do("sh", "-c", "echo ok"); err != nil || out != "ok\n" {
@@ -66,4 +55,53 @@ func TestGvisorRefusalStillHolds(t *testing.T) {
 	if !strings.Contains(out, "Invalid argument") {
 		t.Errorf("%s: ls / failed otherwise than measured (%v): %q", v, err, out)
 	}
+}
+
+// runscDo runs argv under runsc do (the host's root under an overlay, no network),
+// with its state in a temporary directory.
+func runscDo(tb testing.TB, runsc string) func(argv ...string) (string, error) {
+	state := tb.TempDir()
+	return func(argv ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		args := append([]string{"--root=" + state, "--network=none", "do", "--quiet"}, argv...)
+		cmd := exec.CommandContext(ctx, runsc, args...)
+		// runsc starts a gofer and a sandbox: on a timeout the whole group goes.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = 5 * time.Second
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+}
+
+// What a gvisor runtime would stand on here (docs/local-engine.md): start is runsc do
+// of true; exec is a fork and exec of /bin/true inside (ns/exec, timed inside).
+func BenchmarkGvisorRunsc(b *testing.B) {
+	runsc, err := exec.LookPath("runsc")
+	if err != nil || os.Geteuid() != 0 {
+		b.Skip("needs runsc and root")
+	}
+	do := runscDo(b, runsc)
+	b.Run("start", func(b *testing.B) {
+		for b.Loop() {
+			if out, err := do("true"); err != nil {
+				b.Fatalf("%v: %q", err, out)
+			}
+		}
+	})
+	b.Run("exec", func(b *testing.B) {
+		const n = 20
+		var total time.Duration
+		for b.Loop() {
+			out, err := do("sh", "-c", "s=$(date +%s%N); i=0; while [ $i -lt "+strconv.Itoa(n)+
+				" ]; do /bin/true; i=$((i+1)); done; echo $(( $(date +%s%N) - s ))")
+			ns, perr := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+			if err != nil || perr != nil {
+				b.Fatalf("%v %v: %q", err, perr, out)
+			}
+			total += time.Duration(ns)
+		}
+		b.ReportMetric(float64(total.Nanoseconds())/float64(b.N*n), "ns/exec")
+	})
 }
