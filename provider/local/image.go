@@ -24,6 +24,14 @@ const (
 	runtimeNone = "none"
 )
 
+// gvisorRefusal is why this engine does not offer gVisor, as measured with Debian
+// 12's runsc (0.0~20221219) on cgroup v1 (docs/local-engine.md, "gVisor: measured,
+// refused"; TestGvisorRefusalStillHolds checks the first reason).
+const gvisorRefusal = "gVisor: Debian's runsc 2022-12 answers EINVAL to statx and newfstatat with " +
+	"AT_NO_AUTOMOUNT, so ls and stat fail on every path; it has no OOM killer, so an over-limit " +
+	"allocation kills the whole sandbox, sidecar included; and it enforces no pids limit but " +
+	"RLIMIT_NPROC per uid"
+
 // checkRuntime refuses a runtime this engine does not offer.
 func (e *Engine) checkRuntime(name string) (string, error) {
 	def := e.caps.Runtimes[0]
@@ -32,11 +40,7 @@ func (e *Engine) checkRuntime(name string) (string, error) {
 	}
 	why := ""
 	if name == "gvisor" || name == "runsc" {
-		// Measured with Debian's runsc (2022-12) on cgroup v1: an over-limit
-		// allocation gets the whole sandbox's sentry OOM-killed, so the sidecar
-		// cannot survive it, and init's id-mapped binds and loop disk do not run
-		// under it.
-		why = " (gVisor: an over-limit allocation kills the whole sandbox, not the process)"
+		why = " (" + gvisorRefusal + ")"
 	}
 	return "", fmt.Errorf("runtime %q: this engine offers %v%s: %w", name, e.caps.Runtimes, why, engine.ErrUnsupported)
 }
