@@ -8,6 +8,7 @@ package local
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -240,14 +241,56 @@ func (c cgroups) thaw(groups []string) {
 	}
 }
 
-// remove deletes the groups once their processes are gone.
+// remove deletes the groups once their processes are gone. A v1 pids group can
+// stay busy for a while after its last process died on a loaded machine, so each
+// group is retried for up to cgroupRemoveWait; what still stands then is left
+// to sweep at the next engine start.
 func (c cgroups) remove(groups []string) {
 	for _, g := range groups {
-		for range 100 {
-			if err := os.Remove(g); err == nil || os.IsNotExist(err) {
+		deadline := time.Now().Add(cgroupRemoveWait)
+		for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+			if err := os.Remove(g); err == nil || os.IsNotExist(err) || time.Now().After(deadline) {
 				break
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(wait)
+		}
+	}
+}
+
+// cgroupRemoveWait bounds how long remove retries one busy group.
+const cgroupRemoveWait = 5 * time.Second
+
+// sandboxCgroupPrefix starts the name of every sandbox's cgroup ("sandbox-" + id).
+const sandboxCgroupPrefix = "sandbox-sb-"
+
+// sweep removes the groups, in every usable hierarchy, whose names start with
+// prefix, that hold no process and are older than minAge: groups that a
+// terminate could not remove in time. A live sandbox's groups always hold its
+// init, and a group being made gets init within milliseconds, so minAge keeps
+// a create in progress (of this or another engine) safe. A group that turns
+// busy is simply left (rmdir refuses a cgroup with processes).
+func (c cgroups) sweep(prefix string, minAge time.Duration) {
+	dirs := slices.Collect(maps.Values(c.v1))
+	if c.v2 != "" {
+		dirs = append(dirs, c.v2)
+	}
+	for _, d := range dirs {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, ent := range ents {
+			if !ent.IsDir() || !strings.HasPrefix(ent.Name(), prefix) {
+				continue
+			}
+			g := filepath.Join(d, ent.Name())
+			fi, err := os.Stat(g)
+			if err != nil || time.Since(fi.ModTime()) < minAge {
+				continue
+			}
+			if procs, err := os.ReadFile(filepath.Join(g, "cgroup.procs")); err == nil && len(procs) == 0 {
+				_ = os.Remove(g)
+			}
 		}
 	}
 }

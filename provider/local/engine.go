@@ -127,6 +127,8 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		}
 	}
 	e.cg = detectCgroups()
+	// Groups a terminate could not remove in time (see cgroups.remove).
+	e.cg.sweep(sandboxCgroupPrefix, time.Minute)
 	e.caps = engine.Capabilities{Isolated: !o.Unisolated, Snapshot: true,
 		Pause: e.cg.freezer(), Limits: e.cg.limits(), DialPort: true,
 		Volumes: !o.Unisolated && volumesUsable(), Images: o.Images != nil && !o.Unisolated,

@@ -1,0 +1,76 @@
+package local
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestCgroupSweep: sweep removes a sandbox-named group with no process once it
+// is older than minAge, and leaves a younger one and one that holds a process.
+func TestCgroupSweep(t *testing.T) {
+	cg := detectCgroups()
+	if len(cg.v1) == 0 && cg.v2 == "" {
+		t.Skip("no cgroup hierarchy accepts children here")
+	}
+	prefix := "sandbox-sweeptest-" + strconv.Itoa(os.Getpid()) + "-"
+	var dirs []string
+	for _, d := range cg.v1 {
+		dirs = append(dirs, d)
+	}
+	if cg.v2 != "" {
+		dirs = append(dirs, cg.v2)
+	}
+	var made []string
+	for _, d := range dirs {
+		g := filepath.Join(d, prefix+"empty")
+		if err := os.Mkdir(g, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, g)
+	}
+	t.Cleanup(func() {
+		for _, g := range made {
+			os.Remove(g)
+		}
+	})
+	cg.sweep(prefix, time.Hour)
+	for _, g := range made {
+		if _, err := os.Stat(g); err != nil {
+			t.Errorf("sweep with minAge 1h removed the new group %s: %v", g, err)
+		}
+	}
+	cg.sweep(prefix, 0)
+	for _, g := range made {
+		if _, err := os.Stat(g); !os.IsNotExist(err) {
+			t.Errorf("sweep left the empty group %s (stat: %v)", g, err)
+		}
+	}
+	// A group holding a process stays: rmdir refuses it.
+	busy := filepath.Join(dirs[0], prefix+"busy")
+	if err := os.Mkdir(busy, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	made = append(made, busy)
+	sleep := exec.Command("sleep", "30")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleep.Process.Kill(); _ = sleep.Wait() })
+	if err := writeCg(busy, "cgroup.procs", strconv.Itoa(sleep.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+	cg.sweep(prefix, 0)
+	if _, err := os.Stat(busy); err != nil {
+		t.Errorf("sweep removed a group that holds a process: %v", err)
+	}
+	_ = sleep.Process.Kill()
+	_ = sleep.Wait()
+	cg.remove([]string{busy})
+	if _, err := os.Stat(busy); !os.IsNotExist(err) {
+		t.Errorf("remove left %s after its process ended (stat: %v)", busy, err)
+	}
+}
