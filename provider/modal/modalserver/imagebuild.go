@@ -1,8 +1,8 @@
 package modalserver
 
-// Image builds: with Options.Builder on an engine that boots images, an image whose
-// Dockerfile commands need running (RUN, USER, …) or whose registry tag the host does
-// not stand in for is built into an image the engine boots (Spec.Image). The build runs
+// Image builds: with Options.Builder on an engine that boots images, every registry
+// image (its Dockerfile commands, or none) is built into an image the engine boots
+// (Spec.Image): the base from the store, a missing Debian base with mmdebstrap. The build runs
 // in the background; ImageGetOrCreate answers without a result and the SDK waits with
 // ImageJoinStreaming, which streams the build's output and then its result.
 
