@@ -1,0 +1,74 @@
+package modal
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/modalserver"
+)
+
+// The tests that boot (the engine contract, the boot plan, tokenless git) run on
+// image-booted sandboxes: the local server builds every registry image into the shared
+// test image store (modalserver.StoreBuilder) and the engine boots it, so nothing runs
+// on the engine's default root (the host's userland).
+
+// imageServer serves a modalserver that builds images on eng (a StoreBuilder on its
+// store, RUN steps in eng's build sandboxes) and points the SDK at it. It returns the
+// server and the provider's settings.
+func imageServer(t testing.TB, eng *modaltest.ImageEngine) (*modalserver.Server, map[string]string) {
+	t.Helper()
+	return serveOn(t, modalserver.Options{Engine: eng, Builder: modalserver.StoreBuilder{Store: eng.Store, Runner: eng.Runner()}})
+}
+
+// sandboxImageName names the built base image in the shared store: a snapshot removed
+// at cleanup then leaves it (and its steps' cache) in place for the next run.
+const sandboxImageName = "modal-test-sandbox"
+
+var sandboxImageOnce sync.Mutex
+
+// sandboxImage builds the provider's base image (DefaultBaseImage without binary URLs:
+// what the boot plan needs — git, Caddy, sshd, the user and the platform's folders —
+// and not our binaries, which the engine binds in) into eng's store, names it and
+// returns its id. Each step is cached under its content key: the first build on a
+// machine installs the packages (apt, about a minute); later ones do no work.
+func sandboxImage(t testing.TB, eng *modaltest.ImageEngine) string {
+	t.Helper()
+	sandboxImageOnce.Lock()
+	defer sandboxImageOnce.Unlock()
+	img := DefaultBaseImage(func(string) string { return "" })
+	cmds, err := img.Commands()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var log bytes.Buffer
+	start := time.Now()
+	b := modalserver.StoreBuilder{Store: eng.Store, Runner: eng.Runner()}
+	id, err := b.BuildImage(ctx, img.Def.From, cmds, &log)
+	if err != nil {
+		t.Fatalf("build the sandbox image: %v\n%s", err, log.String())
+	}
+	if err := eng.Store.Tag(ctx, id, sandboxImageName); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Logf("built the sandbox image %s in %v", id[:12], took.Round(time.Millisecond))
+	}
+	return id
+}
+
+// checkImageRoot fails t unless the sandbox whose exec is run is on image id's root.
+func checkImageRoot(t testing.TB, eng *modaltest.ImageEngine, id string, run func(argv []string) (string, error)) {
+	t.Helper()
+	out, err := run([]string{"sh", "-c", modaltest.RootMarkerScript})
+	if err != nil {
+		t.Fatalf("%s: %v", modaltest.RootMarkerScript, err)
+	}
+	modaltest.CheckImageRoot(t, eng.Store, id, strings.TrimSpace(out))
+}
