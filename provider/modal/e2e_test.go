@@ -12,7 +12,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
-		"path/filepath"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
