@@ -37,13 +37,12 @@ func (p *Provider) Engine() *Engine { return &Engine{p: p} }
 
 var _ engine.Engine = (*Engine)(nil)
 
-// Capabilities: Modal isolates sandboxes and snapshots filesystems, and DialPort
-// reaches the ports given a tunnel at create (Spec.Ports). No ExecKill: Modal's
-// protocol has no call that kills an exec. No pause; Modal has volumes
-// and images, but this adapter implements neither engine.Volumes nor Spec.Image (a
-// snapshot's image id goes in Spec.Snapshot), so it does not claim them.
+// Capabilities: Modal isolates sandboxes and snapshots filesystems, DialPort reaches
+// the ports given a tunnel at create (Spec.Ports), and volumes are Modal Volumes
+// (volumes.go). No ExecKill: Modal's protocol has no call that kills an exec. No
+// pause; no Spec.Image (a snapshot's image id goes in Spec.Snapshot).
 func (e *Engine) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Isolated: true, Snapshot: true, DialPort: true, Names: true, TTY: true, FileErrors: true}
+	return engine.Capabilities{Isolated: true, Snapshot: true, DialPort: true, Names: true, TTY: true, FileErrors: true, Volumes: true}
 }
 
 func (e *Engine) sandbox(ctx context.Context, id string) (*modalsdk.Sandbox, error) {
@@ -77,10 +76,11 @@ func gone(ctx context.Context, sb *modalsdk.Sandbox, err error) error {
 	return err
 }
 
-// Create starts a sandbox from spec.Snapshot (an image id) or the base image.
+// Create starts a sandbox from spec.Snapshot (an image id) or the base image, with
+// spec.Volumes (Modal Volumes, which must exist) mounted.
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
-	if len(spec.Volumes) > 0 || spec.Image != "" {
-		return engine.Info{}, fmt.Errorf("modal: volumes and Spec.Image (a snapshot's image goes in Spec.Snapshot): %w", engine.ErrUnsupported)
+	if spec.Image != "" {
+		return engine.Info{}, fmt.Errorf("modal: Spec.Image (a snapshot's image goes in Spec.Snapshot): %w", engine.ErrUnsupported)
 	}
 	c, app, err := e.p.connect(ctx, provider.OpCreateSandbox)
 	if err != nil {
@@ -104,6 +104,9 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		Timeout: wholeSeconds(spec.Timeout), BlockNetwork: !spec.Network, Tags: maps.Clone(spec.Labels)}
 	if spec.Limits.MemoryBytes > 0 {
 		params.MemoryLimitMiB = int(spec.Limits.MemoryBytes >> 20)
+	}
+	if err := e.mountVolumes(ctx, c, spec, params); err != nil {
+		return engine.Info{}, err
 	}
 	sb, err := c.Sandboxes.Create(ctx, app, img, params)
 	if err != nil {
@@ -132,7 +135,7 @@ func (e *Engine) Get(ctx context.Context, id string) (engine.Info, error) {
 		return info, nil
 	}
 	if tags, err := sb.GetTags(ctx, nil); err == nil {
-		info.Labels = tags
+		info.Labels, info.Volumes = splitTags(tags)
 	}
 	if ts, err := sb.Tunnels(ctx, TunnelTimeout, nil); err == nil {
 		for port, t := range ts {
