@@ -82,6 +82,11 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	if spec.Image != "" {
 		return engine.Info{}, fmt.Errorf("modal: Spec.Image (a snapshot's image goes in Spec.Snapshot): %w", engine.ErrUnsupported)
 	}
+	if len(spec.EgressHosts) > 0 {
+		// Modal's outbound allowlist is CIDRs, not host names (and the local server
+		// serves none): refused rather than opened to everything or closed to all.
+		return engine.Info{}, fmt.Errorf("modal: egress limited to host names (Modal allows outbound CIDRs only): %w", engine.ErrUnsupported)
+	}
 	c, app, err := e.p.connect(ctx, provider.OpCreateSandbox)
 	if err != nil {
 		return engine.Info{}, err
@@ -101,7 +106,9 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		env[k] = v
 	}
 	params := &modalsdk.SandboxCreateParams{Name: spec.Name, Env: env, EncryptedPorts: spec.Ports,
-		Timeout: wholeSeconds(spec.Timeout), BlockNetwork: !spec.Network, Tags: maps.Clone(spec.Labels)}
+		// A Modal sandbox with network has its own (its ports are its own) and reaches the
+		// outside: Spec.Egress; Spec.Network asks no less.
+		Timeout: wholeSeconds(spec.Timeout), BlockNetwork: !spec.Network && !spec.Egress, Tags: maps.Clone(spec.Labels)}
 	if spec.Limits.MemoryBytes > 0 {
 		params.MemoryLimitMiB = int(spec.Limits.MemoryBytes >> 20)
 	}
