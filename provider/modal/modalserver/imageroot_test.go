@@ -4,12 +4,18 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
@@ -96,4 +102,42 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestStandInNotKeptByBuilder: a stand-in image kept in the state dir by a server
+// without a Builder is not loaded by one with a Builder (images.fromId finds nothing),
+// so no sandbox of it boots the engine's default root; snapshots and built images are
+// loaded as before.
+func TestStandInNotKeptByBuilder(t *testing.T) {
+	s, err := store.Open(store.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := modaltest.Engine(t, local.EngineOptions{Images: s})
+	state := t.TempDir()
+	recs := `[{"id":"im-standin","tag":"debian:bookworm-slim"},{"id":"im-built","tag":"debian:bookworm-slim","commands":["RUN true"],"built":"abc"},{"id":"im-snap","snapshot":"def"}]`
+	if err := os.WriteFile(filepath.Join(state, imagesFile), []byte(recs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want []string
+	}{
+		{"without a builder", Options{Engine: eng, StateDir: state}, []string{"im-built", "im-snap", "im-standin"}},
+		{"with a builder", Options{Engine: eng, StateDir: state, Builder: StoreBuilder{Store: s}}, []string{"im-built", "im-snap"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.Token = testToken
+			srv, err := New(tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			got := slices.Sorted(maps.Keys(srv.images))
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("loaded images %q, want %q", got, tc.want)
+			}
+		})
+	}
 }
