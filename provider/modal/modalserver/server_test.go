@@ -93,10 +93,12 @@ func execOut(t *testing.T, ctx context.Context, sb *modal.Sandbox, argv []string
 func TestGoSDK(t *testing.T) {
 	for _, v2 := range []bool{true, false} {
 		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {
-			eng := modaltest.Engine(t, local.EngineOptions{})
-			url, srv := startServer(t, eng)
+			// On image-booted sandboxes: the server builds debian:bookworm-slim (the
+			// store's base, with the image's ENV and WORKDIR).
+			eng, b, _ := imageEngine(t)
+			url, srv := startServerWith(t, Options{Engine: eng, Builder: b})
 			sdkEnv(t, url, v2)
-			testSDKLifecycle(t, newSDK(t), srv, eng)
+			testSDKLifecycle(t, newSDK(t), srv, eng.Engine)
 		})
 	}
 }
@@ -127,6 +129,11 @@ func testSDKLifecycle(t *testing.T, c *modal.Client, srv *Server, eng *local.Eng
 	}
 	if _, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{Name: "box-1"}); err == nil {
 		t.Errorf("a second running sandbox named box-1 was created")
+	}
+	if b, ok := srv.o.Builder.(StoreBuilder); ok {
+		// The sandbox runs on the built image's root, not the engine's default root.
+		out, _, _ := execOut(t, ctx, sb, []string{"sh", "-c", modaltest.RootMarkerScript}, nil)
+		modaltest.CheckImageRoot(t, b.Store, builtID(t, srv, sb), out)
 	}
 
 	out, errOut, code := execOut(t, ctx, sb, []string{"sh", "-c", "echo $GREETING $EXTRA $FROM_IMAGE $PWD; echo oops >&2; exit 3"},
