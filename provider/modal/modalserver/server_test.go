@@ -20,10 +20,21 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
-// startServer serves a Server on a loopback port and returns its URL.
+// startServer serves a Server on a loopback port and returns its URL. On an image
+// engine (bootEngine) the server has a builder, so its sandboxes boot from images.
 func startServer(t testing.TB, eng engine.Engine) (string, *Server) {
 	t.Helper()
-	return startServerWith(t, Options{Engine: eng})
+	o := Options{Engine: eng}
+	if ie, ok := eng.(*modaltest.ImageEngine); ok {
+		o.Builder = StoreBuilder{Store: ie.Store, Runner: ie.Runner()}
+	}
+	return startServerWith(t, o)
+}
+
+// bootEngine is the engine of the tests whose sandboxes boot from images: the local
+// engine on the shared test image store (modaltest.NewImageEngine).
+func bootEngine(t testing.TB) *modaltest.ImageEngine {
+	return modaltest.NewImageEngine(t, local.EngineOptions{})
 }
 
 // startServerWith is startServer with o, its Token and Logger the tests'.
