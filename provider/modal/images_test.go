@@ -29,7 +29,7 @@ func imageServer(t testing.TB, eng *modaltest.ImageEngine) (*modalserver.Server,
 // at cleanup then leaves it (and its steps' cache) in place for the next run.
 const sandboxImageName = "modal-test-sandbox"
 
-var sandboxImageOnce sync.Mutex
+var sandboxImageMu sync.Mutex
 
 // sandboxImage builds the provider's base image (DefaultBaseImage without binary URLs:
 // what the boot plan needs — git, Caddy, sshd, the user and the platform's folders —
@@ -38,8 +38,8 @@ var sandboxImageOnce sync.Mutex
 // machine installs the packages (apt, about a minute); later ones do no work.
 func sandboxImage(t testing.TB, eng *modaltest.ImageEngine) string {
 	t.Helper()
-	sandboxImageOnce.Lock()
-	defer sandboxImageOnce.Unlock()
+	sandboxImageMu.Lock()
+	defer sandboxImageMu.Unlock()
 	img := DefaultBaseImage(func(string) string { return "" })
 	cmds, err := img.Commands()
 	if err != nil {
