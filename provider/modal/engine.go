@@ -357,7 +357,8 @@ func (e *Engine) Terminate(ctx context.Context, id string) error {
 	return e.p.Terminate(ctx, "", id)
 }
 
-// DialPort connects to a sandbox port through its tunnel (TLS for encrypted ports).
+// DialPort connects to a sandbox port through its tunnel (TLS for encrypted ports),
+// or, for a port given no tunnel at create, through an exec relay (relay.go).
 func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
 	sb, err := e.sandbox(ctx, id)
 	if err != nil {
@@ -369,7 +370,9 @@ func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 	}
 	t := ts[port]
 	if t == nil {
-		return nil, fmt.Errorf("modal: port %d has no tunnel: %w", port, engine.ErrUnsupported)
+		// Not tunnelled at create: through an exec inside the sandbox.
+		c, err := relayPort(ctx, sb, port)
+		return c, gone(ctx, sb, notFound(err))
 	}
 	if h, p, err := t.TCPSocket(); err == nil {
 		var d net.Dialer
