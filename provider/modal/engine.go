@@ -198,9 +198,16 @@ func (e *Engine) Exec(ctx context.Context, id string, req engine.ExecRequest) (i
 		}
 		io.Copy(w, r)
 	}
+	stdout, stderr := req.Stdout, req.Stderr
+	if stdout != nil && stdout == stderr {
+		// One writer for both streams (a caller's combined output): the two copies
+		// below must not write to it at once.
+		stdout = &lockedWriter{w: stdout}
+		stderr = stdout
+	}
 	wg.Add(2)
-	go copyOut(req.Stdout, proc.Stdout)
-	go copyOut(req.Stderr, proc.Stderr)
+	go copyOut(stdout, proc.Stdout)
+	go copyOut(stderr, proc.Stderr)
 	if req.Stdin != nil {
 		go func() {
 			io.Copy(proc.Stdin, req.Stdin)
@@ -386,4 +393,16 @@ func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 func (e *Engine) Close() error {
 	e.p.Close()
 	return nil
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

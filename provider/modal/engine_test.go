@@ -55,6 +55,11 @@ func TestEngine(t *testing.T) {
 	if err != nil || code != 0 || out.String() != "in:1 2\n" {
 		t.Errorf("Exec = %d, %v, %q", code, err, out.String())
 	}
+	var both bytes.Buffer // one writer for both streams, as callers that combine output give it
+	if code, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"sh", "-c", "for i in $(seq 300); do echo out$i; echo err$i >&2; done"},
+		Stdout: &both, Stderr: &both}); err != nil || code != 0 || strings.Count(both.String(), "\n") != 600 {
+		t.Errorf("Exec with one writer for stdout and stderr = %d, %v, %d lines; want 600", code, err, strings.Count(both.String(), "\n"))
+	}
 	if code, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"sleep", "5"}, Timeout: time.Second}); !errors.Is(err, engine.ErrTimeout) || code != 124 {
 		t.Errorf("Exec past its timeout = %d, %v, want 124, ErrTimeout", code, err)
 	}

@@ -3,11 +3,15 @@ package modal
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/image"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/build"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/modalserver"
 )
@@ -71,4 +75,23 @@ func checkImageRoot(t testing.TB, eng *modaltest.ImageEngine, id string, run fun
 		t.Fatalf("%s: %v", modaltest.RootMarkerScript, err)
 	}
 	modaltest.CheckImageRoot(t, eng.Store, id, strings.TrimSpace(out))
+}
+
+// certsImageName names the Debian base with the machine's CA bundle in the shared store.
+const certsImageName = "modal-test-certs"
+
+// certsImage builds, once per machine and bundle (the copy step's key hashes the
+// file), the Debian base with this machine's CA bundle, names it certsImageName and
+// returns that name, which a sandbox's image names as its FROM: code in the sandbox
+// then trusts what the host trusts (a TLS-inspecting proxy on the way out, as here).
+func certsImage(t testing.TB, eng *modaltest.ImageEngine) string {
+	t.Helper()
+	const bundle = "/etc/ssl/certs/ca-certificates.crt"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	img := image.Image{Name: certsImageName, From: imagetest.BaseRef, Steps: []image.Step{image.Copy(filepath.Base(bundle), bundle)}}
+	if _, err := build.Build(ctx, img, build.Options{Store: eng.Store, Sources: image.Sources{Context: filepath.Dir(bundle)}}); err != nil {
+		t.Fatalf("build %s: %v", certsImageName, err)
+	}
+	return certsImageName
 }
