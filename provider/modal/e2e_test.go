@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -31,12 +30,16 @@ func binaries(t testing.TB) string {
 	return testutil.Commands(t, "sandbox-mcp", "proliferate")
 }
 
-// isolatedEngine is the isolated local engine with sandbox-mcp and proliferate bound
-// into every sandbox (modaltest.Engine: skipped where namespaces are not permitted).
-func isolatedEngine(t testing.TB) *local.Engine {
+// isolatedEngine is the isolated local engine booting images from the shared test
+// store, with sandbox-mcp and proliferate bound into every sandbox (the image lacks
+// them, as the base image built without binary URLs does); skipped where namespaces
+// are not permitted or the store cannot be built. It returns the engine and the id of
+// the provider's base image built there (sandboxImage).
+func isolatedEngine(t testing.TB) (*modaltest.ImageEngine, string) {
 	t.Helper()
 	bin := binaries(t)
-	return modaltest.Engine(t, local.EngineOptions{SandboxMCP: filepath.Join(bin, "sandbox-mcp"), Proliferate: filepath.Join(bin, "proliferate")})
+	eng := modaltest.NewImageEngine(t, local.EngineOptions{SandboxMCP: filepath.Join(bin, "sandbox-mcp"), Proliferate: filepath.Join(bin, "proliferate")})
+	return eng, sandboxImage(t, eng)
 }
 
 // sidecarHealthy polls the sidecar's health through the preview tunnel (Caddy routes
@@ -62,28 +65,34 @@ func sidecarHealthy(ctx context.Context, c *http.Client, previewURL string) erro
 	}
 }
 
-func e2eProvider(t testing.TB) (*Provider, *http.Client) {
-	eng := isolatedEngine(t)
-	srv, env := localServer(t, eng)
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}, Timeout: 5 * time.Second}
+// e2eProvider is a provider on the local server over the image engine (the base image
+// built there, Caddy and git from it); onImage fails t unless the sandbox runs on the
+// base image's root, not the engine's default root.
+func e2eProvider(t testing.TB) (p *Provider, hc *http.Client, onImage func(t testing.TB, sandboxID string)) {
+	eng, imageID := isolatedEngine(t)
+	srv, env := imageServer(t, eng)
+	hc = &http.Client{Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}, Timeout: 5 * time.Second}
 	t.Cleanup(hc.CloseIdleConnections)
 	mirrors, err := gitpush.New(gitpush.Options{CacheDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := New(Options{Getenv: func(k string) string { return env[k] }, HTTPClient: hc, ReadyWait: time.Second, GitMirrors: mirrors})
+	p = New(Options{Getenv: func(k string) string { return env[k] }, HTTPClient: hc, ReadyWait: time.Second, GitMirrors: mirrors})
 	t.Cleanup(p.Close)
-	return p, hc
+	return p, hc, func(t testing.TB, sandboxID string) {
+		t.Helper()
+		checkImageRoot(t, eng, imageID, func(argv []string) (string, error) {
+			r, err := p.ExecCommand(context.Background(), sandboxID, argv, provider.ExecOptions{})
+			return r.Stdout + r.Stderr, err
+		})
+	}
 }
 
 // TestEndToEnd: create from the Go-defined base image with a real git repo cloned,
 // sidecar healthy through the preview tunnel, a service command started, ensure
 // recovers by name, snapshot → create from it, terminate twice.
 func TestEndToEnd(t *testing.T) {
-	if _, err := exec.LookPath("caddy"); err != nil {
-		t.Skip("caddy is not installed: the sidecar is reached through Caddy's preview site")
-	}
-	p, hc := e2eProvider(t)
+	p, hc, onImage := e2eProvider(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	// A private repo behind a token: the host fetches it and the sandbox gets a
@@ -103,6 +112,7 @@ func TestEndToEnd(t *testing.T) {
 		!strings.HasPrefix(first.TunnelURL, "https://") || first.SSHPort == 0 {
 		t.Errorf("EnsureSandbox = %+v", first)
 	}
+	onImage(t, first.SandboxID)
 	hctx, hcancel := context.WithTimeout(ctx, 60*time.Second)
 	if err := sidecarHealthy(hctx, hc, first.PreviewURL); err != nil {
 		t.Errorf("sidecar not healthy through %s: %v", first.PreviewURL, err)
@@ -180,8 +190,8 @@ func TestEndToEnd(t *testing.T) {
 // TestContractLifecycle runs the contract suite's lifecycle (ensure, recover by name,
 // env file, snapshot, terminate twice, ensure after terminate) on booted sandboxes.
 func TestContractLifecycle(t *testing.T) {
-	eng := isolatedEngine(t)
-	srv, env := localServer(t, eng)
+	eng, _ := isolatedEngine(t)
+	srv, env := imageServer(t, eng)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}, Timeout: 5 * time.Second}
 	providertest.Run(t, func(t *testing.T) provider.SandboxProvider {
 		mirrors, err := gitpush.New(gitpush.Options{CacheDir: t.TempDir()})
@@ -200,10 +210,7 @@ func TestContractLifecycle(t *testing.T) {
 // BenchmarkCreateToHealthy: CreateSandbox (scratch session) until sandbox-mcp answers
 // through the preview tunnel, then terminate; through real gRPC and the isolated engine.
 func BenchmarkCreateToHealthy(b *testing.B) {
-	if _, err := exec.LookPath("caddy"); err != nil {
-		b.Skip("caddy is not installed")
-	}
-	p, hc := e2eProvider(b)
+	p, hc, _ := e2eProvider(b)
 	ctx := context.Background()
 	opts := provider.CreateOptions{SessionID: "bench", Repos: []provider.RepoSpec{},
 		EnvVars: map[string]string{provider.EnvSandboxMCPAuthToken: "t"}}
@@ -229,7 +236,7 @@ func BenchmarkCreateToHealthy(b *testing.B) {
 // BenchmarkExecRoundTripLocalEngine is one `true` through the SDK, the server and the
 // isolated local engine (exec start, stdio to EOF, wait).
 func BenchmarkExecRoundTripLocalEngine(b *testing.B) {
-	p, _ := e2eProvider(b)
+	p, _, _ := e2eProvider(b)
 	e := p.Engine()
 	ctx := context.Background()
 	info, err := e.Create(ctx, engine.Spec{})

@@ -37,13 +37,12 @@ func (p *Provider) Engine() *Engine { return &Engine{p: p} }
 
 var _ engine.Engine = (*Engine)(nil)
 
-// Capabilities: Modal isolates sandboxes and snapshots filesystems, and DialPort
-// reaches the ports given a tunnel at create (Spec.Ports). No ExecKill: Modal's
-// protocol has no call that kills an exec. No pause; Modal has volumes
-// and images, but this adapter implements neither engine.Volumes nor Spec.Image (a
-// snapshot's image id goes in Spec.Snapshot), so it does not claim them.
+// Capabilities: Modal isolates sandboxes and snapshots filesystems, DialPort reaches
+// the ports given a tunnel at create (Spec.Ports), and volumes are Modal Volumes
+// (volumes.go). No ExecKill: Modal's protocol has no call that kills an exec. No
+// pause; no Spec.Image (a snapshot's image id goes in Spec.Snapshot).
 func (e *Engine) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Isolated: true, Snapshot: true, DialPort: true, Names: true, TTY: true, FileErrors: true}
+	return engine.Capabilities{Isolated: true, Snapshot: true, DialPort: true, Names: true, TTY: true, FileErrors: true, Volumes: true}
 }
 
 func (e *Engine) sandbox(ctx context.Context, id string) (*modalsdk.Sandbox, error) {
@@ -77,10 +76,16 @@ func gone(ctx context.Context, sb *modalsdk.Sandbox, err error) error {
 	return err
 }
 
-// Create starts a sandbox from spec.Snapshot (an image id) or the base image.
+// Create starts a sandbox from spec.Snapshot (an image id) or the base image, with
+// spec.Volumes (Modal Volumes, which must exist) mounted.
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
-	if len(spec.Volumes) > 0 || spec.Image != "" {
-		return engine.Info{}, fmt.Errorf("modal: volumes and Spec.Image (a snapshot's image goes in Spec.Snapshot): %w", engine.ErrUnsupported)
+	if spec.Image != "" {
+		return engine.Info{}, fmt.Errorf("modal: Spec.Image (a snapshot's image goes in Spec.Snapshot): %w", engine.ErrUnsupported)
+	}
+	if len(spec.EgressHosts) > 0 {
+		// Modal's outbound allowlist is CIDRs, not host names (and the local server
+		// serves none): refused rather than opened to everything or closed to all.
+		return engine.Info{}, fmt.Errorf("modal: egress limited to host names (Modal allows outbound CIDRs only): %w", engine.ErrUnsupported)
 	}
 	c, app, err := e.p.connect(ctx, provider.OpCreateSandbox)
 	if err != nil {
@@ -101,9 +106,14 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		env[k] = v
 	}
 	params := &modalsdk.SandboxCreateParams{Name: spec.Name, Env: env, EncryptedPorts: spec.Ports,
-		Timeout: wholeSeconds(spec.Timeout), BlockNetwork: !spec.Network, Tags: maps.Clone(spec.Labels)}
+		// A Modal sandbox with network has its own (its ports are its own) and reaches the
+		// outside: Spec.Egress; Spec.Network asks no less.
+		Timeout: wholeSeconds(spec.Timeout), BlockNetwork: !spec.Network && !spec.Egress, Tags: maps.Clone(spec.Labels)}
 	if spec.Limits.MemoryBytes > 0 {
 		params.MemoryLimitMiB = int(spec.Limits.MemoryBytes >> 20)
+	}
+	if err := e.mountVolumes(ctx, c, spec, params); err != nil {
+		return engine.Info{}, err
 	}
 	sb, err := c.Sandboxes.Create(ctx, app, img, params)
 	if err != nil {
@@ -132,7 +142,7 @@ func (e *Engine) Get(ctx context.Context, id string) (engine.Info, error) {
 		return info, nil
 	}
 	if tags, err := sb.GetTags(ctx, nil); err == nil {
-		info.Labels = tags
+		info.Labels, info.Volumes = splitTags(tags)
 	}
 	if ts, err := sb.Tunnels(ctx, TunnelTimeout, nil); err == nil {
 		for port, t := range ts {
@@ -188,9 +198,16 @@ func (e *Engine) Exec(ctx context.Context, id string, req engine.ExecRequest) (i
 		}
 		io.Copy(w, r)
 	}
+	stdout, stderr := req.Stdout, req.Stderr
+	if stdout != nil && stdout == stderr {
+		// One writer for both streams (a caller's combined output): the two copies
+		// below must not write to it at once.
+		stdout = &lockedWriter{w: stdout}
+		stderr = stdout
+	}
 	wg.Add(2)
-	go copyOut(req.Stdout, proc.Stdout)
-	go copyOut(req.Stderr, proc.Stderr)
+	go copyOut(stdout, proc.Stdout)
+	go copyOut(stderr, proc.Stderr)
 	if req.Stdin != nil {
 		go func() {
 			io.Copy(proc.Stdin, req.Stdin)
@@ -347,7 +364,8 @@ func (e *Engine) Terminate(ctx context.Context, id string) error {
 	return e.p.Terminate(ctx, "", id)
 }
 
-// DialPort connects to a sandbox port through its tunnel (TLS for encrypted ports).
+// DialPort connects to a sandbox port through its tunnel (TLS for encrypted ports),
+// or, for a port given no tunnel at create, through an exec relay (relay.go).
 func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
 	sb, err := e.sandbox(ctx, id)
 	if err != nil {
@@ -359,7 +377,9 @@ func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 	}
 	t := ts[port]
 	if t == nil {
-		return nil, fmt.Errorf("modal: port %d has no tunnel: %w", port, engine.ErrUnsupported)
+		// Not tunnelled at create: through an exec inside the sandbox.
+		c, err := relayPort(ctx, sb, port)
+		return c, gone(ctx, sb, notFound(err))
 	}
 	if h, p, err := t.TCPSocket(); err == nil {
 		var d net.Dialer
@@ -373,4 +393,16 @@ func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 func (e *Engine) Close() error {
 	e.p.Close()
 	return nil
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -21,8 +21,8 @@ import (
 // TestEngine drives the engine view of the provider (what `sandboxctl --provider
 // modal` uses) through the local server.
 func TestEngine(t *testing.T) {
-	host := modaltest.Engine(t, local.EngineOptions{})
-	srv, env := localServer(t, host)
+	host := modaltest.NewImageEngine(t, local.EngineOptions{})
+	srv, env := imageServer(t, host)
 	e := newProvider(t, env).Engine()
 	e.TLS = srv.TLSConfig()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -42,15 +42,23 @@ func TestEngine(t *testing.T) {
 	if info.State != engine.StateRunning || info.Labels["owner"] != "test" || len(info.Tunnels) != 1 {
 		t.Errorf("Create = %+v", info)
 	}
+	if _, err := e.Create(ctx, engine.Spec{Egress: true, EgressHosts: []string{"registry.npmjs.org"}}); !errors.Is(err, engine.ErrUnsupported) {
+		t.Errorf("Create with egress limited to host names = %v, want ErrUnsupported", err)
+	}
 	if _, err := e.Create(ctx, engine.Spec{Name: "eng-1"}); !errors.Is(err, engine.ErrNameTaken) {
 		t.Errorf("Create with a taken name = %v, want ErrNameTaken", err)
 	}
-	modaltest.ServeHTTP(t, host, engineID(t, host, info.ID), port, "via DialPort")
+	modaltest.ServeHTTP(t, host.Engine, engineID(t, host.Engine, info.ID), port, "via DialPort")
 	var out bytes.Buffer
 	code, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"sh", "-c", "cat; echo $A $B"}, Env: []string{"B=2"},
 		Stdin: strings.NewReader("in:"), Stdout: &out})
 	if err != nil || code != 0 || out.String() != "in:1 2\n" {
 		t.Errorf("Exec = %d, %v, %q", code, err, out.String())
+	}
+	var both bytes.Buffer // one writer for both streams, as callers that combine output give it
+	if code, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"sh", "-c", "for i in $(seq 300); do echo out$i; echo err$i >&2; done"},
+		Stdout: &both, Stderr: &both}); err != nil || code != 0 || strings.Count(both.String(), "\n") != 600 {
+		t.Errorf("Exec with one writer for stdout and stderr = %d, %v, %d lines; want 600", code, err, strings.Count(both.String(), "\n"))
 	}
 	if code, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"sleep", "5"}, Timeout: time.Second}); !errors.Is(err, engine.ErrTimeout) || code != 124 {
 		t.Errorf("Exec past its timeout = %d, %v, want 124, ErrTimeout", code, err)
@@ -59,8 +67,8 @@ func TestEngine(t *testing.T) {
 	if code, err := e.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{"tty"}, TTY: true, Stdout: &tty}); err != nil || code != 0 || !strings.HasPrefix(tty.String(), "/dev/pts/") {
 		t.Errorf("Exec with TTY = %d, %v, %q; want a terminal", code, err, tty.String())
 	}
-	if c := e.Capabilities(); !c.DialPort || c.Volumes || c.Images || c.Pause {
-		t.Errorf("Capabilities = %+v; want DialPort and no volumes, images or pause", c)
+	if c := e.Capabilities(); !c.DialPort || !c.Volumes || c.Images || c.Pause {
+		t.Errorf("Capabilities = %+v; want DialPort and volumes, and no images or pause", c)
 	}
 	if err := e.WriteFile(ctx, info.ID, "/home/user/a/b.txt", []byte("bee"), 0o644); err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	modalsdk "github.com/modal-labs/modal-client/go"
+	"google.golang.org/grpc"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 )
@@ -69,6 +70,11 @@ type Provider struct {
 	mu     sync.Mutex
 	client *modalsdk.Client
 	app    *modalsdk.App
+
+	// cp is the SDK's control-plane connection (captureConn), for the calls the SDK
+	// does not make itself (VolumeList).
+	cpMu sync.Mutex
+	cp   *grpc.ClientConn
 
 	bg sync.WaitGroup
 }
@@ -146,7 +152,8 @@ func (p *Provider) connect(ctx context.Context, op provider.Operation) (*modalsd
 		return nil, nil, provider.NewProviderError(provider.KindModal, op, err.Error(), false, nil)
 	}
 	if p.client == nil {
-		c, err := modalsdk.NewClientWithOptions(&modalsdk.ClientParams{TokenID: id, TokenSecret: secret, Logger: p.log})
+		c, err := modalsdk.NewClientWithOptions(&modalsdk.ClientParams{TokenID: id, TokenSecret: secret, Logger: p.log,
+			GRPCUnaryInterceptors: []grpc.UnaryClientInterceptor{p.captureConn}})
 		if err != nil {
 			return nil, nil, p.fail(op, err)
 		}

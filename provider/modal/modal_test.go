@@ -23,8 +23,16 @@ import (
 // environment) at it. It returns the server and the provider's settings.
 func localServer(t testing.TB, eng engine.Engine) (*modalserver.Server, map[string]string) {
 	t.Helper()
-	srv, err := modalserver.New(modalserver.Options{Engine: eng, Token: modalserver.Token{ID: "ak-local", Secret: "as-local"},
-		SkipRunSteps: true}) // the base image's RUN steps: the host has its packages
+	// The base image's RUN steps: the host has its packages. (These tests do not boot
+	// the plan; the ones that do run on images: imageServer.)
+	return serveOn(t, modalserver.Options{Engine: eng, SkipRunSteps: true})
+}
+
+// serveOn serves a modalserver with o (its Token the tests') and points the SDK at it.
+func serveOn(t testing.TB, o modalserver.Options) (*modalserver.Server, map[string]string) {
+	t.Helper()
+	o.Token = modalserver.Token{ID: "ak-local", Secret: "as-local"}
+	srv, err := modalserver.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,9 @@ func packLayer(dir string, w io.Writer, ids IDMap, skip SkipFunc) error {
 		if skip != nil && skip(rel, st) {
 			return nil
 		}
+		if info.Mode()&fs.ModeSocket != 0 {
+			return nil // a tar has no sockets; one is its server's and goes with it (Caddy's admin socket)
+		}
 		if info.Mode()&fs.ModeCharDevice != 0 && st.Rdev == 0 {
 			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: whiteoutName(rel), Mode: 0o600,
 				ModTime: info.ModTime(), Format: tar.FormatPAX})

@@ -60,9 +60,11 @@ func TestTokenPair(t *testing.T) {
 }
 
 // TestRouterTokenIsPerTask: a command router token issued for one sandbox's task is
-// refused for another's, on unary and streaming calls alike.
+// refused for another's, on unary and streaming calls alike. The sandboxes boot from
+// an image the server builds (bootEngine), and the raw client creates them without
+// joining the build: the create waits for it.
 func TestRouterTokenIsPerTask(t *testing.T) {
-	eng := modaltest.Engine(t, local.EngineOptions{})
+	eng := bootEngine(t)
 	url, _ := startServer(t, eng)
 	conn, err := grpc.NewClient(strings.TrimPrefix(url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

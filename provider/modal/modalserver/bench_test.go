@@ -8,16 +8,13 @@ import (
 	"time"
 
 	modal "github.com/modal-labs/modal-client/go"
-
-	"github.com/proliferate-ai/sandbox-mcp/provider/local"
-	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 )
 
 // BenchmarkExecRoundTrip is one `true` through the SDK: exec start, stdout read to
 // EOF and wait, over real gRPC to the server and into the isolated local engine's
 // sandbox (created once, so namespace setup is not in the loop).
 func BenchmarkExecRoundTrip(b *testing.B) {
-	eng := modaltest.Engine(b, local.EngineOptions{})
+	eng := bootEngine(b)
 	url, _ := startServer(b, eng)
 	sdkEnv(b, url, true)
 	c := newSDK(b)
@@ -47,7 +44,7 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 // then goes away. Reported: what the server then holds for the exec (its window) and
 // the process's Go heap in use, after a GC.
 func BenchmarkExecOutputClientLeft(b *testing.B) {
-	eng := modaltest.Engine(b, local.EngineOptions{})
+	eng := bootEngine(b)
 	url, srv := startServer(b, eng)
 	sdkEnv(b, url, true)
 	c := newSDK(b)

@@ -154,13 +154,13 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	def := a.def
 	s.mu.Lock()
 	_, appOK := s.apps[a.appID]
-	img := s.images[def.GetImageId()]
 	s.mu.Unlock()
 	if !appOK {
 		return nil, status.Errorf(codes.NotFound, "App '%s' not found", a.appID)
 	}
-	if img == nil {
-		return nil, status.Errorf(codes.NotFound, "Image '%s' not found", def.GetImageId())
+	img, err := s.builtImage(ctx, def.GetImageId())
+	if err != nil {
+		return nil, err
 	}
 	if err := refuseLocalOnly(def); err != nil {
 		return nil, err

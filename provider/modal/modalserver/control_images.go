@@ -61,6 +61,9 @@ func (s *Server) ImageGetOrCreate(ctx context.Context, req *pb.ImageGetOrCreateR
 	if err := s.checkBuildSteps(next.commands); err != nil {
 		return nil, err
 	}
+	if next.snapshot == "" {
+		s.log.Info(strings.TrimSpace(standInLine(next, s.o.SkipRunSteps)), "image_id", next.id)
+	}
 	if err := s.addImage(next); err != nil {
 		return nil, status.Errorf(codes.Internal, "saving image: %v", err)
 	}
@@ -78,13 +81,16 @@ func imageResult(id string, built bool) *pb.ImageGetOrCreateResponse {
 	return r.Build()
 }
 
-// needsBuild says whether the Builder builds img: its commands need running, or the
-// host does not stand in for its tag.
+// needsBuild says whether the Builder builds img: on a server that builds, every
+// registry image is built (a bare debian:bookworm-slim too: its base comes from the
+// store, and its ENV and WORKDIR become the image's configuration), so a sandbox never
+// runs on the engine's default root in its place. A snapshot's chain is built only to
+// be refused when it has steps to run (buildImage).
 func (s *Server) needsBuild(img *image) bool {
 	if !s.canBuild() {
 		return false
 	}
-	return len(parseBuildSteps(img.commands).unrun) > 0 || img.snapshot == "" && !s.hostImage(img.tag)
+	return img.snapshot == "" || len(parseBuildSteps(img.commands).unrun) > 0
 }
 
 // buildImage answers ImageGetOrCreate for an image the Builder builds: at once when it
@@ -121,8 +127,7 @@ func (s *Server) ImageJoinStreaming(req *pb.ImageJoinStreamingRequest, stream gr
 			Result:  pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_SUCCESS}.Build(),
 			EntryId: "1", Eof: true}.Build())
 	}
-	line := fmt.Sprintf("local Modal server: the host stands in for %s; ENV and WORKDIR are applied, and %d build steps were accepted without running (SkipRunSteps)\n",
-		img.tag, len(parseBuildSteps(img.commands).unrun))
+	line := standInLine(img, s.o.SkipRunSteps)
 	return stream.Send(pb.ImageJoinStreamingResponse_builder{
 		TaskLogs: []*pb.TaskLogs{pb.TaskLogs_builder{Data: line, FileDescriptor: pb.FileDescriptor_FILE_DESCRIPTOR_INFO}.Build()},
 		Result:   pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_SUCCESS}.Build(),
@@ -156,4 +161,25 @@ func (s *Server) checkBuildSteps(cmds []string) error {
 	}
 	return localOnly("cannot run the image's build step %q: the local engine has no image builder, so the sandbox would start without what the step makes "+
 		"(start the server with SkipRunSteps — sandboxctl: %s=1 — to accept such steps unrun, on the host's userland)", unrun[0], EnvSkipRunSteps)
+}
+
+// standInLine is the build output of an image that is not built: a snapshot, or a
+// registry tag the server lets the engine's default root (the host's userland) stand
+// in for. It says which, so nobody takes the stand-in for the image.
+func standInLine(img *image, skipRun bool) string {
+	unrun := len(parseBuildSteps(img.commands).unrun)
+	if img.snapshot != "" {
+		return fmt.Sprintf("local Modal server: the image restores snapshot %s; ENV and WORKDIR are applied\n", img.snapshot)
+	}
+	line := fmt.Sprintf("local Modal server: %s is not booted from an image: the sandbox runs on the engine's default root (the host's userland stands in for it", img.tag)
+	if skipRun {
+		line += ", as SkipRunSteps asks"
+	} else {
+		line += ": the server has no image builder"
+	}
+	line += "); ENV and WORKDIR are applied"
+	if unrun > 0 {
+		line += fmt.Sprintf(", and %d build steps were accepted without running (SkipRunSteps)", unrun)
+	}
+	return line + "\n"
 }

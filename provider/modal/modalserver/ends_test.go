@@ -23,10 +23,10 @@ import (
 func TestSandboxCommand(t *testing.T) {
 	for _, v2 := range []bool{true, false} {
 		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {
-			eng := modaltest.Engine(t, local.EngineOptions{})
+			eng := bootEngine(t)
 			url, srv := startServer(t, eng)
 			sdkEnv(t, url, v2)
-			testSandboxCommand(t, newSDK(t), srv, eng)
+			testSandboxCommand(t, newSDK(t), srv, eng.Engine)
 		})
 	}
 }
@@ -122,7 +122,7 @@ func testSandboxCommand(t *testing.T, c *modal.Client, srv *Server, eng *local.E
 // TestExecOutputBounded: an exec printing far more than the window while nobody reads
 // holds at most the window in the server; read afterwards, every byte arrives.
 func TestExecOutputBounded(t *testing.T) {
-	eng := modaltest.Engine(t, local.EngineOptions{})
+	eng := bootEngine(t)
 	url, srv := startServer(t, eng)
 	sdkEnv(t, url, true)
 	c := newSDK(t)
@@ -172,7 +172,7 @@ func TestExecOutputBounded(t *testing.T) {
 // must exit 0, or a TCP port that must accept) and times out while it fails; a
 // sandbox without a probe is refused.
 func TestReadinessProbe(t *testing.T) {
-	eng := modaltest.Engine(t, local.EngineOptions{})
+	eng := bootEngine(t)
 	url, srv := startServer(t, eng)
 	sdkEnv(t, url, true)
 	c := newSDK(t)
@@ -218,7 +218,7 @@ func TestReadinessProbe(t *testing.T) {
 	srv.mu.Lock()
 	eid := rec.engineID
 	srv.mu.Unlock()
-	modaltest.ServeHTTP(t, eng, eid, tunnelPort, "up")
+	modaltest.ServeHTTP(t, eng.Engine, eid, tunnelPort, "up")
 	if err := sb2.WaitUntilReady(ctx, 10*time.Second, nil); err != nil {
 		t.Errorf("WaitUntilReady once the port listens: %v", err)
 	}
@@ -237,7 +237,7 @@ func TestReadinessProbe(t *testing.T) {
 // (the oldest-ended goes first), so a long-running server does not grow with every
 // sandbox it ever ran.
 func TestFinishedRecordsBounded(t *testing.T) {
-	eng := modaltest.Engine(t, local.EngineOptions{})
+	eng := bootEngine(t)
 	url, srv := startServer(t, eng)
 	srv.mu.Lock()
 	srv.maxFinished = 2
@@ -272,7 +272,7 @@ func TestFinishedRecordsBounded(t *testing.T) {
 
 // TestWriteTooLarge: an upload past maxWriteFile is refused (FileTooLarge), not held whole.
 func TestWriteTooLarge(t *testing.T) {
-	eng := modaltest.Engine(t, local.EngineOptions{})
+	eng := bootEngine(t)
 	url, _ := startServer(t, eng)
 	sdkEnv(t, url, true)
 	c := newSDK(t)

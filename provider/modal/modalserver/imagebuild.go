@@ -1,8 +1,8 @@
 package modalserver
 
-// Image builds: with Options.Builder on an engine that boots images, an image whose
-// Dockerfile commands need running (RUN, USER, …) or whose registry tag the host does
-// not stand in for is built into an image the engine boots (Spec.Image). The build runs
+// Image builds: with Options.Builder on an engine that boots images, every registry
+// image (its Dockerfile commands, or none) is built into an image the engine boots
+// (Spec.Image): the base from the store, a missing Debian base with mmdebstrap. The build runs
 // in the background; ImageGetOrCreate answers without a result and the SDK waits with
 // ImageJoinStreaming, which streams the build's output and then its result.
 
@@ -16,6 +16,8 @@ import (
 
 	pb "github.com/modal-labs/modal-client/go/proto/modal_proto"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	imagedef "github.com/proliferate-ai/sandbox-mcp/provider/image"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/build"
@@ -130,6 +132,21 @@ func (b *imageBuild) since(last int) (entries []string, newest int, changed <-ch
 	return entries, max(newest, last), b.changed, b.done, b.err
 }
 
+// wait waits for the build to end (or ctx) and returns its error.
+func (b *imageBuild) wait(ctx context.Context) error {
+	for {
+		_, _, changed, done, err := b.since(0)
+		if done {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // running says whether the build is still going or succeeded (a failed one is retried).
 func (b *imageBuild) running() bool {
 	b.mu.Lock()
@@ -205,4 +222,28 @@ func joinBuild(req *pb.ImageJoinStreamingRequest, b *imageBuild, stream grpc.Ser
 			return grpcError(stream.Context().Err())
 		}
 	}
+}
+
+// builtImage is the image id names. One whose build still runs is waited for, so a
+// client that creates without joining the build (raw gRPC) gets its sandbox once the
+// image is there; a failed build is refused with its error.
+func (s *Server) builtImage(ctx context.Context, id string) (*image, error) {
+	s.mu.Lock()
+	img, b := s.images[id], s.builds[id]
+	s.mu.Unlock()
+	if img == nil && b != nil {
+		if err := b.wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, grpcError(ctx.Err())
+			}
+			return nil, localOnly("image build: %v", err)
+		}
+		s.mu.Lock()
+		img = s.images[id]
+		s.mu.Unlock()
+	}
+	if img == nil {
+		return nil, status.Errorf(codes.NotFound, "Image '%s' not found", id)
+	}
+	return img, nil
 }

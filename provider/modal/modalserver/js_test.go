@@ -111,26 +111,39 @@ func runJSOn(t testing.TB, o Options, extra ...string) []jsStep {
 // wait() 124, a command's exit code, a readiness probe; volumes (on the local engine,
 // which has them where loop devices and e2fsprogs exist: a named volume kept across
 // two sandboxes, left out of a snapshot, an ephemeral one, delete refused while
-// mounted and served after); and the refusals (RUN steps, GPUs, queues, …) are clear
-// errors naming the local server, with the text docs/modal.md gives for their method.
-// It runs with the SDK's V2 sandbox calls (its default) and its V1 ones, and runs the
-// volume steps once more on the engine with its volumes hidden (Capabilities().Volumes
-// false), where they are the refusals the docs give. Skipped only without node or npm.
+// mounted and served after); an image's RUN step run; and the refusals (GPUs, queues,
+// …) are clear errors naming the local server, with the text docs/modal.md gives for
+// their method. It runs on image-booted sandboxes (a server with an image builder on
+// the shared test store), with the SDK's V2 sandbox calls (its default) and its V1
+// ones; it runs the volume steps once more on the engine with its volumes hidden
+// (Capabilities().Volumes false), where they are the refusals the docs give, and the
+// image steps on a server without a builder, where RUN steps are refused. Skipped
+// without node or npm (and the image runs where the test image store cannot be built).
 func TestJSSDK(t *testing.T) {
 	for _, v2 := range []bool{true, false} {
 		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {
-			eng := modaltest.Engine(t, local.EngineOptions{})
-			testJSSDK(t, eng, v2, false, runJS(t, eng, fmt.Sprintf("MODAL_SANDBOX_V2=%v", v2)))
+			// On image-booted sandboxes (the server builds debian:bookworm-slim from the
+			// store's base), whose image has no node: the tunnel step's HTTP server is
+			// this test binary (modaltest.ServeEnv).
+			jsDir(t) // skips before the Debian base is built
+			eng, b, _ := imageEngine(t)
+			exe, err := os.Executable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			testJSSDK(t, eng, v2, false, runJSOn(t, Options{Engine: eng, Builder: b}, fmt.Sprintf("MODAL_SANDBOX_V2=%v", v2),
+				"TUNNEL_SERVER="+exe, "TUNNEL_SERVER_ENV="+modaltest.ServeEnv, "IMAGE_BUILDS=true"))
 		})
 	}
 	t.Run("engine without volumes", func(t *testing.T) {
 		eng := noVolumes{modaltest.Engine(t, local.EngineOptions{})}
 		testJSSDK(t, eng, true, true, runJS(t, eng, "ONLY=volumes"))
 	})
-	t.Run("image builds", func(t *testing.T) {
-		jsDir(t) // skips before the Debian base is built
-		eng, b, _ := imageEngine(t)
-		steps := runJSOn(t, Options{Engine: eng, Builder: b}, "ONLY=images", "IMAGE_BUILDS=true")
+	t.Run("no image builder", func(t *testing.T) {
+		// Without a builder, RUN steps and images the host cannot stand in for are
+		// refused (the runs above build them).
+		eng := modaltest.Engine(t, local.EngineOptions{})
+		steps := runJS(t, eng, "ONLY=images")
 		got := map[string]bool{}
 		for _, s := range steps {
 			got[s.Step] = true

@@ -7,17 +7,16 @@ import (
 
 	modal "github.com/modal-labs/modal-client/go"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 )
 
 // TestRestart: a new server on the same engine and state dir finds the running
 // sandboxes (through their engine labels) and the snapshot images.
 func TestRestart(t *testing.T) {
-	eng := modaltest.Engine(t, local.EngineOptions{})
+	eng := bootEngine(t)
 	state := t.TempDir()
 	serve := func() (*Server, string) {
-		srv, err := New(Options{Engine: eng, StateDir: state, Token: testToken})
+		srv, err := New(Options{Engine: eng, StateDir: state, Token: testToken, Builder: StoreBuilder{Store: eng.Store, Runner: eng.Runner()}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,17 +37,19 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
-// DefaultHostImages are the registry images the host's userland stands in for: a
-// sandbox created from one of them (with no build commands to run, or with
-// SkipRunSteps) runs on the engine with the programs the host has.
+// DefaultHostImages are the registry images the host's userland stands in for on a
+// server that does not build images (no Builder, an engine that boots no images, or
+// SkipRunSteps): a sandbox created from one of them (with no build commands to run, or
+// with SkipRunSteps) runs on the engine's default root with the programs the host has.
+// A server that builds never stands in: it boots every registry image from the store.
 var DefaultHostImages = []string{"debian:bookworm-slim", "debian:bookworm", "debian:12", "python:3.12-slim-bookworm"}
 
 // Options configure a Server.
 type Options struct {
 	// Engine runs the sandboxes; required.
 	Engine engine.Engine
-	// HostImages are the registry tags accepted as "the host"; nil means
-	// DefaultHostImages.
+	// HostImages are the registry tags accepted as "the host" when the server does not
+	// build images; nil means DefaultHostImages.
 	HostImages []string
 	// Logger receives request errors; nil discards.
 	Logger *slog.Logger
@@ -60,11 +62,12 @@ type Options struct {
 	// without running them: the host's userland is taken to have what they install (the
 	// provider's own base image on a host that has its packages). Off, they are refused.
 	SkipRunSteps bool
-	// Builder, on an engine that boots images (Capabilities().Images), builds the
-	// images whose commands need running (RUN, USER, …) or whose registry tag the host
-	// does not stand in for; their sandboxes boot from the built image. Nil keeps
-	// refusing such images (or accepting their steps unrun with SkipRunSteps, which
-	// wins over Builder).
+	// Builder, on an engine that boots images (Capabilities().Images), builds every
+	// registry image (a bare debian:bookworm-slim too: the store's base, with its ENV
+	// and WORKDIR); their sandboxes boot from the built image, never from the engine's
+	// default root. Nil keeps refusing images with commands to run (or accepting their
+	// steps unrun with SkipRunSteps, which wins over Builder) and lets the host stand in
+	// for HostImages.
 	Builder ImageBuilder
 	// Token is the one pair of MODAL_TOKEN_ID/MODAL_TOKEN_SECRET the server accepts;
 	// zero means a random pair (see Server.Token; LoadOrCreateToken keeps one in a file).

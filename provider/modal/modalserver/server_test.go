@@ -20,10 +20,21 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
-// startServer serves a Server on a loopback port and returns its URL.
+// startServer serves a Server on a loopback port and returns its URL. On an image
+// engine (bootEngine) the server has a builder, so its sandboxes boot from images.
 func startServer(t testing.TB, eng engine.Engine) (string, *Server) {
 	t.Helper()
-	return startServerWith(t, Options{Engine: eng})
+	o := Options{Engine: eng}
+	if ie, ok := eng.(*modaltest.ImageEngine); ok {
+		o.Builder = StoreBuilder{Store: ie.Store, Runner: ie.Runner()}
+	}
+	return startServerWith(t, o)
+}
+
+// bootEngine is the engine of the tests whose sandboxes boot from images: the local
+// engine on the shared test image store (modaltest.NewImageEngine).
+func bootEngine(t testing.TB) *modaltest.ImageEngine {
+	return modaltest.NewImageEngine(t, local.EngineOptions{})
 }
 
 // startServerWith is startServer with o, its Token and Logger the tests'.
@@ -93,10 +104,12 @@ func execOut(t *testing.T, ctx context.Context, sb *modal.Sandbox, argv []string
 func TestGoSDK(t *testing.T) {
 	for _, v2 := range []bool{true, false} {
 		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {
-			eng := modaltest.Engine(t, local.EngineOptions{})
-			url, srv := startServer(t, eng)
+			// On image-booted sandboxes: the server builds debian:bookworm-slim (the
+			// store's base, with the image's ENV and WORKDIR).
+			eng, b, _ := imageEngine(t)
+			url, srv := startServerWith(t, Options{Engine: eng, Builder: b})
 			sdkEnv(t, url, v2)
-			testSDKLifecycle(t, newSDK(t), srv, eng)
+			testSDKLifecycle(t, newSDK(t), srv, eng.Engine)
 		})
 	}
 }
@@ -127,6 +140,11 @@ func testSDKLifecycle(t *testing.T, c *modal.Client, srv *Server, eng *local.Eng
 	}
 	if _, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{Name: "box-1"}); err == nil {
 		t.Errorf("a second running sandbox named box-1 was created")
+	}
+	if b, ok := srv.o.Builder.(StoreBuilder); ok {
+		// The sandbox runs on the built image's root, not the engine's default root.
+		out, _, _ := execOut(t, ctx, sb, []string{"sh", "-c", modaltest.RootMarkerScript}, nil)
+		modaltest.CheckImageRoot(t, b.Store, builtID(t, srv, sb), out)
 	}
 
 	out, errOut, code := execOut(t, ctx, sb, []string{"sh", "-c", "echo $GREETING $EXTRA $FROM_IMAGE $PWD; echo oops >&2; exit 3"},

@@ -36,6 +36,11 @@ func (s *Server) loadImages() error {
 		return err
 	}
 	for _, r := range recs {
+		if r.Snapshot == "" && r.Built == "" && s.canBuild() {
+			// A stand-in kept by a server that did not build: this one builds it anew at
+			// the next ImageGetOrCreate, so no sandbox boots the default root for it.
+			continue
+		}
 		s.images[r.ID] = &image{id: r.ID, tag: r.Tag, snapshot: r.Snapshot, commands: r.Commands, built: r.Built}
 	}
 	return nil

@@ -24,11 +24,11 @@ func (n noVolumes) Capabilities() engine.Capabilities {
 	return c
 }
 
-// volumesEngine is the isolated local engine, skipped where it has no volumes (no
-// loop devices or e2fsprogs).
-func volumesEngine(t *testing.T) *local.Engine {
+// volumesEngine is the isolated local engine booting images (bootEngine), skipped
+// where it has no volumes (no loop devices or e2fsprogs).
+func volumesEngine(t *testing.T) *modaltest.ImageEngine {
 	t.Helper()
-	eng := modaltest.Engine(t, local.EngineOptions{})
+	eng := bootEngine(t)
 	if !eng.Capabilities().Volumes {
 		t.Skip("the local engine has no volumes here (it needs /dev/loop-control, mkfs.ext4 and tune2fs)")
 	}

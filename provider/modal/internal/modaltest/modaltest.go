@@ -27,6 +27,11 @@ import (
 // serveEnv ("port body") turns the test binary into the HTTP server of ServeHTTP.
 const serveEnv = "_MODALTEST_SERVE_HTTP"
 
+// ServeEnv is serveEnv for a test that starts the binary inside a sandbox itself: a
+// test binary importing this package, run with ServeEnv="port body", serves body on
+// the sandbox's 127.0.0.1:port.
+const ServeEnv = serveEnv
+
 // serverPath is where ServeHTTP copies the test binary inside the sandbox: /run is
 // writable and never part of a snapshot.
 const serverPath = "/run/modaltest-http"

@@ -8,6 +8,9 @@
 // `error`; `method` names the SDK method, which docs/modal.md lists as refused). A
 // served step may name the method it exercises too.
 //
+// TUNNEL_SERVER, with TUNNEL_SERVER_ENV, is the HTTP server of the tunnel step when
+// the sandboxes boot from an image without node (see below).
+//
 // ENGINE_VOLUMES=true says the engine under the server has volumes (the volume steps
 // use them; otherwise they check the refusal); ONLY=volumes runs the volume steps alone.
 // IMAGE_BUILDS=true says the server builds images (RUN steps run; otherwise they are
@@ -22,6 +25,10 @@ const port = Number(process.env.TUNNEL_PORT || 8000);
 const v1 = process.env.MODAL_SANDBOX_V2 === "false";
 const engineVolumes = process.env.ENGINE_VOLUMES === "true";
 const imageBuilds = process.env.IMAGE_BUILDS === "true";
+// TUNNEL_SERVER is a host binary that serves HTTP when TUNNEL_SERVER_ENV ("port body") is
+// set: the tunnel step's server when the sandbox's image has no node.
+const tunnelServer = process.env.TUNNEL_SERVER || "";
+const tunnelServerEnv = process.env.TUNNEL_SERVER_ENV || "";
 const modal = new ModalClient();
 const app = await modal.apps.fromName("js-conformance", { createIfMissing: true });
 const image = modal.images.fromRegistry("debian:bookworm-slim");
@@ -192,13 +199,23 @@ async function conformance() {
       missing === "SandboxFilesystemNotFoundError", { text, bytes, list, size: st.size, missing });
   });
   await step("tunnel to an HTTP server inside", async () => {
-    const server = `require("http").createServer((q, s) => s.end("js tunnel ok"))` +
-      `.listen(${port}, "127.0.0.1", () => console.log("listening"))`;
-    const srv = await sb.exec([process.execPath, "-e", server]);
-    await readUntil(srv.stdout, "listening");
     const url = (await sb.tunnels())[port].url;
-    const body = await (await fetch(url)).text();
-    return check(url.startsWith("https://") && body === "js tunnel ok", { url, body });
+    if (tunnelServer) {
+      // An image without node: the Go test's own binary serves HTTP (copied in).
+      await sb.filesystem.copyFromLocal(tunnelServer, "/run/tunnel-http");
+      await (await sb.exec(["chmod", "755", "/run/tunnel-http"])).wait();
+      await sb.exec(["/run/tunnel-http"], { env: { [tunnelServerEnv]: `${port} js tunnel ok` } });
+    } else {
+      const server = `require("http").createServer((q, s) => s.end("js tunnel ok"))` +
+        `.listen(${port}, "127.0.0.1", () => console.log("listening"))`;
+      const srv = await sb.exec([process.execPath, "-e", server]);
+      await readUntil(srv.stdout, "listening");
+    }
+    let body, err;
+    for (let i = 0; i < 100 && body === undefined; i++) { // until it listens: at most 10 s
+      try { body = await (await fetch(url)).text(); } catch (e) { err = e; await new Promise((r) => setTimeout(r, 100)); }
+    }
+    return check(url.startsWith("https://") && body === "js tunnel ok", { url, body, err: String(err) });
   });
   await step("list with filters, fromName, fromId", async () => {
     sb2 = await modal.sandboxes.create(app, image, { tags: { team: "b" } });
