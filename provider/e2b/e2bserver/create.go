@@ -164,7 +164,7 @@ func (s *Server) create(v2 bool) func(w http.ResponseWriter, r *http.Request) er
 			return err
 		}
 		snap := ""
-		if !s.templates[req.TemplateID] {
+		if _, ok := s.templates[req.TemplateID]; !ok {
 			snap = req.TemplateID
 		}
 		in, err := s.o.Engine.Create(r.Context(), s.spec(sb, snap))
