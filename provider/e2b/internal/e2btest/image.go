@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/build"
@@ -107,5 +109,26 @@ func (s *snapshotStore) removeCommitted(t testing.TB) {
 		if _, err := s.Remove(context.Background(), id); err != nil && !errors.Is(err, engine.ErrNotFound) {
 			t.Logf("remove snapshot image %s: %v", id, err)
 		}
+	}
+}
+
+// MarkerCommand prints Marker on a root that has it and "no marker" on any other.
+const MarkerCommand = "cat " + MarkerPath + " 2>/dev/null || echo no marker"
+
+// CheckBootsImage fails the test unless a sandbox of the template base runs on
+// BootImage's root (its marker file); the sandbox is killed afterwards.
+func (s *Server) CheckBootsImage(t testing.TB) {
+	t.Helper()
+	c := s.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := c.Create(ctx, e2bwire.NewSandbox{TemplateID: "base", Timeout: 120, Secure: true})
+	if err != nil {
+		t.Fatalf("create a sandbox of template base: %v", err)
+	}
+	defer c.Kill(context.WithoutCancel(ctx), sb.SandboxID)
+	r, err := c.Envd(sb).Run(ctx, MarkerCommand, e2b.RunOptions{})
+	if err != nil || r.Stdout != Marker+"\n" {
+		t.Errorf("%s in a sandbox of template base = %+v, %v; want %q (the test image's root, not the engine's default)", MarkerCommand, r, err, Marker)
 	}
 }
