@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -48,26 +49,43 @@ func NewEngine(c *Client, o EngineOptions) (*Engine, error) {
 	return &Engine{c: c, o: o}, nil
 }
 
-// engineErr maps E2B's not-found answers to engine.ErrNotFound.
+// engineErr maps E2B's not-found answers to engine.ErrNotFound, and a route the
+// server does not serve (501: the local server on an engine without volumes, say) to
+// engine.ErrUnsupported.
 func engineErr(err error) error {
-	if err != nil && IsNotFound(err) {
+	var ae *e2bwire.APIError
+	switch {
+	case err == nil:
+		return nil
+	case IsNotFound(err):
 		return fmt.Errorf("%w: %v", engine.ErrNotFound, err)
+	case errors.As(err, &ae) && ae.Status == http.StatusNotImplemented:
+		return fmt.Errorf("%w: %v", engine.ErrUnsupported, err)
 	}
 	return err
 }
 
-// Capabilities: E2B pauses and snapshots; its sandboxes are VMs. No names, volumes,
-// TTY (envd has terminals; this adapter does not drive them) or raw DialPort, and envd's
-// file errors do not tell is-a-directory from not-a-directory but by their text.
+// Capabilities: E2B pauses and snapshots; its sandboxes are VMs, and its volumes are
+// mounted read-write (E2B has no read-only mount). No names, TTY (envd has terminals;
+// this adapter does not drive them) or raw DialPort, and envd's file errors do not
+// tell is-a-directory from not-a-directory but by their text.
 func (e *Engine) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Isolated: true, Pause: true, Snapshot: true, ExecKill: true}
+	return engine.Capabilities{Isolated: true, Pause: true, Snapshot: true, ExecKill: true, Volumes: true}
 }
 
-// Create creates a sandbox; Spec.Name, Ports, Limits and Mounts have no E2B
-// counterpart and are refused rather than ignored.
+// Create creates a sandbox with Spec.Volumes as E2B volumeMounts; Spec.Name, Ports,
+// Limits, Mounts and a read-only volume have no E2B counterpart and are refused
+// rather than ignored.
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
-	if spec.Name != "" || len(spec.Mounts) > 0 || len(spec.Volumes) > 0 || spec.Limits != (engine.Limits{}) || spec.Image != "" {
-		return engine.Info{}, fmt.Errorf("%w: E2B sandboxes have no names, mounts, volumes, limits or images (a template goes in Spec.Snapshot)", engine.ErrUnsupported)
+	if spec.Name != "" || len(spec.Mounts) > 0 || spec.Limits != (engine.Limits{}) || spec.Image != "" {
+		return engine.Info{}, fmt.Errorf("%w: E2B sandboxes have no names, mounts, limits or images (a template goes in Spec.Snapshot)", engine.ErrUnsupported)
+	}
+	mounts := make([]e2bwire.VolumeMount, 0, len(spec.Volumes))
+	for _, v := range spec.Volumes {
+		if v.ReadOnly {
+			return engine.Info{}, fmt.Errorf("%w: volume %q at %s: E2B mounts volumes read-write only", engine.ErrUnsupported, v.Name, v.Target)
+		}
+		mounts = append(mounts, e2bwire.VolumeMount{Name: v.Name, Path: v.Target})
 	}
 	env := map[string]string{}
 	for _, kv := range spec.Env {
@@ -92,7 +110,7 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	// outside.
 	net := spec.Network || spec.Egress
 	sb, err := e.c.Create(ctx, e2bwire.NewSandbox{TemplateID: template, Timeout: seconds(timeout), Secure: true,
-		AllowInternetAccess: &net, Metadata: spec.Labels, EnvVars: env})
+		AllowInternetAccess: &net, Metadata: spec.Labels, EnvVars: env, VolumeMounts: mounts})
 	if err != nil {
 		return engine.Info{}, engineErr(err)
 	}
@@ -104,7 +122,11 @@ func info(d e2bwire.SandboxDetail) engine.Info {
 	if d.State == e2bwire.StatePaused {
 		st = engine.StatePaused
 	}
-	return engine.Info{ID: d.SandboxID, State: st, Created: d.StartedAt, Labels: d.Metadata, Isolated: true}
+	var vols []engine.VolumeMount
+	for _, vm := range d.VolumeMounts {
+		vols = append(vols, engine.VolumeMount{Name: vm.Name, Target: vm.Path})
+	}
+	return engine.Info{ID: d.SandboxID, State: st, Created: d.StartedAt, Labels: d.Metadata, Isolated: true, Volumes: vols}
 }
 
 // Get describes a sandbox; a killed or expired one is engine.ErrNotFound.
