@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -65,12 +64,13 @@ func engineErr(err error) error {
 	return err
 }
 
-// Capabilities: E2B pauses and snapshots; its sandboxes are VMs, and its volumes are
-// mounted read-write (E2B has no read-only mount). No names, TTY (envd has terminals;
-// this adapter does not drive them) or raw DialPort, and envd's file errors do not
-// tell is-a-directory from not-a-directory but by their text.
+// Capabilities: E2B pauses and snapshots; its sandboxes are VMs, its volumes are
+// mounted read-write (E2B has no read-only mount), and DialPort bridges through envd
+// (dialport.go). No names or TTY (envd has terminals; this adapter does not drive
+// them), and envd's file errors do not tell is-a-directory from not-a-directory but by
+// their text.
 func (e *Engine) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Isolated: true, Pause: true, Snapshot: true, ExecKill: true, Volumes: true}
+	return engine.Capabilities{Isolated: true, Pause: true, Snapshot: true, ExecKill: true, Volumes: true, DialPort: true}
 }
 
 // Create creates a sandbox with Spec.Volumes as E2B volumeMounts; Spec.Name, Ports,
@@ -352,12 +352,6 @@ func (e *Engine) Terminate(ctx context.Context, id string) error {
 		return err
 	}
 	return nil
-}
-
-// DialPort is not offered: E2B exposes ports as HTTPS hosts (<port>-<id>.<domain>),
-// not raw TCP.
-func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
-	return nil, fmt.Errorf("%w: E2B exposes ports as https://%s, not raw TCP", engine.ErrUnsupported, Host(id, port, e.c.Domain()))
 }
 
 // Close releases nothing: the engine holds no connections of its own.
