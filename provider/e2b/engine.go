@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -107,14 +108,24 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		return engine.Info{}, errors.New("create: E2B_TEMPLATE is required to create a sandbox")
 	}
 	// E2B sandboxes never share a network with anything; either flag asks for the
-	// outside.
+	// outside, and EgressHosts (with Egress) become E2B's egress rules.
 	net := spec.Network || spec.Egress
 	sb, err := e.c.Create(ctx, e2bwire.NewSandbox{TemplateID: template, Timeout: seconds(timeout), Secure: true,
-		AllowInternetAccess: &net, Metadata: spec.Labels, EnvVars: env, VolumeMounts: mounts})
+		AllowInternetAccess: &net, Metadata: spec.Labels, EnvVars: env, VolumeMounts: mounts, Network: egressRules(spec)})
 	if err != nil {
 		return engine.Info{}, engineErr(err)
 	}
 	return e.Get(ctx, sb.SandboxID)
+}
+
+// egressRules are E2B's network rules for spec.EgressHosts: the hosts are the only
+// destinations (allowOut under a denyOut of everything). None without Egress (or with
+// Network, the whole outside), and none when "*" allows any name.
+func egressRules(spec engine.Spec) *e2bwire.NetworkConfig {
+	if !spec.Egress || spec.Network || len(spec.EgressHosts) == 0 || slices.Contains(spec.EgressHosts, "*") {
+		return nil
+	}
+	return &e2bwire.NetworkConfig{AllowOut: slices.Clone(spec.EgressHosts), DenyOut: []string{e2bwire.DenyAll}}
 }
 
 func info(d e2bwire.SandboxDetail) engine.Info {

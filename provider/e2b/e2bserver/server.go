@@ -137,6 +137,9 @@ type sandbox struct {
 	// diskPause makes the timeout's pause filesystem-only (autoPauseMemory false).
 	diskPause bool
 	network   bool
+	// egressHosts, with network, are the only destinations (network.allowOut under a
+	// denyOut of everything); empty: any.
+	egressHosts []string
 	// stopped is set while a snapshot-and-stop pause holds the sandbox as stoppedSnap.
 	stopped     bool
 	stoppedSnap string
@@ -467,6 +470,6 @@ func (s *Server) spec(sb *sandbox, snapshot string) engine.Spec {
 	if snapshot == "" {
 		img = s.templates[sb.template]
 	}
-	return engine.Spec{Snapshot: snapshot, Image: img, Env: env, Egress: sb.network, Mounts: s.o.Mounts, Labels: labels,
+	return engine.Spec{Snapshot: snapshot, Image: img, Env: env, Egress: sb.network, EgressHosts: slices.Clone(sb.egressHosts), Mounts: s.o.Mounts, Labels: labels,
 		Volumes: slices.Clone(sb.volumes)}
 }

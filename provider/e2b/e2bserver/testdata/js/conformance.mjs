@@ -294,7 +294,7 @@ const refused = async (name, fn) => {
   await refused('sandbox.updateNetwork', () => s.updateNetwork({ allowOut: ['1.1.1.1'] }))
   await refused('Sandbox.deleteSnapshot', () => Sandbox.deleteSnapshot('nope'))
   await refused('Sandbox.create.volumeMounts', () => Sandbox.create('base', { volumeMounts: { '/data': 'no-such-volume' } }))
-  await refused('Sandbox.create.network', () => Sandbox.create('base', { network: { allowOut: ['1.1.1.1'] } }))
+  await refused('Sandbox.create.network', () => Sandbox.create('base', { network: { denyOut: ['1.1.1.1'] } }))
   await refused('sandbox.getMcpToken', () => s.getMcpToken())
   await s.kill()
 }
