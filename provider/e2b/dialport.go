@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,22 +8,27 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
 )
 
 // bridgeScript connects to 127.0.0.1:$1 inside the sandbox and joins the connection
 // to its own stdin and stdout: bash's /dev/tcp, which every image with bash has (no
-// nc or socat needed). "connected" on stderr says the connect succeeded. Whichever
+// nc or socat needed). Its output starts with one byte, connectedMark, once the connect
+// succeeded (in the same stream as the data, so nothing can overtake it). Whichever
 // side ends first (the server closes, or the caller closes stdin) ends both copies
 // and the process.
 const bridgeScript = `exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
-echo connected >&2
+printf +
 cat <&3 & r=$!
 cat <&0 >&3 & w=$!
 wait -n
 kill $r $w 2>/dev/null
 exit 0`
+
+// connectedMark is the first byte of a bridge's output.
+const connectedMark = '+'
 
 // bridgeConnectTimeout bounds the connect inside the sandbox.
 const bridgeConnectTimeout = 30 * time.Second
@@ -44,11 +48,11 @@ func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 		return nil, err
 	}
 	local, remote := net.Pipe()
-	connected := &lineWaiter{want: "connected\n", ch: make(chan struct{})}
+	stderr := &capped.Buffer{Max: 2048}
 	// The bridge outlives the dial's context: it ends with the connection.
 	p, err := ev.Start(context.WithoutCancel(ctx), StartOptions{Cmd: "/bin/bash",
 		Args: []string{"-c", bridgeScript, "bridge", strconv.Itoa(port)}, Stdin: true,
-		Stdout: pipeWriter{remote}, Stderr: connected})
+		Stdout: pipeWriter{remote}, Stderr: stderr})
 	if err != nil {
 		local.Close()
 		remote.Close()
@@ -60,21 +64,18 @@ func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 		_, _ = p.Wait(context.Background())
 		remote.Close() // the caller reads EOF once it has read all the output
 	}()
-	timer := time.NewTimer(bridgeConnectTimeout)
-	defer timer.Stop()
-	select {
-	case <-connected.ch:
-	case <-done:
+	if err := awaitMark(ctx, local); err != nil {
 		local.Close()
-		return nil, fmt.Errorf("dial port %d in sandbox %s: %s", port, id, strings.TrimSpace(connected.text()))
-	case <-ctx.Done():
+		select {
+		case <-done:
+			return nil, fmt.Errorf("dial port %d in sandbox %s: %s", port, id, strings.TrimSpace(stderr.String()))
+		default:
+		}
 		e.endBridge(ev, p, done)
-		local.Close()
-		return nil, ctx.Err()
-	case <-timer.C:
-		e.endBridge(ev, p, done)
-		local.Close()
-		return nil, fmt.Errorf("dial port %d in sandbox %s: no connection after %v", port, id, bridgeConnectTimeout)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("dial port %d in sandbox %s: %w", port, id, err)
 	}
 	go func() {
 		// The caller's writes go to the bridge's stdin; the caller's Close (or the
@@ -98,6 +99,22 @@ func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 		}
 	}()
 	return local, nil
+}
+
+// awaitMark reads the bridge's connectedMark from c, within bridgeConnectTimeout and
+// ctx.
+func awaitMark(ctx context.Context, c net.Conn) error {
+	_ = c.SetReadDeadline(time.Now().Add(bridgeConnectTimeout))
+	stop := context.AfterFunc(ctx, func() { _ = c.SetReadDeadline(time.Now()) })
+	defer stop()
+	var b [1]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return fmt.Errorf("no connection: %w", err)
+	}
+	if b[0] != connectedMark {
+		return fmt.Errorf("bridge answered %q", b[0])
+	}
+	return c.SetReadDeadline(time.Time{})
 }
 
 // endBridge closes the bridge's stdin, which ends it, and kills it when it is still
@@ -124,32 +141,4 @@ func (w pipeWriter) Write(b []byte) (int, error) {
 		return 0, err
 	}
 	return len(b), nil
-}
-
-// lineWaiter collects a process's stderr and closes ch once it holds want.
-type lineWaiter struct {
-	want string
-	ch   chan struct{}
-	mu   sync.Mutex
-	buf  bytes.Buffer
-	done bool
-}
-
-func (l *lineWaiter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.buf.Len() < 4096 {
-		l.buf.Write(b)
-	}
-	if !l.done && strings.Contains(l.buf.String(), l.want) {
-		l.done = true
-		close(l.ch)
-	}
-	return len(b), nil
-}
-
-func (l *lineWaiter) text() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
