@@ -19,12 +19,18 @@ import (
 
 func init() {
 	serveProtocols["e2b"] = serveE2B
+	serveImage["e2b"] = true
 	backends["e2b"] = newE2BBackend
 }
 
 // serveE2B serves until ctx ends. The API key is E2B_API_KEY, else a fresh one; the
-// environment the SDKs and `--provider e2b` need is printed on stdout.
+// environment the SDKs and `--provider e2b` need is printed on stdout. With --image,
+// the template base boots that image of the data dir's store.
 func serveE2B(ctx context.Context, o serveOptions) error {
+	templates, err := e2bTemplates(ctx, o)
+	if err != nil {
+		return err
+	}
 	key := strings.TrimSpace(o.Getenv(e2b.EnvAPIKey))
 	if key == "" {
 		b := make([]byte, 20)
@@ -43,7 +49,8 @@ func serveE2B(ctx context.Context, o serveOptions) error {
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	domain := "localhost:" + port
 	// Egress, as E2B sandboxes reach the internet; their ports stay their own.
-	srv, err := e2bserver.New(e2bserver.Options{Engine: o.Engine, APIKey: key, Logger: o.Logger, Egress: true, Domain: domain})
+	srv, err := e2bserver.New(e2bserver.Options{Engine: o.Engine, APIKey: key, Logger: o.Logger, Egress: true, Domain: domain,
+		Templates: templates})
 	if err != nil {
 		ln.Close()
 		return err
@@ -56,6 +63,23 @@ func serveE2B(ctx context.Context, o serveOptions) error {
 		o.Ready(ln.Addr().String())
 	}
 	return srv.Serve(ctx, ln)
+}
+
+// e2bTemplates maps base to the store's image o.Image (resolved to its id now, so a
+// missing image fails the serve, not the first create); nil without --image.
+func e2bTemplates(ctx context.Context, o serveOptions) (map[string]string, error) {
+	if o.Image == "" {
+		return nil, nil
+	}
+	if o.Images == nil || !o.Engine.Capabilities().Images {
+		return nil, fmt.Errorf("--image %s: this engine boots no images", o.Image)
+	}
+	in, err := o.Images.Get(ctx, o.Image)
+	if err != nil {
+		return nil, fmt.Errorf("--image %s: %w", o.Image, err)
+	}
+	o.Logger.Info("template base boots an image", "image", in.ID, "ref", o.Image)
+	return map[string]string{"base": in.ID}, nil
 }
 
 // newE2BBackend drives E2B through E2B_API_KEY, E2B_DOMAIN, E2B_API_URL,

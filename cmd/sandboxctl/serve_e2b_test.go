@@ -19,39 +19,7 @@ import (
 // with the E2B client from the environment it prints, and opens `--provider e2b` on
 // that environment.
 func TestServeE2B(t *testing.T) {
-	if e, err := local.NewEngine(local.EngineOptions{DataDir: t.TempDir()}); err != nil {
-		t.Skipf("the local engine cannot run here: %v", err)
-	} else {
-		e.Close()
-	}
-	bin := filepath.Join(testutil.Commands(t, "sandbox-mcp"), "sandbox-mcp")
-	env := map[string]string{"SANDBOXCTL_SANDBOX_MCP": bin, "HOME": t.TempDir()}
-	getenv := func(k string) string { return env[k] }
-	pr, pw := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"--data-dir", t.TempDir(), "serve", "--protocol", "e2b", "--addr", "127.0.0.1:0"},
-			getenv, strings.NewReader(""), pw, io.Discard)
-		pw.Close()
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("serve exited %d, want 0 after cancel", code)
-		}
-	})
-
-	// The server prints `export NAME=VALUE` lines for the SDKs and --provider e2b.
-	exports := map[string]string{}
-	sc := bufio.NewScanner(pr)
-	for len(exports) < 6 && sc.Scan() {
-		if kv, ok := strings.CutPrefix(sc.Text(), "export "); ok {
-			k, v, _ := strings.Cut(kv, "=")
-			exports[k] = v
-		}
-	}
-	go io.Copy(io.Discard, pr)
+	exports := serveE2BEnv(t, t.TempDir())
 	if !strings.HasPrefix(exports[e2b.EnvAPIURL], "http://127.0.0.1:") || !strings.HasPrefix(exports[e2b.EnvAPIKey], "e2b_") {
 		t.Fatalf("printed environment = %v, want a loopback API URL and a key", exports)
 	}
@@ -82,6 +50,45 @@ func TestServeE2B(t *testing.T) {
 	if _, err := newE2BBackend(t.Context(), backendOptions{Getenv: func(string) string { return "" }}); err == nil {
 		t.Error("--provider e2b without E2B_API_KEY = nil error")
 	}
+}
+
+// serveE2BEnv runs `sandboxctl serve --protocol e2b` with the data dir and extra args
+// until the test ends, and returns the environment it prints.
+func serveE2BEnv(t *testing.T, dataDir string, args ...string) map[string]string {
+	t.Helper()
+	if e, err := local.NewEngine(local.EngineOptions{DataDir: t.TempDir()}); err != nil {
+		t.Skipf("the local engine cannot run here: %v", err)
+	} else {
+		e.Close()
+	}
+	bin := filepath.Join(testutil.Commands(t, "sandbox-mcp"), "sandbox-mcp")
+	env := map[string]string{"SANDBOXCTL_SANDBOX_MCP": bin, "HOME": t.TempDir()}
+	getenv := func(k string) string { return env[k] }
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, append([]string{"--data-dir", dataDir, "serve", "--protocol", "e2b", "--addr", "127.0.0.1:0"}, args...),
+			getenv, strings.NewReader(""), pw, io.Discard)
+		pw.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d, want 0 after cancel", code)
+		}
+	})
+	// The server prints `export NAME=VALUE` lines for the SDKs and --provider e2b.
+	exports := map[string]string{}
+	sc := bufio.NewScanner(pr)
+	for len(exports) < 6 && sc.Scan() {
+		if kv, ok := strings.CutPrefix(sc.Text(), "export "); ok {
+			k, v, _ := strings.Cut(kv, "=")
+			exports[k] = v
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	return exports
 }
 
 func engineSpec() engine.Spec { return engine.Spec{} }

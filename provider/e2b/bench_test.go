@@ -1,13 +1,18 @@
 package e2b_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/internal/e2btest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )
@@ -21,26 +26,89 @@ func benchClient(b *testing.B) *e2b.Client {
 }
 
 // BenchmarkCreateHealthy: provider create (fresh sandbox, scratch workspace, boot plan
-// through envd) until sandbox-mcp answers through its tunnel, then terminate.
+// through envd) until sandbox-mcp answers through its tunnel, then terminate; on the
+// engine's default root and on the test image (e2btest.BootImage: Caddy and sshd
+// start too).
 func BenchmarkCreateHealthy(b *testing.B) {
+	for _, img := range []bool{false, true} {
+		name := "root"
+		if img {
+			name = "image"
+		}
+		b.Run(name, func(b *testing.B) {
+			srv := e2btest.Start(b, e2btest.Options{SandboxMCP: sandboxMCP, Image: img})
+			p, err := e2b.New(e2b.Options{Client: srv.ClientOptions(),
+				Template: "base", LocalTunnels: true, Getenv: env(map[string]string{})})
+			if err != nil {
+				b.Fatal(err)
+			}
+			opts := provider.CreateOptions{SessionID: "bench", EnvVars: map[string]string{provider.EnvSandboxMCPAuthToken: "t"}}
+			for b.Loop() {
+				res, err := p.CreateSandbox(context.Background(), opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := p.Terminate(context.Background(), "bench", res.SandboxID); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// BenchmarkDialPort: one line there and back through a connection of the engine's
+// DialPort (the envd bridge) to an echo server in the sandbox; "dial" includes opening
+// the connection, "reuse" keeps one open.
+func BenchmarkDialPort(b *testing.B) {
 	srv := e2btest.Start(b, e2btest.Options{SandboxMCP: sandboxMCP})
-	p, err := e2b.New(e2b.Options{Client: srv.ClientOptions(),
-		Template: "base", LocalTunnels: true, Getenv: env(map[string]string{})})
+	eng, err := e2b.NewEngine(srv.Client(b), e2b.EngineOptions{Template: "base", Timeout: 10 * time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := provider.CreateOptions{SessionID: "bench", EnvVars: map[string]string{provider.EnvSandboxMCPAuthToken: "t"}}
-	for b.Loop() {
-		res, err := p.CreateSandbox(context.Background(), opts)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		if err := p.Terminate(context.Background(), "bench", res.SandboxID); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
+	ctx := context.Background()
+	in, err := eng.Create(ctx, engine.Spec{})
+	if err != nil {
+		b.Fatal(err)
 	}
+	if code, err := eng.Exec(ctx, in.ID, engine.ExecRequest{Argv: []string{"sh", "-c", echoServer}}); err != nil || code != 0 {
+		b.Fatalf("start the echo server = %d, %v", code, err)
+	}
+	dial := func() net.Conn {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			c, err := eng.DialPort(ctx, in.ID, 8001)
+			if err == nil {
+				return c
+			}
+			if time.Now().After(deadline) {
+				b.Fatal(err)
+			}
+		}
+	}
+	echo := func(c net.Conn, r *bufio.Reader) {
+		if _, err := io.WriteString(c, "ping\n"); err != nil {
+			b.Fatal(err)
+		}
+		if line, err := r.ReadString('\n'); err != nil || line != "PING\n" {
+			b.Fatal(line, err)
+		}
+	}
+	b.Run("dial", func(b *testing.B) {
+		for b.Loop() {
+			c := dial()
+			echo(c, bufio.NewReader(c))
+			c.Close()
+		}
+	})
+	b.Run("reuse", func(b *testing.B) {
+		c := dial()
+		defer c.Close()
+		r := bufio.NewReader(c)
+		for b.Loop() {
+			echo(c, r)
+		}
+	})
 }
 
 // BenchmarkCommandRoundTrip: one `true` through process.Start until its end event.

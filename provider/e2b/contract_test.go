@@ -11,10 +11,12 @@ import (
 )
 
 // TestEngineContract runs the engine contract suite on the E2B adapter, over HTTP and
-// envd's Connect protocol, against the local E2B server on the isolated local engine:
-// the server is tested through the contract it serves.
+// envd's Connect protocol, against the local E2B server on the isolated local engine
+// booting its template base from the test image: the server is tested through the
+// contract it serves.
 func TestEngineContract(t *testing.T) {
-	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP})
+	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP, Image: true})
+	srv.CheckBootsImage(t)
 	enginetest.Run(t, func(t *testing.T) engine.Engine {
 		eng, err := e2b.NewEngine(srv.Client(t), e2b.EngineOptions{Template: "base", Timeout: 10 * time.Minute})
 		if err != nil {

@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
+	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -48,26 +49,44 @@ func NewEngine(c *Client, o EngineOptions) (*Engine, error) {
 	return &Engine{c: c, o: o}, nil
 }
 
-// engineErr maps E2B's not-found answers to engine.ErrNotFound.
+// engineErr maps E2B's not-found answers to engine.ErrNotFound, and a route the
+// server does not serve (501: the local server on an engine without volumes, say) to
+// engine.ErrUnsupported.
 func engineErr(err error) error {
-	if err != nil && IsNotFound(err) {
+	var ae *e2bwire.APIError
+	switch {
+	case err == nil:
+		return nil
+	case IsNotFound(err):
 		return fmt.Errorf("%w: %v", engine.ErrNotFound, err)
+	case errors.As(err, &ae) && ae.Status == http.StatusNotImplemented:
+		return fmt.Errorf("%w: %v", engine.ErrUnsupported, err)
 	}
 	return err
 }
 
-// Capabilities: E2B pauses and snapshots; its sandboxes are VMs. No names, volumes,
-// TTY (envd has terminals; this adapter does not drive them) or raw DialPort, and envd's
-// file errors do not tell is-a-directory from not-a-directory but by their text.
+// Capabilities: E2B pauses and snapshots; its sandboxes are VMs, its volumes are
+// mounted read-write (E2B has no read-only mount), and DialPort bridges through envd
+// (dialport.go). No names or TTY (envd has terminals; this adapter does not drive
+// them), and envd's file errors do not tell is-a-directory from not-a-directory but by
+// their text.
 func (e *Engine) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Isolated: true, Pause: true, Snapshot: true, ExecKill: true}
+	return engine.Capabilities{Isolated: true, Pause: true, Snapshot: true, ExecKill: true, Volumes: true, DialPort: true}
 }
 
-// Create creates a sandbox; Spec.Name, Ports, Limits and Mounts have no E2B
-// counterpart and are refused rather than ignored.
+// Create creates a sandbox with Spec.Volumes as E2B volumeMounts; Spec.Name, Ports,
+// Limits, Mounts and a read-only volume have no E2B counterpart and are refused
+// rather than ignored.
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
-	if spec.Name != "" || len(spec.Mounts) > 0 || len(spec.Volumes) > 0 || spec.Limits != (engine.Limits{}) || spec.Image != "" {
-		return engine.Info{}, fmt.Errorf("%w: E2B sandboxes have no names, mounts, volumes, limits or images (a template goes in Spec.Snapshot)", engine.ErrUnsupported)
+	if spec.Name != "" || len(spec.Mounts) > 0 || spec.Limits != (engine.Limits{}) || spec.Image != "" {
+		return engine.Info{}, fmt.Errorf("%w: E2B sandboxes have no names, mounts, limits or images (a template goes in Spec.Snapshot)", engine.ErrUnsupported)
+	}
+	mounts := make([]e2bwire.VolumeMount, 0, len(spec.Volumes))
+	for _, v := range spec.Volumes {
+		if v.ReadOnly {
+			return engine.Info{}, fmt.Errorf("%w: volume %q at %s: E2B mounts volumes read-write only", engine.ErrUnsupported, v.Name, v.Target)
+		}
+		mounts = append(mounts, e2bwire.VolumeMount{Name: v.Name, Path: v.Target})
 	}
 	env := map[string]string{}
 	for _, kv := range spec.Env {
@@ -89,14 +108,24 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		return engine.Info{}, errors.New("create: E2B_TEMPLATE is required to create a sandbox")
 	}
 	// E2B sandboxes never share a network with anything; either flag asks for the
-	// outside.
+	// outside, and EgressHosts (with Egress) become E2B's egress rules.
 	net := spec.Network || spec.Egress
 	sb, err := e.c.Create(ctx, e2bwire.NewSandbox{TemplateID: template, Timeout: seconds(timeout), Secure: true,
-		AllowInternetAccess: &net, Metadata: spec.Labels, EnvVars: env})
+		AllowInternetAccess: &net, Metadata: spec.Labels, EnvVars: env, VolumeMounts: mounts, Network: egressRules(spec)})
 	if err != nil {
 		return engine.Info{}, engineErr(err)
 	}
 	return e.Get(ctx, sb.SandboxID)
+}
+
+// egressRules are E2B's network rules for spec.EgressHosts: the hosts are the only
+// destinations (allowOut under a denyOut of everything). None without Egress (or with
+// Network, the whole outside), and none when "*" allows any name.
+func egressRules(spec engine.Spec) *e2bwire.NetworkConfig {
+	if !spec.Egress || spec.Network || len(spec.EgressHosts) == 0 || slices.Contains(spec.EgressHosts, "*") {
+		return nil
+	}
+	return &e2bwire.NetworkConfig{AllowOut: slices.Clone(spec.EgressHosts), DenyOut: []string{e2bwire.DenyAll}}
 }
 
 func info(d e2bwire.SandboxDetail) engine.Info {
@@ -104,7 +133,11 @@ func info(d e2bwire.SandboxDetail) engine.Info {
 	if d.State == e2bwire.StatePaused {
 		st = engine.StatePaused
 	}
-	return engine.Info{ID: d.SandboxID, State: st, Created: d.StartedAt, Labels: d.Metadata, Isolated: true}
+	var vols []engine.VolumeMount
+	for _, vm := range d.VolumeMounts {
+		vols = append(vols, engine.VolumeMount{Name: vm.Name, Target: vm.Path})
+	}
+	return engine.Info{ID: d.SandboxID, State: st, Created: d.StartedAt, Labels: d.Metadata, Isolated: true, Volumes: vols}
 }
 
 // Get describes a sandbox; a killed or expired one is engine.ErrNotFound.
@@ -330,12 +363,6 @@ func (e *Engine) Terminate(ctx context.Context, id string) error {
 		return err
 	}
 	return nil
-}
-
-// DialPort is not offered: E2B exposes ports as HTTPS hosts (<port>-<id>.<domain>),
-// not raw TCP.
-func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
-	return nil, fmt.Errorf("%w: E2B exposes ports as https://%s, not raw TCP", engine.ErrUnsupported, Host(id, port, e.c.Domain()))
 }
 
 // Close releases nothing: the engine holds no connections of its own.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/internal/e2btest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/gitpush"
 )
 
@@ -37,6 +38,9 @@ func TestCreatePrivateRepoTokenless(t *testing.T) {
 			t.Fatalf("%s: %+v, %v", command, out, err)
 		}
 		return strings.TrimSpace(out.Stdout)
+	}
+	if got := sh(e2btest.MarkerCommand); got != e2btest.Marker {
+		t.Errorf("%s = %q, want the test image's marker", e2btest.MarkerCommand, got)
 	}
 	if got := sh("cat /home/user/workspace/priv/README.md"); got != "private" {
 		t.Errorf("README = %q", got)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -34,10 +33,12 @@ type fixture struct {
 	repo string // clone URL inside the sandbox
 }
 
-// newFixture starts a local E2B server with a git repo in its shared directory.
+// newFixture starts a local E2B server whose template base boots the test image
+// (e2btest.BootImage: git, Caddy and sshd, the sidecar binaries bound in by the engine),
+// with a git repo in its shared directory.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP})
+	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP, Image: true})
 	repo := filepath.Join(srv.Shared, "repo")
 	gittest.Git(t, srv.Shared, "init", "-q", "-b", "main", "repo")
 	gittest.Git(t, repo, "commit", "-q", "--allow-empty", "-m", "first")
@@ -63,6 +64,16 @@ func (f *fixture) provider(t testing.TB) *e2b.Provider {
 	return p
 }
 
+// marker is what e2btest.MarkerCommand prints in the sandbox, trimmed.
+func (f *fixture) marker(t *testing.T, p *e2b.Provider, id string) string {
+	t.Helper()
+	out, err := p.ExecCommand(t.Context(), id, []string{"sh", "-c", e2btest.MarkerCommand}, provider.ExecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(out.Stdout)
+}
+
 func (f *fixture) createOptions(session string) provider.CreateOptions {
 	return provider.CreateOptions{SessionID: session, Branch: "main",
 		Repos:   []provider.RepoSpec{{RepoURL: f.repo, WorkspacePath: "repo"}},
@@ -71,6 +82,7 @@ func (f *fixture) createOptions(session string) provider.CreateOptions {
 
 func TestContract(t *testing.T) {
 	f := newFixture(t)
+	f.srv.CheckBootsImage(t)
 	providertest.Run(t, func(t *testing.T) provider.SandboxProvider { return f.provider(t) }, providertest.Options{
 		Kind:          provider.KindE2B,
 		CreateOptions: func(t *testing.T) provider.CreateOptions { return f.createOptions("contract") },
@@ -145,9 +157,10 @@ func TestCreateClonesAndStartsSidecar(t *testing.T) {
 		t.Errorf("create = %+v, want a sidecar URL, no fallback and a future expiry", res)
 	}
 	sidecarHealthy(t, res.SandboxMCPURL)
-	if _, err := exec.LookPath("caddy"); err == nil {
-		// With Caddy in the image, the sidecar answers through the preview tunnel too.
-		sidecarHealthy(t, res.PreviewURL+"/_proliferate/mcp")
+	// Caddy is in the image: the sidecar answers through the preview tunnel too.
+	sidecarHealthy(t, res.PreviewURL+"/_proliferate/mcp")
+	if got := f.marker(t, p, res.SandboxID); got != e2btest.Marker {
+		t.Errorf("%s = %q, want the test image's marker", e2btest.MarkerCommand, got)
 	}
 
 	files, err := p.ReadFiles(ctx, res.SandboxID, "/home/user/workspace/repo/")
@@ -299,6 +312,9 @@ func TestSnapshotRestore(t *testing.T) {
 	out, err := p.ExecCommand(ctx, child.SandboxID, []string{"cat", "/home/user/workspace/repo/README.md"}, provider.ExecOptions{})
 	if err != nil || out.Stdout != "hello from the repo\n" {
 		t.Errorf("README in the restored sandbox = %q, %v", out.Stdout, err)
+	}
+	if got := f.marker(t, p, child.SandboxID); got != e2btest.Marker {
+		t.Errorf("the restored sandbox: %s = %q, want the test image's marker", e2btest.MarkerCommand, got)
 	}
 }
 

@@ -48,22 +48,10 @@ type v2Fields struct {
 	AutoResume      *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
-	Network      *networkConfig        `json:"network"`
-	IAM          json.RawMessage       `json:"iam"`
-	MCP          json.RawMessage       `json:"mcp"`
-	VolumeMounts []e2bwire.VolumeMount `json:"volumeMounts"`
-}
-
-// networkConfig is SandboxNetworkConfig; only allowPublicTraffic is honoured (false:
-// the port hosts want the sandbox's traffic access token).
-type networkConfig struct {
-	AllowOut           []string        `json:"allowOut"`
-	DenyOut            []string        `json:"denyOut"`
-	AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
-	MaskRequestHost    *string         `json:"maskRequestHost"`
-	HTTPSPorts         []int           `json:"httpsPorts"`
-	Rules              json.RawMessage `json:"rules"`
-	EgressProxy        json.RawMessage `json:"egressProxy"`
+	Network      *e2bwire.NetworkConfig `json:"network"`
+	IAM          json.RawMessage        `json:"iam"`
+	MCP          json.RawMessage        `json:"mcp"`
+	VolumeMounts []e2bwire.VolumeMount  `json:"volumeMounts"`
 }
 
 // refuseV2 names the first requested feature this server lacks; volumeMounts are
@@ -84,8 +72,8 @@ func refuseV2(f v2Fields, volumes bool) error {
 	}
 	if n := f.Network; n != nil {
 		switch {
-		case len(n.AllowOut) > 0 || len(n.DenyOut) > 0 || !isNull(n.Rules) || !isNull(n.EgressProxy):
-			return lacks("network egress rules (allowOut, denyOut, rules, egressProxy)")
+		case !isNull(n.Rules) || !isNull(n.EgressProxy):
+			return lacks("network egress rules (rules, egressProxy)")
 		case n.MaskRequestHost != nil:
 			return lacks("network.maskRequestHost")
 		case len(n.HTTPSPorts) > 0:
@@ -133,10 +121,17 @@ func (s *Server) parseNew(req newSandboxRequest, v2 bool) (*sandbox, time.Durati
 			return nil, 0, errBadRequest("metadata keys must not be empty")
 		}
 	}
+	hosts, only, err := egressRules(req.Network)
+	if err != nil {
+		return nil, 0, err
+	}
 	sb := &sandbox{id: "i" + newID(10), template: req.TemplateID, token: newID(16), metadata: req.Metadata,
 		envVars: req.EnvVars, autoPause: req.AutoPause, procs: newProcTable(), forwards: map[int]*portfwd.Forwarder{},
-		network:   s.o.Egress && (req.AllowInternet == nil || *req.AllowInternet),
+		network:   s.o.Egress && (req.AllowInternet == nil || *req.AllowInternet) && (!only || len(hosts) > 0),
 		diskPause: req.AutoPauseMemory != nil && !*req.AutoPauseMemory}
+	if sb.network && only {
+		sb.egressHosts = hosts
+	}
 	if n := req.Network; n != nil && n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic {
 		sb.traffic = newID(16)
 	}
@@ -164,7 +159,7 @@ func (s *Server) create(v2 bool) func(w http.ResponseWriter, r *http.Request) er
 			return err
 		}
 		snap := ""
-		if !s.templates[req.TemplateID] {
+		if _, ok := s.templates[req.TemplateID]; !ok {
 			snap = req.TemplateID
 		}
 		in, err := s.o.Engine.Create(r.Context(), s.spec(sb, snap))

@@ -88,7 +88,8 @@ func TestV2Routes(t *testing.T) {
 		t.Errorf("v2 connect of a paused sandbox = %d %v, want 201", code, m)
 	}
 	for _, body := range []string{
-		`{"templateID":"base","network":{"allowOut":["1.1.1.1"]}}`,
+		`{"templateID":"base","network":{"denyOut":["1.1.1.1"]}}`,
+		`{"templateID":"base","network":{"rules":{"api.example.com":[]}}}`,
 		`{"templateID":"base","autoResume":{"enabled":true}}`,
 		`{"templateID":"base","mcp":{"x":{}}}`,
 	} {

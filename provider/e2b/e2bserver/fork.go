@@ -48,7 +48,7 @@ func (s *Server) forkHandler(w http.ResponseWriter, r *http.Request) error {
 	for range count {
 		s.mu.Lock()
 		child := &sandbox{id: "i" + newID(10), template: sb.template, token: newID(16), metadata: maps.Clone(sb.metadata),
-			envVars: maps.Clone(sb.envVars), network: sb.network, traffic: trafficToken(sb.traffic), procs: newProcTable(), forwards: map[int]*portfwd.Forwarder{},
+			envVars: maps.Clone(sb.envVars), network: sb.network, egressHosts: sb.egressHosts, traffic: trafficToken(sb.traffic), procs: newProcTable(), forwards: map[int]*portfwd.Forwarder{},
 			volumes: sb.volumes}
 		s.mu.Unlock()
 		in, err := s.o.Engine.Create(r.Context(), s.spec(child, snap))

@@ -108,12 +108,29 @@ var requiredSteps = []string{"create", "timeout+info", "commands.env", "commands
 	"pty", "pause+connect", "snapshot", "fork", "kill"}
 
 // TestOfficialJSSDK runs the conformance script with each SDK version against the
-// server, and checks docs/e2b.md's table against each SDK's method list.
+// server, and checks docs/e2b.md's table against each SDK's method list; the latest
+// SDK runs it once more with the template base booting the test image.
 func TestOfficialJSSDK(t *testing.T) {
+	type run struct {
+		sdk   string
+		image bool // the template base boots e2btest.BootImage
+	}
+	var runs []run
 	for _, name := range sdkDirs {
+		runs = append(runs, run{sdk: name})
+	}
+	runs = append(runs, run{sdkDirs[len(sdkDirs)-1], true})
+	for _, r := range runs {
+		name := r.sdk
+		if r.image {
+			name += "-image"
+		}
 		t.Run(name, func(t *testing.T) {
-			node, dir := installSDK(t, name)
-			srv, _ := start(t)
+			node, dir := installSDK(t, r.sdk)
+			srv, _ := startWith(t, e2btest.Options{Image: r.image})
+			if r.image {
+				srv.CheckBootsImage(t)
+			}
 			got := runConformance(t, node, dir, srv, 0)
 			t.Logf("e2b %s", got.Version)
 			for _, s := range requiredSteps {

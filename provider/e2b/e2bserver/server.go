@@ -5,8 +5,9 @@
 // the E2b-Sandbox-Id header the SDKs send (or by a 49983-<id>.<domain> Host).
 //
 // What maps to what:
-//   - a template is the engine's base image (the names in Options.Templates, "base"
-//     by default) or a snapshot id made by POST /sandboxes/{id}/snapshots;
+//   - a template is an image the engine boots (Options.Templates: "base" is the
+//     engine's default root unless mapped to an image) or a snapshot id made by
+//     POST /sandboxes/{id}/snapshots;
 //   - pause is the engine's Pause when it has one; otherwise the sandbox is
 //     snapshotted and stopped, and connect starts it again from that snapshot under the
 //     same sandbox id: files are kept, running processes are not. The answer of such a
@@ -51,9 +52,11 @@ type Options struct {
 	APIKey string
 	// Domain is the sandbox domain reported to clients; empty means "localhost".
 	Domain string
-	// Templates are the template ids that mean the engine's base image; empty means
-	// {"base"}. Any other template id is looked up as a snapshot id.
-	Templates []string
+	// Templates map template ids to the image their sandboxes boot (engine.Spec.Image,
+	// an id or name the engine's image store resolves); an empty image is the engine's
+	// default root. Nil means {"base": ""}. Any other template id is looked up as a
+	// snapshot id. An image needs an engine with Capabilities.Images.
+	Templates map[string]string
 	// Env is added to every sandbox's environment, before the create request's
 	// envVars (PATH, say).
 	Env []string
@@ -96,7 +99,7 @@ const (
 type Server struct {
 	o             Options
 	log           *slog.Logger
-	templates     map[string]bool
+	templates     map[string]string // Options.Templates, copied
 	handler       http.Handler
 	uploads       chan struct{}   // a semaphore of Options.MaxUploads
 	watchers      chan struct{}   // a semaphore of Options.MaxWatchers
@@ -134,6 +137,9 @@ type sandbox struct {
 	// diskPause makes the timeout's pause filesystem-only (autoPauseMemory false).
 	diskPause bool
 	network   bool
+	// egressHosts, with network, are the only destinations (network.allowOut under a
+	// denyOut of everything); empty: any.
+	egressHosts []string
 	// stopped is set while a snapshot-and-stop pause holds the sandbox as stoppedSnap.
 	stopped     bool
 	stoppedSnap string
@@ -156,7 +162,15 @@ func New(o Options) (*Server, error) {
 		o.Domain = "localhost"
 	}
 	if len(o.Templates) == 0 {
-		o.Templates = []string{"base"}
+		o.Templates = map[string]string{"base": ""}
+	}
+	for name, img := range o.Templates {
+		if name == "" {
+			return nil, errors.New("e2bserver: a template id must not be empty")
+		}
+		if img != "" && !o.Engine.Capabilities().Images {
+			return nil, fmt.Errorf("e2bserver: template %q boots image %q, but the engine boots no images", name, img)
+		}
 	}
 	if o.MaxUpload <= 0 {
 		o.MaxUpload = 256 << 20
@@ -174,12 +188,9 @@ func New(o Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, log: log.With("component", "e2bserver"), templates: map[string]bool{},
+	s := &Server{o: o, log: log.With("component", "e2bserver"), templates: maps.Clone(o.Templates),
 		sandboxes: map[string]*sandbox{}, snapshots: map[string]snapshot{}, uploads: make(chan struct{}, o.MaxUploads), watchers: make(chan struct{}, o.MaxWatchers)}
 	s.base, s.stop = context.WithCancel(context.Background())
-	for _, t := range o.Templates {
-		s.templates[t] = true
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	infos, err := o.Engine.List(ctx)
@@ -441,7 +452,8 @@ func (s *Server) resume(ctx context.Context, sb *sandbox, timeout time.Duration)
 	return resumed, nil
 }
 
-// spec is the engine spec of sb, from the base image or a snapshot.
+// spec is the engine spec of sb: from snapshot when set, else from the image of sb's
+// template.
 func (s *Server) spec(sb *sandbox, snapshot string) engine.Spec {
 	env := append([]string{}, s.o.Env...)
 	for _, k := range slices.Sorted(maps.Keys(sb.envVars)) {
@@ -454,6 +466,10 @@ func (s *Server) spec(sb *sandbox, snapshot string) engine.Spec {
 	for k, v := range sb.metadata {
 		labels[labelMeta+k] = v
 	}
-	return engine.Spec{Snapshot: snapshot, Env: env, Egress: sb.network, Mounts: s.o.Mounts, Labels: labels,
+	img := ""
+	if snapshot == "" {
+		img = s.templates[sb.template]
+	}
+	return engine.Spec{Snapshot: snapshot, Image: img, Env: env, Egress: sb.network, EgressHosts: slices.Clone(sb.egressHosts), Mounts: s.o.Mounts, Labels: labels,
 		Volumes: slices.Clone(sb.volumes)}
 }

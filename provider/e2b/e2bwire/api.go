@@ -1,6 +1,7 @@
 package e2bwire
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -17,6 +18,25 @@ type NewSandbox struct {
 	Metadata            map[string]string `json:"metadata,omitempty"`
 	EnvVars             map[string]string `json:"envVars,omitempty"`
 	VolumeMounts        []VolumeMount     `json:"volumeMounts,omitempty"`
+	Network             *NetworkConfig    `json:"network,omitempty"`
+}
+
+// DenyAll is the denyOut entry that denies every IPv4 destination: with it, allowOut
+// lists the only destinations a sandbox reaches.
+const DenyAll = "0.0.0.0/0"
+
+// NetworkConfig is SandboxNetworkConfig: egress rules and the port hosts' access.
+// AllowOut entries (a CIDR block, an IP address, a domain or *.domain) take precedence
+// over DenyOut ones (CIDR blocks or IP addresses).
+type NetworkConfig struct {
+	AllowOut []string `json:"allowOut,omitempty"`
+	DenyOut  []string `json:"denyOut,omitempty"`
+	// AllowPublicTraffic false makes the port hosts want the sandbox's traffic token.
+	AllowPublicTraffic *bool           `json:"allowPublicTraffic,omitempty"`
+	MaskRequestHost    *string         `json:"maskRequestHost,omitempty"`
+	HTTPSPorts         []int           `json:"httpsPorts,omitempty"`
+	Rules              json.RawMessage `json:"rules,omitempty"`
+	EgressProxy        json.RawMessage `json:"egressProxy,omitempty"`
 }
 
 // VolumeMount is SandboxVolumeMount: the volume Name mounted at Path (absolute).

@@ -1,7 +1,9 @@
 // Package e2btest runs the local E2B server (e2bserver) on the real local engine for
 // the tests of provider/e2b and e2bserver: a loopback listener, an isolated engine in
 // a temp dir with sandbox-mcp bound in, and a shared read-only directory at /srv/shared
-// inside every sandbox (git repos to clone, say).
+// inside every sandbox (git repos to clone, say). With Options.Image the sandboxes
+// boot from BootImage in the shared test image store instead of the engine's default
+// root.
 package e2btest
 
 import (
@@ -9,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,6 +24,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bserver"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
@@ -66,6 +70,9 @@ type Server struct {
 	Server *e2bserver.Server
 	// Shared is the host directory seen at SharedDir in every sandbox.
 	Shared string
+	// Image is the id of the image the "base" template boots (Options.Image); empty:
+	// the engine's default root.
+	Image string
 }
 
 // Options configure Start.
@@ -83,6 +90,14 @@ type Options struct {
 	Egress bool
 	// MaxUpload is the server's MaxUpload; zero means its default.
 	MaxUpload int64
+	// Image makes the "base" template BootImage, built on the shared test store's
+	// Debian base (imagetest.Base: the test skips without root or mmdebstrap, and
+	// fails without mmdebstrap under $CI). The snapshots the engine commits to the
+	// store are removed when the test ends.
+	Image bool
+	// Templates are more templates of the server beside "base" (id → image; an empty
+	// image is the engine's default root).
+	Templates map[string]string
 }
 
 // noPause is the real engine with pause masked out of its capabilities.
@@ -107,12 +122,30 @@ func (n noVolumes) Capabilities() engine.Capabilities {
 // are not permitted here. Everything is stopped when the test ends.
 func Start(t testing.TB, o Options) *Server {
 	t.Helper()
-	eng, err := local.NewEngine(local.EngineOptions{DataDir: t.TempDir(), SandboxMCP: o.SandboxMCP, Logger: o.Logger})
+	eo := local.EngineOptions{DataDir: t.TempDir(), SandboxMCP: o.SandboxMCP, Logger: o.Logger}
+	var images *snapshotStore
+	if o.Image {
+		s, _ := imagetest.Base(t)
+		images = &snapshotStore{Store: s}
+		eo.Images = images
+	}
+	eng, err := local.NewEngine(eo)
 	if errors.Is(err, engine.ErrNotIsolated) {
 		t.Skipf("namespaces are not permitted here: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+	templates := maps.Clone(o.Templates)
+	if templates == nil {
+		templates = map[string]string{}
+	}
+	templates["base"] = ""
+	if images != nil {
+		if templates["base"], err = buildBootImage(t, images.Store, eng); err != nil {
+			eng.Close()
+			t.Fatal(err)
+		}
 	}
 	shared := t.TempDir()
 	var served engine.Engine = eng
@@ -123,7 +156,7 @@ func Start(t testing.TB, o Options) *Server {
 		served = noVolumes{served}
 	}
 	srv, err := e2bserver.New(e2bserver.Options{Engine: served, APIKey: APIKey, Logger: o.Logger, Egress: o.Egress, MaxUpload: o.MaxUpload,
-		Mounts: []engine.Mount{{Source: shared, Target: SharedDir, ReadOnly: true}}})
+		Templates: templates, Mounts: []engine.Mount{{Source: shared, Target: SharedDir, ReadOnly: true}}})
 	if err != nil {
 		eng.Close()
 		t.Fatal(err)
@@ -150,8 +183,11 @@ func Start(t testing.TB, o Options) *Server {
 		}
 		srv.Close()
 		eng.Close()
+		if images != nil {
+			images.removeCommitted(t)
+		}
 	})
-	return &Server{URL: "http://" + ln.Addr().String(), Engine: eng, Server: srv, Shared: shared}
+	return &Server{URL: "http://" + ln.Addr().String(), Engine: eng, Server: srv, Shared: shared, Image: templates["base"]}
 }
 
 // ClientOptions are the client settings that reach s with APIKey (sandbox hosts under

@@ -173,9 +173,20 @@ await step('files.readMissing', async () => {
 
 await step('getHost.get', async () => {
   await f.write('/home/user/www/index.html', 'served from inside')
-  // node is there: the sandbox sees the host's /usr, and this script runs on node.
-  const server = `require('http').createServer((q, s) => s.end(require('fs').readFileSync('/home/user/www' + q.url))).listen(8080, '127.0.0.1')`
-  await c.run(`exec node -e ${JSON.stringify(server)}`, { background: true })
+  // A one-file HTTP server in Perl: perl-base is in every Debian image and root.
+  await f.write('/home/user/www.pl', [
+    'use IO::Socket::INET;',
+    'my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die "listen: $!";',
+    'while (my $c = $s->accept) {',
+    '  my ($p) = (<$c> // "") =~ m{^GET (\\S+)};',
+    '  while (my $l = <$c>) { last if $l =~ /^\\r?$/ }',
+    '  open(my $f, "<", "/home/user/www$p") or do { print $c "HTTP/1.0 404 Not Found\\r\\nContent-Length: 0\\r\\n\\r\\n"; close $c; next };',
+    '  my $b = do { local $/; <$f> };',
+    '  print $c "HTTP/1.0 200 OK\\r\\nContent-Length: " . length($b) . "\\r\\nConnection: close\\r\\n\\r\\n$b";',
+    '  close $c;',
+    '}',
+  ].join('\n'))
+  await c.run('exec perl /home/user/www.pl', { background: true })
   const host = sbx.getHost(8080)
   expect(host.startsWith(`8080-${sbx.sandboxId}.`), `host ${host}`)
   let res
@@ -294,7 +305,7 @@ const refused = async (name, fn) => {
   await refused('sandbox.updateNetwork', () => s.updateNetwork({ allowOut: ['1.1.1.1'] }))
   await refused('Sandbox.deleteSnapshot', () => Sandbox.deleteSnapshot('nope'))
   await refused('Sandbox.create.volumeMounts', () => Sandbox.create('base', { volumeMounts: { '/data': 'no-such-volume' } }))
-  await refused('Sandbox.create.network', () => Sandbox.create('base', { network: { allowOut: ['1.1.1.1'] } }))
+  await refused('Sandbox.create.network', () => Sandbox.create('base', { network: { denyOut: ['1.1.1.1'] } }))
   await refused('sandbox.getMcpToken', () => s.getMcpToken())
   await s.kill()
 }
