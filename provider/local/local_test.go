@@ -182,9 +182,18 @@ func report(b Boot) map[string]provider.StepReport {
 	return m
 }
 
+// The boot plan on each root kind: clone, secret file, OpenCode config, sidecar
+// healthy behind its tunnel and refusing calls without its token, Caddy where
+// installed, a service; then terminate leaves nothing.
 func TestBootClonesAndStartsSidecar(t *testing.T) {
+	for _, k := range rootKinds {
+		t.Run(k.name, func(t *testing.T) { testBootClones(t, k) })
+	}
+}
+
+func testBootClones(t *testing.T, k rootKind) {
 	origin := gitRepo(t)
-	p := newProvider(t, nil)
+	p := k.provider(t, nil)
 	b, err := p.Boot(t.Context(), provider.CreateOptions{
 		SessionID:        "sess-1",
 		Repos:            []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "app", Branch: "feature"}},
@@ -210,19 +219,30 @@ func TestBootClonesAndStartsSidecar(t *testing.T) {
 		t.Errorf("global OpenCode config: %v", err)
 	}
 
-	resp, err := http.Get(b.SandboxMCPURL + "/api/health")
-	if err != nil {
-		t.Fatalf("GET /api/health: %v", err)
+	if k.image {
+		k.check(t, p.eng, b.SandboxID, p.o.Image)
+		checkBoundBinary(t, p, b.SandboxID)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("GET /api/health = %d, want 200", resp.StatusCode)
+	for path, want := range map[string]int{"/api/health": http.StatusOK, "/api/services": http.StatusUnauthorized} {
+		resp, err := http.Get(b.SandboxMCPURL + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s without the token = %d, want %d", path, resp.StatusCode, want)
+		}
 	}
 
 	rep := report(b)
+	// The image has Caddy and no OpenCode; the default root has the host's programs.
+	caddy, opencode := installed("caddy"), installed("opencode")
+	if k.image {
+		caddy, opencode = true, false
+	}
 	for name, want := range map[string]string{
-		"clone app": provider.StepOK, "start sandbox-mcp": provider.StepOK, "start opencode": statusIf(installed("opencode")),
-		"start caddy": statusIf(installed("caddy")), "copy tool dependencies": provider.StepSkipped, "secret file app/.env": provider.StepOK,
+		"clone app": provider.StepOK, "start sandbox-mcp": provider.StepOK, "start opencode": statusIf(opencode),
+		"start caddy": statusIf(caddy), "copy tool dependencies": provider.StepSkipped, "secret file app/.env": provider.StepOK,
 	} {
 		if got := rep[name].Status; got != want {
 			t.Errorf("step %q status = %q (%s), want %q", name, got, rep[name].Reason, want)
