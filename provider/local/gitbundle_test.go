@@ -32,11 +32,18 @@ func inSandbox(t *testing.T, p *Provider, id, command string) string {
 // (the remote demands the token) holds the token nowhere; the agent commits; the
 // host pushes to session/<id>; the remote advances and sync brings origin/main
 // up to date, still without a token inside.
+// It runs on each root kind: on the image, git is the image's, not the host's.
 func TestTokenlessSandboxPushAndSync(t *testing.T) {
+	for _, k := range rootKinds {
+		t.Run(k.name, func(t *testing.T) { testTokenless(t, k) })
+	}
+}
+
+func testTokenless(t *testing.T, k rootKind) {
 	const token = "ghs_e2e_tokenless_7d1f"
 	srv := gittest.New(t, token)
 	url := srv.CreateRepo(t, "app", map[string]string{"README.md": "private\n"})
-	p := newProvider(t, nil)
+	p := k.provider(t, nil)
 	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "sess-e2e", Branch: "main",
 		Repos: []provider.RepoSpec{{RepoURL: url, Token: token, WorkspacePath: "app"}}})
 	if err != nil {
@@ -50,6 +57,9 @@ func TestTokenlessSandboxPushAndSync(t *testing.T) {
 		t.Fatalf("clone app: %+v", r)
 	}
 	id := b.SandboxID
+	if k.image {
+		k.check(t, p.eng, id, p.o.Image)
+	}
 	repo := b.Paths.RepoDir("app")
 	if got := inSandbox(t, p, id, "git -C "+repo+" remote get-url origin"); got != url {
 		t.Errorf("origin = %q, want the plain URL %q", got, url)

@@ -154,6 +154,9 @@ func hostPath(b Boot, p string) string {
 	if rest, ok := strings.CutPrefix(p, b.Paths.Home); ok && b.Paths.Home == provider.HomeDir {
 		return b.Home + rest
 	}
+	if root, ok := strings.CutSuffix(b.Home, provider.HomeDir); ok && strings.HasPrefix(root, "/proc/") {
+		return root + p // an image sandbox: its root, through its init's
+	}
 	if rest, ok := strings.CutPrefix(p, b.Paths.Tmp); ok && b.Paths.Tmp == provider.TmpDir {
 		return filepath.Join(filepath.Dir(b.Home), "tmp") + rest
 	}
@@ -468,18 +471,28 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+// TestContract runs the provider contract suite on each root kind.
 func TestContract(t *testing.T) {
-	root := t.TempDir()
-	providertest.Run(t, func(t *testing.T) provider.SandboxProvider {
-		p := mustNew(t, Options{Root: root, SandboxMCP: sandboxMCP, KillGrace: time.Second})
-		t.Cleanup(func() { p.Close() })
-		return p
-	}, providertest.Options{
-		Kind: provider.KindLocal,
-		CreateOptions: func(t *testing.T) provider.CreateOptions {
-			return provider.CreateOptions{SessionID: "contract", Repos: []provider.RepoSpec{{RepoURL: gitRepo(t), WorkspacePath: "."}}}
-		},
-	})
+	for _, k := range rootKinds {
+		t.Run(k.name, func(t *testing.T) {
+			o := Options{Root: t.TempDir(), SandboxMCP: sandboxMCP, KillGrace: time.Second}
+			if k.image {
+				s, id := planImage(t)
+				o.Images, o.Image = s, id
+				t.Cleanup(func() { removeSnapshotImages(t, s, o.Root) })
+			}
+			providertest.Run(t, func(t *testing.T) provider.SandboxProvider {
+				p := mustNew(t, o)
+				t.Cleanup(func() { p.Close() })
+				return p
+			}, providertest.Options{
+				Kind: provider.KindLocal,
+				CreateOptions: func(t *testing.T) provider.CreateOptions {
+					return provider.CreateOptions{SessionID: "contract", Repos: []provider.RepoSpec{{RepoURL: gitRepo(t), WorkspacePath: "."}}}
+				},
+			})
+		})
+	}
 }
 
 // Sandboxes outlive the Provider that booted them: a new Provider on the same Root

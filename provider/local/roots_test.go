@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -122,5 +123,20 @@ func checkBoundBinary(t *testing.T, p *Provider, id string) {
 	inside := execOut(t, p, id, "sha256sum", SandboxMCPPath)
 	if h, _, _ := strings.Cut(string(host), " "); !strings.HasPrefix(inside, h+" ") {
 		t.Errorf("%s inside = %q, want the host's binary (%s)", SandboxMCPPath, inside, h)
+	}
+}
+
+// removeSnapshotImages removes from the shared store the images that the snapshots of
+// image sandboxes of the provider on root committed (each has its folder under
+// root/snapshots, for provider.json).
+func removeSnapshotImages(t *testing.T, s *store.Store, root string) {
+	entries, _ := os.ReadDir(filepath.Join(root, "snapshots"))
+	for _, ent := range entries {
+		if _, err := s.Get(context.Background(), ent.Name()); err != nil {
+			continue // a copy snapshot, not an image
+		}
+		if _, err := s.Remove(context.Background(), ent.Name()); err != nil {
+			t.Errorf("remove the snapshot image %s: %v", ent.Name(), err)
+		}
 	}
 }

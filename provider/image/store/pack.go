@@ -24,7 +24,7 @@ type SkipFunc func(rel string, st *syscall.Stat_t) bool
 // packLayer writes the overlayfs-form folder dir as an OCI layer tar to w, in lexical
 // order: a 0/0 character device becomes a .wh.<name> whiteout, a directory with
 // trusted.overlay.opaque=y gets a .wh..wh..opq entry, hard links within dir become
-// link entries.
+// link entries, and sockets are left out.
 func packLayer(dir string, w io.Writer, ids IDMap, skip SkipFunc) error {
 	if ids == nil {
 		ids = func(id int) int { return id }
@@ -49,6 +49,11 @@ func packLayer(dir string, w io.Writer, ids IDMap, skip SkipFunc) error {
 			return fmt.Errorf("stat %s: no unix stat", rel)
 		}
 		if skip != nil && skip(rel, st) {
+			return nil
+		}
+		if info.Mode()&fs.ModeSocket != 0 {
+			// A live program's endpoint (Caddy's admin socket in a booted sandbox's
+			// upper layer): no layer can hold one, and tar refuses it.
 			return nil
 		}
 		if info.Mode()&fs.ModeCharDevice != 0 && st.Rdev == 0 {
