@@ -67,7 +67,9 @@ func (k rootKind) provider(t *testing.T, env map[string]string) *Provider {
 	t.Helper()
 	o := Options{Root: t.TempDir(), SandboxMCP: sandboxMCP, Getenv: func(k string) string { return env[k] }}
 	if k.image {
-		o.Images, o.Image = planImage(t)
+		s, id := planImage(t)
+		o.Images, o.Image = s, id
+		t.Cleanup(func() { removeSnapshotImages(t, s, o.Root) })
 	}
 	p := mustNew(t, o)
 	t.Cleanup(func() { p.Close() })
