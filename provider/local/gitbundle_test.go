@@ -135,3 +135,31 @@ func testTokenless(t *testing.T, k rootKind) {
 		t.Errorf("the token reached files during push or sync: %s", out)
 	}
 }
+
+// A bundle clone into the workspace itself, which the image owns by the sandbox user
+// while the plan runs as root: the clone step's git still works (safe.directory), and
+// origin is the plain URL.
+func TestBundleCloneIntoUserOwnedWorkspace(t *testing.T) {
+	const token = "ghs_e2e_tokenless_ws_2c9a"
+	srv := gittest.New(t, token)
+	url := srv.CreateRepo(t, "app", map[string]string{"README.md": "private\n"})
+	k := rootKinds[1]
+	p := k.provider(t, nil)
+	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s", Branch: "main",
+		Repos: []provider.RepoSpec{{RepoURL: url, Token: token, WorkspacePath: "."}}})
+	if err != nil {
+		t.Fatalf("Boot: %v (%+v)", err, b.Report)
+	}
+	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
+	k.check(t, p.eng, b.SandboxID, p.o.Image)
+	if out := inSandbox(t, p, b.SandboxID, "stat -c %u "+b.Paths.Workspace()); out != "1000" {
+		t.Fatalf("the image's workspace belongs to %s, want the user (1000): the test checks nothing", out)
+	}
+	if r := report(b)["clone ."]; r.Status != provider.StepOK {
+		t.Fatalf("clone .: %+v", r)
+	}
+	cfg, err := p.eng.ReadFile(t.Context(), b.SandboxID, b.Paths.Workspace()+"/.git/config")
+	if err != nil || !strings.Contains(string(cfg), "url = "+url+"\n") || strings.Contains(string(cfg), token) {
+		t.Errorf(".git/config = %q, %v; want origin %s without the token", cfg, err, url)
+	}
+}

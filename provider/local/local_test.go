@@ -345,9 +345,17 @@ func TestBootCloneFallbackAndFailure(t *testing.T) {
 	}
 }
 
+// A restore with SANDBOX_GIT_PULL_ON_RESTORE pulls what the origin gained since the
+// snapshot, on each root kind (on the image, with the image's git).
 func TestRestorePullsNewCommits(t *testing.T) {
+	for _, k := range rootKinds {
+		t.Run(k.name, func(t *testing.T) { testRestorePull(t, k) })
+	}
+}
+
+func testRestorePull(t *testing.T, k rootKind) {
 	origin := gitRepo(t)
-	p := newProvider(t, map[string]string{"SANDBOX_GIT_PULL_ON_RESTORE": "true"})
+	p := k.provider(t, map[string]string{"SANDBOX_GIT_PULL_ON_RESTORE": "true"})
 	opts := provider.CreateOptions{SessionID: "s", Repos: []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "."}}, Branch: "main"}
 	first, err := p.Boot(t.Context(), opts)
 	if err != nil {
