@@ -124,15 +124,15 @@ func pullFromBundle(ctx context.Context, ex Executor, g GitBundler, s Step, remo
 func BuildBundleCloneCommand(bundle, branch, target, repoURL string) string {
 	return "git clone -q --branch " + ShellEscape(branch) + " " + ShellEscape(bundle) + " " + ShellEscape(target) +
 		"; rc=$?; rm -f " + ShellEscape(bundle) +
-		"; [ $rc -eq 0 ] && git -C " + ShellEscape(target) + " remote set-url origin " + ShellEscape(repoURL)
+		"; [ $rc -eq 0 ] && git -C " + ShellEscape(target) + " " + gitSafeDirectory + " remote set-url origin " + ShellEscape(repoURL)
 }
 
 // BuildBundlePullCommand fetches a bundle's branches into refs/remotes/origin/*
 // of target, fast-forwards branch (as git pull --ff-only) and removes the bundle.
 func BuildBundlePullCommand(bundle, branch, target string) string {
-	return "cd " + ShellEscape(target) + " && git fetch -q --no-tags " + ShellEscape(bundle) + " '+refs/heads/*:refs/remotes/origin/*'" +
+	return "cd " + ShellEscape(target) + " && git " + gitSafeDirectory + " fetch -q --no-tags " + ShellEscape(bundle) + " '+refs/heads/*:refs/remotes/origin/*'" +
 		"; rc=$?; rm -f " + ShellEscape(bundle) +
-		"; [ $rc -eq 0 ] && git merge --ff-only -q " + ShellEscape("refs/remotes/origin/"+branch) + " 2>&1"
+		"; [ $rc -eq 0 ] && git " + gitSafeDirectory + " merge --ff-only -q " + ShellEscape("refs/remotes/origin/"+branch) + " 2>&1"
 }
 
 func short(sha string) string {

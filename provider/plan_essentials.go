@@ -33,7 +33,9 @@ func (b *planBuilder) essentials() {
 	b.block(writeStep("instructions", path.Join(repoDir, ".opencode/instructions.md"), 0o644, prompt+"\n\n"+EnvInstructions))
 	b.block(writeStep("actions guide", path.Join(repoDir, ".proliferate/actions-guide.md"), 0o644, ActionsBootstrap))
 	tools := b.p.PreinstalledToolsDir()
-	b.block(Step{Name: "copy tool dependencies", Kind: StepRun, Requires: tools, TimeoutMs: ToolsCopyTimeout.Milliseconds(),
+	// Required: the tools' package.json, not their folder, which an image may make
+	// empty (image.Default does): the copy would fail there.
+	b.block(Step{Name: "copy tool dependencies", Kind: StepRun, Requires: tools + "/package.json", TimeoutMs: ToolsCopyTimeout.Milliseconds(),
 		Command: "mkdir -p " + ShellEscape(localTool) +
 			" && cp " + ShellEscape(tools+"/package.json") + " " + ShellEscape(localTool+"/") +
 			" && cp -r " + ShellEscape(tools+"/node_modules") + " " + ShellEscape(localTool+"/")})

@@ -210,8 +210,14 @@ func AuthenticatedCloneURL(repoURL, token string) string {
 
 // BuildPullCommand is the fast-forward-only pull of one repo on restore.
 func BuildPullCommand(targetDir string) string {
-	return "cd " + ShellEscape(targetDir) + " && git pull --ff-only 2>&1"
+	return "cd " + ShellEscape(targetDir) + " && git " + gitSafeDirectory + " pull --ff-only 2>&1"
 }
+
+// gitSafeDirectory is the option of the plan's git commands in an existing checkout:
+// the plan runs as root, and an image may own the workspace folder by the sandbox
+// user (image.Default does), which git refuses as "dubious ownership" (the sidecar's
+// git runs with the same option).
+const gitSafeDirectory = "-c 'safe.directory=*'"
 
 // BuildEnvApplyCommand is `proliferate env apply --spec <json>`.
 func BuildEnvApplyCommand(specJSON string) string {

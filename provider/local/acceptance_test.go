@@ -187,10 +187,17 @@ func TestAcceptanceTerminateLeavesNothing(t *testing.T) {
 }
 
 // Acceptance 3: snapshot, then a sandbox from it has the file and runs the restore
-// path of the plan (metadata read, no clone).
+// path of the plan (metadata read, no clone), on each root kind (an image sandbox's
+// snapshot is an image on top of the provider's).
 func TestAcceptanceSnapshotRestore(t *testing.T) {
+	for _, k := range rootKinds {
+		t.Run(k.name, func(t *testing.T) { testSnapshotRestore(t, k) })
+	}
+}
+
+func testSnapshotRestore(t *testing.T, k rootKind) {
 	origin := gitRepo(t)
-	p := newProvider(t, nil)
+	p := k.provider(t, nil)
 	opts := provider.CreateOptions{SessionID: "s", Repos: []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "app"}}}
 	first, err := p.Boot(t.Context(), opts)
 	if err != nil {
@@ -208,6 +215,9 @@ func TestAcceptanceSnapshotRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
+	if k.image {
+		k.check(t, p.eng, b.SandboxID, snap.SnapshotID) // the snapshot is an image on the provider's
+	}
 	if out := execOut(t, p, b.SandboxID, "cat", "/home/user/workspace/kept.txt"); out != "before\n" {
 		t.Errorf("file from before the snapshot = %q", out)
 	}

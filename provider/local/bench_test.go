@@ -15,6 +15,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
 )
 
 func benchEngine(b *testing.B) *Engine {
@@ -96,9 +97,26 @@ func (d durations) report(b *testing.B) {
 }
 
 // BenchmarkExec is the round trip of `true` in a running sandbox.
-func BenchmarkExec(b *testing.B) {
-	e := benchEngine(b)
-	info, err := e.Create(b.Context(), engine.Spec{})
+func BenchmarkExec(b *testing.B) { benchExec(b, false) }
+
+// BenchmarkExecImage is BenchmarkExec in a sandbox of the boot plan's test image.
+func BenchmarkExecImage(b *testing.B) { benchExec(b, true) }
+
+func benchExec(b *testing.B, image bool) {
+	var spec engine.Spec
+	var e *Engine
+	if image {
+		s, id := planImage(b)
+		var err error
+		if e, err = NewEngine(EngineOptions{DataDir: b.TempDir(), SandboxMCP: sandboxMCP, Images: s}); err != nil {
+			b.Skip(err)
+		}
+		b.Cleanup(func() { e.Close() })
+		spec.Image = id
+	} else {
+		e = benchEngine(b)
+	}
+	info, err := e.Create(b.Context(), spec)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -206,8 +224,18 @@ func sandboxPIDs(st boxState) []int {
 // plan (no repo: clone time excluded), then terminate outside the timer. It reports
 // the resident memory of the idle sandbox (init, sandbox-mcp and, when installed,
 // Caddy) and of its init alone.
-func BenchmarkBootHealthy(b *testing.B) {
-	p := mustNew(b, Options{Root: b.TempDir(), SandboxMCP: sandboxMCP})
+func BenchmarkBootHealthy(b *testing.B) { benchBoot(b, false) }
+
+// BenchmarkBootHealthyImage is BenchmarkBootHealthy from the cached boot plan's test
+// image (planImage: Caddy is the image's, sandbox-mcp is bound in).
+func BenchmarkBootHealthyImage(b *testing.B) { benchBoot(b, true) }
+
+func benchBoot(b *testing.B, image bool) {
+	o := Options{Root: b.TempDir(), SandboxMCP: sandboxMCP}
+	if image {
+		o.Images, o.Image = planImage(b)
+	}
+	p := mustNew(b, o)
 	defer p.Close()
 	var rss, initRSS, n int
 	var d durations
@@ -219,6 +247,11 @@ func BenchmarkBootHealthy(b *testing.B) {
 		}
 		d = append(d, time.Since(start))
 		b.StopTimer()
+		if image {
+			if got, err := p.eng.ReadFile(b.Context(), bt.SandboxID, imagetest.PlanMarkerPath); err != nil || string(got) != imagetest.PlanMarker+"\n" {
+				b.Fatalf("sandbox %s lacks the image's marker (%q, %v)", bt.SandboxID, got, err)
+			}
+		}
 		time.Sleep(200 * time.Millisecond) // idle
 		if bx, err := p.eng.lookup(bt.SandboxID); err == nil {
 			rss += rssKiB(sandboxPIDs(bx.st))

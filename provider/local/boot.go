@@ -138,7 +138,11 @@ func (p *Provider) Boot(ctx context.Context, opts provider.CreateOptions) (Boot,
 // create creates the sandbox of a boot on the engine.
 func (p *Provider) create(ctx context.Context, opts provider.CreateOptions) (engine.Info, error) {
 	spec := p.spec()
-	spec.Snapshot = opts.SnapshotID
+	if opts.SnapshotID != "" {
+		// A snapshot brings its root: an image sandbox's is an image on top of the
+		// provider's Image, which the engine refuses beside it.
+		spec.Image, spec.Snapshot = "", opts.SnapshotID
+	}
 	spec.Labels = map[string]string{"session": opts.SessionID}
 	if !p.o.Unisolated {
 		// Its own network (the fixed ports are its own), the outside through the

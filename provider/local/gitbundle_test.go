@@ -32,11 +32,18 @@ func inSandbox(t *testing.T, p *Provider, id, command string) string {
 // (the remote demands the token) holds the token nowhere; the agent commits; the
 // host pushes to session/<id>; the remote advances and sync brings origin/main
 // up to date, still without a token inside.
+// It runs on each root kind: on the image, git is the image's, not the host's.
 func TestTokenlessSandboxPushAndSync(t *testing.T) {
+	for _, k := range rootKinds {
+		t.Run(k.name, func(t *testing.T) { testTokenless(t, k) })
+	}
+}
+
+func testTokenless(t *testing.T, k rootKind) {
 	const token = "ghs_e2e_tokenless_7d1f"
 	srv := gittest.New(t, token)
 	url := srv.CreateRepo(t, "app", map[string]string{"README.md": "private\n"})
-	p := newProvider(t, nil)
+	p := k.provider(t, nil)
 	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "sess-e2e", Branch: "main",
 		Repos: []provider.RepoSpec{{RepoURL: url, Token: token, WorkspacePath: "app"}}})
 	if err != nil {
@@ -50,6 +57,9 @@ func TestTokenlessSandboxPushAndSync(t *testing.T) {
 		t.Fatalf("clone app: %+v", r)
 	}
 	id := b.SandboxID
+	if k.image {
+		k.check(t, p.eng, id, p.o.Image)
+	}
 	repo := b.Paths.RepoDir("app")
 	if got := inSandbox(t, p, id, "git -C "+repo+" remote get-url origin"); got != url {
 		t.Errorf("origin = %q, want the plain URL %q", got, url)
@@ -123,5 +133,33 @@ func TestTokenlessSandboxPushAndSync(t *testing.T) {
 	}
 	if out := inSandbox(t, p, id, "grep -rlF "+token+" "+b.Paths.Home+" "+b.Paths.Tmp+" 2>/dev/null; true"); out != "" {
 		t.Errorf("the token reached files during push or sync: %s", out)
+	}
+}
+
+// A bundle clone into the workspace itself, which the image owns by the sandbox user
+// while the plan runs as root: the clone step's git still works (safe.directory), and
+// origin is the plain URL.
+func TestBundleCloneIntoUserOwnedWorkspace(t *testing.T) {
+	const token = "ghs_e2e_tokenless_ws_2c9a"
+	srv := gittest.New(t, token)
+	url := srv.CreateRepo(t, "app", map[string]string{"README.md": "private\n"})
+	k := rootKinds[1]
+	p := k.provider(t, nil)
+	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s", Branch: "main",
+		Repos: []provider.RepoSpec{{RepoURL: url, Token: token, WorkspacePath: "."}}})
+	if err != nil {
+		t.Fatalf("Boot: %v (%+v)", err, b.Report)
+	}
+	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
+	k.check(t, p.eng, b.SandboxID, p.o.Image)
+	if out := inSandbox(t, p, b.SandboxID, "stat -c %u "+b.Paths.Workspace()); out != "1000" {
+		t.Fatalf("the image's workspace belongs to %s, want the user (1000): the test checks nothing", out)
+	}
+	if r := report(b)["clone ."]; r.Status != provider.StepOK {
+		t.Fatalf("clone .: %+v", r)
+	}
+	cfg, err := p.eng.ReadFile(t.Context(), b.SandboxID, b.Paths.Workspace()+"/.git/config")
+	if err != nil || !strings.Contains(string(cfg), "url = "+url+"\n") || strings.Contains(string(cfg), token) {
+		t.Errorf(".git/config = %q, %v; want origin %s without the token", cfg, err, url)
 	}
 }

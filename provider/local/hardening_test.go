@@ -11,10 +11,21 @@ import (
 )
 
 // Root inside cannot make or open block devices, reach the kernel's keyrings, make
-// namespaces (no nested user namespace, so no mounts either) or mount.
+// namespaces (no nested user namespace, so no mounts either) or mount, on every root
+// kind: the image's own programs are refused as the host's are.
 func TestSandboxHardening(t *testing.T) {
-	e := newTestEngine(t)
-	info := createBox(t, e, engine.Spec{})
+	for _, k := range rootKinds {
+		t.Run(k.name, func(t *testing.T) { testHardening(t, k) })
+	}
+}
+
+func testHardening(t *testing.T, k rootKind) {
+	e, base := k.engine(t)
+	info := k.create(t, e, base, engine.Spec{})
+	// Each check below must fail for the right reason, not for a missing program.
+	if out, code := sh(t, e, info.ID, "bash", "-c", "for p in mknod perl unshare mount hostname df; do command -v $p >/dev/null || echo missing $p; done"); code != 0 || out != "" {
+		t.Fatalf("programs of the checks inside: %q (exit %d)", out, code)
+	}
 	for _, tc := range []struct{ name, script string }{
 		{"mknod a block device", "mknod /tmp/sda b 8 0"},
 		{"mknod on /dev/shm", "mknod /dev/shm/sda b 8 0"},

@@ -2,6 +2,7 @@ package local
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -300,9 +301,18 @@ func waitGone(st boxState, timeout time.Duration) error {
 	}
 }
 
+// procLeft says whether a process of the sandbox is still in /proc: its init, or a
+// process of its cgroups (init enters them before it starts anything), or, without
+// cgroups, of its pid namespace. The cgroups come first because a namespace's inode
+// number is free again once the namespace is gone, and another sandbox of the machine
+// may get it: its processes are not this one's.
 func procLeft(st boxState) bool {
 	if start, _, ok := procStart(st.Pid); ok && start == st.PidStart {
 		return true
+	}
+	if len(st.Cgroups) > 0 {
+		b, err := os.ReadFile(filepath.Join(st.Cgroups[0], "cgroup.procs"))
+		return err == nil && len(bytes.TrimSpace(b)) > 0
 	}
 	if st.PidNS == "" {
 		return false

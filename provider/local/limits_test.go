@@ -55,10 +55,16 @@ func TestLimitsDefaultsAndRefusals(t *testing.T) {
 }
 
 // --memory 256M: a process allocating 400 MB is killed, init and the other processes
-// of the sandbox live on.
+// of the sandbox live on (on every root kind).
 func TestLimitsMemoryKillsTheHog(t *testing.T) {
-	e := newTestEngine(t)
-	info := createBox(t, e, engine.Spec{Limits: engine.Limits{MemoryBytes: 256 << 20}})
+	for _, k := range rootKinds {
+		t.Run(k.name, func(t *testing.T) { testMemoryLimit(t, k) })
+	}
+}
+
+func testMemoryLimit(t *testing.T, k rootKind) {
+	e, base := k.engine(t)
+	info := k.create(t, e, base, engine.Spec{Limits: engine.Limits{MemoryBytes: 256 << 20}})
 	if info.Applied.MemoryBytes != 256<<20 {
 		t.Fatalf("applied %+v", info.Applied)
 	}
@@ -74,10 +80,17 @@ func TestLimitsMemoryKillsTheHog(t *testing.T) {
 	}
 }
 
-// --pids 200: a fork bomb ends at the limit; the host is unaffected.
+// --pids 200: a fork bomb ends at the limit; the host is unaffected (on every root
+// kind).
 func TestLimitsPidsContainForkBomb(t *testing.T) {
-	e := newTestEngine(t)
-	info := createBox(t, e, engine.Spec{Limits: engine.Limits{Pids: 200, CPUMillis: 500}})
+	for _, k := range rootKinds {
+		t.Run(k.name, func(t *testing.T) { testForkBomb(t, k) })
+	}
+}
+
+func testForkBomb(t *testing.T, k rootKind) {
+	e, base := k.engine(t)
+	info := k.create(t, e, base, engine.Spec{Limits: engine.Limits{Pids: 200, CPUMillis: 500}})
 	if info.Applied.Pids != 200 || (e.cg.v1["cpu"] != "" || e.cg.v2 != "") && info.Applied.CPUMillis != 500 {
 		t.Fatalf("applied %+v", info.Applied)
 	}
@@ -121,20 +134,24 @@ func exec0(prog string) error {
 }
 
 // A sandbox's writes end at its disk: ENOSPC inside, no more than that on the host.
+// On an image the home is in the overlay, whose upper layer is on that disk. (The
+// GiB case runs on the default root only: the disk is the same mechanism.)
 func TestLimitsDisk(t *testing.T) {
-	e := newTestEngine(t)
 	for _, tc := range []struct {
 		name          string
+		kind          rootKind
 		disk, writeMB int64
 	}{
-		{"64 MiB", 64 << 20, 128},
-		{"1 GiB (acceptance)", 1 << 30, 2048},
+		{"64 MiB", rootKinds[0], 64 << 20, 128},
+		{"64 MiB image", rootKinds[1], 64 << 20, 128},
+		{"1 GiB (acceptance)", rootKinds[0], 1 << 30, 2048},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if testing.Short() && tc.disk > 64<<20 {
 				t.Skip("writes a GiB")
 			}
-			info := createBox(t, e, engine.Spec{Limits: engine.Limits{DiskBytes: tc.disk}})
+			e, base := tc.kind.engine(t)
+			info := tc.kind.create(t, e, base, engine.Spec{Limits: engine.Limits{DiskBytes: tc.disk}})
 			if info.Applied.DiskBytes != tc.disk {
 				t.Errorf("applied %+v", info.Applied)
 			}

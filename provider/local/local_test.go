@@ -154,6 +154,9 @@ func hostPath(b Boot, p string) string {
 	if rest, ok := strings.CutPrefix(p, b.Paths.Home); ok && b.Paths.Home == provider.HomeDir {
 		return b.Home + rest
 	}
+	if root, ok := strings.CutSuffix(b.Home, provider.HomeDir); ok && strings.HasPrefix(root, "/proc/") {
+		return root + p // an image sandbox: its root, through its init's
+	}
 	if rest, ok := strings.CutPrefix(p, b.Paths.Tmp); ok && b.Paths.Tmp == provider.TmpDir {
 		return filepath.Join(filepath.Dir(b.Home), "tmp") + rest
 	}
@@ -182,9 +185,18 @@ func report(b Boot) map[string]provider.StepReport {
 	return m
 }
 
+// The boot plan on each root kind: clone, secret file, OpenCode config, sidecar
+// healthy behind its tunnel and refusing calls without its token, Caddy where
+// installed, a service; then terminate leaves nothing.
 func TestBootClonesAndStartsSidecar(t *testing.T) {
+	for _, k := range rootKinds {
+		t.Run(k.name, func(t *testing.T) { testBootClones(t, k) })
+	}
+}
+
+func testBootClones(t *testing.T, k rootKind) {
 	origin := gitRepo(t)
-	p := newProvider(t, nil)
+	p := k.provider(t, nil)
 	b, err := p.Boot(t.Context(), provider.CreateOptions{
 		SessionID:        "sess-1",
 		Repos:            []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "app", Branch: "feature"}},
@@ -210,19 +222,30 @@ func TestBootClonesAndStartsSidecar(t *testing.T) {
 		t.Errorf("global OpenCode config: %v", err)
 	}
 
-	resp, err := http.Get(b.SandboxMCPURL + "/api/health")
-	if err != nil {
-		t.Fatalf("GET /api/health: %v", err)
+	if k.image {
+		k.check(t, p.eng, b.SandboxID, p.o.Image)
+		checkBoundBinary(t, p, b.SandboxID)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("GET /api/health = %d, want 200", resp.StatusCode)
+	for path, want := range map[string]int{"/api/health": http.StatusOK, "/api/services": http.StatusUnauthorized} {
+		resp, err := http.Get(b.SandboxMCPURL + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s without the token = %d, want %d", path, resp.StatusCode, want)
+		}
 	}
 
 	rep := report(b)
+	// The image has Caddy and no OpenCode; the default root has the host's programs.
+	caddy, opencode := installed("caddy"), installed("opencode")
+	if k.image {
+		caddy, opencode = true, false
+	}
 	for name, want := range map[string]string{
-		"clone app": provider.StepOK, "start sandbox-mcp": provider.StepOK, "start opencode": statusIf(installed("opencode")),
-		"start caddy": statusIf(installed("caddy")), "copy tool dependencies": provider.StepSkipped, "secret file app/.env": provider.StepOK,
+		"clone app": provider.StepOK, "start sandbox-mcp": provider.StepOK, "start opencode": statusIf(opencode),
+		"start caddy": statusIf(caddy), "copy tool dependencies": provider.StepSkipped, "secret file app/.env": provider.StepOK,
 	} {
 		if got := rep[name].Status; got != want {
 			t.Errorf("step %q status = %q (%s), want %q", name, got, rep[name].Reason, want)
@@ -322,9 +345,17 @@ func TestBootCloneFallbackAndFailure(t *testing.T) {
 	}
 }
 
+// A restore with SANDBOX_GIT_PULL_ON_RESTORE pulls what the origin gained since the
+// snapshot, on each root kind (on the image, with the image's git).
 func TestRestorePullsNewCommits(t *testing.T) {
+	for _, k := range rootKinds {
+		t.Run(k.name, func(t *testing.T) { testRestorePull(t, k) })
+	}
+}
+
+func testRestorePull(t *testing.T, k rootKind) {
 	origin := gitRepo(t)
-	p := newProvider(t, map[string]string{"SANDBOX_GIT_PULL_ON_RESTORE": "true"})
+	p := k.provider(t, map[string]string{"SANDBOX_GIT_PULL_ON_RESTORE": "true"})
 	opts := provider.CreateOptions{SessionID: "s", Repos: []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "."}}, Branch: "main"}
 	first, err := p.Boot(t.Context(), opts)
 	if err != nil {
@@ -448,18 +479,28 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+// TestContract runs the provider contract suite on each root kind.
 func TestContract(t *testing.T) {
-	root := t.TempDir()
-	providertest.Run(t, func(t *testing.T) provider.SandboxProvider {
-		p := mustNew(t, Options{Root: root, SandboxMCP: sandboxMCP, KillGrace: time.Second})
-		t.Cleanup(func() { p.Close() })
-		return p
-	}, providertest.Options{
-		Kind: provider.KindLocal,
-		CreateOptions: func(t *testing.T) provider.CreateOptions {
-			return provider.CreateOptions{SessionID: "contract", Repos: []provider.RepoSpec{{RepoURL: gitRepo(t), WorkspacePath: "."}}}
-		},
-	})
+	for _, k := range rootKinds {
+		t.Run(k.name, func(t *testing.T) {
+			o := Options{Root: t.TempDir(), SandboxMCP: sandboxMCP, KillGrace: time.Second}
+			if k.image {
+				s, id := planImage(t)
+				o.Images, o.Image = s, id
+				t.Cleanup(func() { removeSnapshotImages(t, s, o.Root) })
+			}
+			providertest.Run(t, func(t *testing.T) provider.SandboxProvider {
+				p := mustNew(t, o)
+				t.Cleanup(func() { p.Close() })
+				return p
+			}, providertest.Options{
+				Kind: provider.KindLocal,
+				CreateOptions: func(t *testing.T) provider.CreateOptions {
+					return provider.CreateOptions{SessionID: "contract", Repos: []provider.RepoSpec{{RepoURL: gitRepo(t), WorkspacePath: "."}}}
+				},
+			})
+		})
+	}
 }
 
 // Sandboxes outlive the Provider that booted them: a new Provider on the same Root

@@ -31,10 +31,16 @@ func hostStatus(t *testing.T, pid int) (string, string) {
 }
 
 // Root inside is a non-zero uid on the host; the user inside is too, and both own
-// their files.
+// their files, on every root kind.
 func TestUserNamespace(t *testing.T) {
-	e := newTestEngine(t)
-	info := createBox(t, e, engine.Spec{})
+	for _, k := range rootKinds {
+		t.Run(k.name, func(t *testing.T) { testUserNamespace(t, k) })
+	}
+}
+
+func testUserNamespace(t *testing.T, k rootKind) {
+	e, base := k.engine(t)
+	info := k.create(t, e, base, engine.Spec{})
 	bx, _ := e.lookup(info.ID)
 	root := strconv.Itoa(rules.HostIDBase)
 	for _, tc := range []struct {

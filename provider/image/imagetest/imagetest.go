@@ -1,5 +1,6 @@
-// Package imagetest gives tests of any package the Debian base image, built once per
-// machine (mmdebstrap, about 20 s) and cached in a shared test data dir:
+// Package imagetest gives tests of any package the Debian base image (Base), built
+// once per machine (mmdebstrap, about 20 s), and the boot plan's test image (Default:
+// the sandbox image without our binaries), both cached in a shared test data dir:
 // $SANDBOX_TEST_IMAGES, else $TMPDIR/sandbox-mcp-test-images. A file lock makes
 // concurrent test packages wait for one build instead of each running their own.
 package imagetest

@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,6 +156,9 @@ func TestPackUnpackRoundTrip(t *testing.T) {
 	must(unix.Mknod(filepath.Join(src, "gone"), unix.S_IFCHR, 0))
 	must(os.Mkdir(filepath.Join(src, "opaque"), 0o755))
 	must(unix.Setxattr(filepath.Join(src, "opaque"), opaqueXattr, []byte("y"), 0))
+	ln, err := net.Listen("unix", filepath.Join(src, "a/sock"))
+	must(err)
+	defer ln.Close()
 	var buf bytes.Buffer
 	must(packLayer(src, &buf, nil, nil))
 	dst := filepath.Join(t.TempDir(), "l")
@@ -176,6 +181,9 @@ func TestPackUnpackRoundTrip(t *testing.T) {
 	}
 	if v, _ := lgetxattr(filepath.Join(dst, "opaque"), opaqueXattr); v != "y" {
 		t.Errorf("opaque dir lost its xattr")
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "a/sock")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a socket was packed: %v", err)
 	}
 }
 

@@ -3,9 +3,11 @@ package runplantest
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,6 +74,7 @@ func TestSameReportsEverywhere(t *testing.T) {
 		"modal": modalTarget(ctx, t, eo),
 		"e2b":   e2bTarget(ctx, t, eo),
 	}
+	targets["local-image"] = localImageTarget(ctx, t, eo)
 	reports := map[string][]provider.StepReport{}
 	for name, tg := range targets {
 		rep, err := provider.RunPlan(ctx, plan(), tg, provider.RunOptions{})
@@ -99,7 +102,10 @@ func TestSameReportsEverywhere(t *testing.T) {
 		t.Errorf("local: look output = %q, want %q", got, w)
 	}
 	ignore := cmpopts.IgnoreFields(provider.StepReport{}, "DurationMs")
-	for _, name := range []string{"modal", "e2b"} {
+	for _, name := range slices.Sorted(maps.Keys(reports)) {
+		if name == "local" {
+			continue
+		}
 		if diff := cmp.Diff(want, reports[name], ignore); diff != "" {
 			t.Errorf("%s reports differ from local (-local +%s):\n%s", name, name, diff)
 		}
