@@ -27,7 +27,7 @@ func benchClient(b *testing.B) *e2b.Client {
 
 // BenchmarkCreateHealthy: provider create (fresh sandbox, scratch workspace, boot plan
 // through envd) until sandbox-mcp answers through its tunnel, then terminate; on the
-// engine's default root and on the test image (e2btest.BootImage: Caddy and sshd
+// engine's default root and on the test image (imagetest.PlanImage: Caddy and sshd
 // start too).
 func BenchmarkCreateHealthy(b *testing.B) {
 	for _, img := range []bool{false, true} {

@@ -34,7 +34,7 @@ type fixture struct {
 }
 
 // newFixture starts a local E2B server whose template base boots the test image
-// (e2btest.BootImage: git, Caddy and sshd, the sidecar binaries bound in by the engine),
+// (imagetest.PlanImage: git, Caddy and sshd, the sidecar binaries bound in by the engine),
 // with a git repo in its shared directory.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()

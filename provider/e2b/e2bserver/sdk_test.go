@@ -113,7 +113,7 @@ var requiredSteps = []string{"create", "timeout+info", "commands.env", "commands
 func TestOfficialJSSDK(t *testing.T) {
 	type run struct {
 		sdk   string
-		image bool // the template base boots e2btest.BootImage
+		image bool // the template base boots imagetest.PlanImage
 	}
 	var runs []run
 	for _, name := range sdkDirs {

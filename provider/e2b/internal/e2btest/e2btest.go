@@ -2,7 +2,7 @@
 // the tests of provider/e2b and e2bserver: a loopback listener, an isolated engine in
 // a temp dir with sandbox-mcp bound in, and a shared read-only directory at /srv/shared
 // inside every sandbox (git repos to clone, say). With Options.Image the sandboxes
-// boot from BootImage in the shared test image store instead of the engine's default
+// boot from the test image (imagetest.PlanImage) in the shared test image store instead of the engine's default
 // root.
 package e2btest
 
@@ -90,7 +90,7 @@ type Options struct {
 	Egress bool
 	// MaxUpload is the server's MaxUpload; zero means its default.
 	MaxUpload int64
-	// Image makes the "base" template BootImage, built on the shared test store's
+	// Image makes the "base" template the test image (imagetest.PlanImage), built on the shared test store's
 	// Debian base (imagetest.Base: the test skips without root or mmdebstrap, and
 	// fails without mmdebstrap under $CI). The snapshots the engine commits to the
 	// store are removed when the test ends.
@@ -142,10 +142,17 @@ func Start(t testing.TB, o Options) *Server {
 	}
 	templates["base"] = ""
 	if images != nil {
-		if templates["base"], err = buildBootImage(t, images.Store, eng); err != nil {
-			eng.Close()
-			t.Fatal(err)
-		}
+		// A build that fails ends the test here: close the engine first.
+		func() {
+			ok := false
+			defer func() {
+				if !ok {
+					eng.Close()
+				}
+			}()
+			templates["base"] = bootImage(t, eng)
+			ok = true
+		}()
 	}
 	shared := t.TempDir()
 	var served engine.Engine = eng

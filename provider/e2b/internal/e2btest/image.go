@@ -3,78 +3,37 @@ package e2btest
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
-	"github.com/proliferate-ai/sandbox-mcp/provider/image"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/build"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
-	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// MarkerPath holds Marker in BootImage and nowhere else: a sandbox that reads it runs
-// on the image's root, not on the engine's default root (the host's userland).
+// The tests that boot from an image use imagetest.PlanImage (image.Default without
+// our binaries, which the engine binds in, plus a marker file), the same image the
+// local engine's and the providers' tests boot: its steps are cached by content key
+// in the shared store, so the apt step runs once per machine for all of them.
 const (
-	MarkerPath = "/etc/sandbox-mcp-e2btest-image"
-	Marker     = "booted from the e2btest image"
+	// MarkerPath holds Marker in the test image and nowhere else: a sandbox that
+	// reads it runs on the image's root, not on the engine's default root.
+	MarkerPath = imagetest.PlanMarkerPath
+	Marker     = imagetest.PlanMarker
 )
 
-// BootImageName tags BootImage in the shared test store, so that removing a snapshot
-// made on it never removes it (or its cached steps) as an untagged ancestor.
-const BootImageName = "e2btest-boot"
-
-// BootImage is the image of the tests that boot from an image: the sandbox image
-// (image.Default: git, Caddy, sshd, the sandbox user and the platform's folders) on
-// the Debian base, without our binaries, which the engine binds in as it does for any
-// image that lacks them, and with a marker file only this image has. Its steps are
-// cached by content key in the shared store: the apt step runs once per machine.
-func BootImage() image.Image {
-	img := image.Default()
-	img.Name, img.Header, img.Expose, img.Cmd = BootImageName, "", nil, nil
-	img.From = imagetest.BaseRef
-	img.Steps = slices.DeleteFunc(slices.Clone(img.Steps), func(s image.Step) bool { return s.Kind == image.KindBinary })
-	img.Steps = append(img.Steps, image.Run("echo '"+Marker+"' > "+MarkerPath))
-	return img
-}
-
-// buildBootImage builds BootImage into s (run steps in sandboxes of eng) under a file
-// lock, so concurrent test packages wait for one build; it returns the image's id.
-func buildBootImage(t testing.TB, s *store.Store, eng *local.Engine) (string, error) {
+// bootImage builds (or finds cached) the test image in s, running its steps in
+// sandboxes of eng, and returns its id.
+func bootImage(t testing.TB, eng *local.Engine) string {
 	t.Helper()
-	f, err := os.OpenFile(filepath.Join(imagetest.Dir(), "e2btest-boot.lock"), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		return "", err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	var progress strings.Builder
-	start := time.Now()
-	res, err := build.Build(ctx, BootImage(), build.Options{Store: s, Progress: &progress,
-		Runner: build.EngineRunner{Engine: eng, IDs: store.ShiftedIDs(rules.HostIDBase, rules.IDCount)}})
-	if err != nil {
-		return "", fmt.Errorf("build the test image: %w\n%s", err, progress.String())
-	}
-	if res.Built() > 0 {
-		t.Logf("built the test image %s (%d steps) in %v", res.ID[:12], res.Built(), time.Since(start).Round(time.Millisecond))
-	}
-	return res.ID, nil
+	_, id := imagetest.Default(t, func(testing.TB, *store.Store) build.BuildEngine { return eng })
+	return id
 }
 
 // snapshotStore is the shared store as the engine's images, keeping the ids of the
@@ -116,7 +75,7 @@ func (s *snapshotStore) removeCommitted(t testing.TB) {
 const MarkerCommand = "cat " + MarkerPath + " 2>/dev/null || echo no marker"
 
 // CheckBootsImage fails the test unless a sandbox of the template base runs on
-// BootImage's root (its marker file); the sandbox is killed afterwards.
+// the test image's root (its marker file); the sandbox is killed afterwards.
 func (s *Server) CheckBootsImage(t testing.TB) {
 	t.Helper()
 	c := s.Client(t)
