@@ -38,6 +38,8 @@ func Default() Image {
 			"chmod 0700 "+rules.CaddyAdminDir,
 			"chown -R "+u+":"+u+" "+home,
 		).With("The platform's folders; Caddy's admin socket folder is 0700 (Caddy 2.6 has no socket mode option)."),
+		Run("git config --system --add safe.directory '*'").
+			With("The workspace belongs to the user while root (the boot plan, an agent's sudo) runs git in it\ntoo; the user can become root anyway, so git's ownership check guards nothing here."),
 	}
 	for _, b := range Binaries {
 		steps = append(steps, Binary(b))

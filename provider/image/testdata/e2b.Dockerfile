@@ -29,6 +29,10 @@ RUN mkdir -p /home/user/workspace /home/user/.proliferate/caddy/admin /home/user
  && chmod 0700 /home/user/.proliferate/caddy/admin \
  && chown -R user:user /home/user
 
+# The workspace belongs to the user while root (the boot plan, an agent's sudo) runs git in it
+# too; the user can become root anyway, so git's ownership check guards nothing here.
+RUN git config --system --add safe.directory '*'
+
 COPY dist/linux_amd64/sandbox-mcp /usr/local/bin/sandbox-mcp
 
 COPY dist/linux_amd64/proliferate /usr/local/bin/proliferate
