@@ -17,6 +17,10 @@ const (
 	CoderunWorkspace = "/workspace"
 	// CoderunREPLLog receives the REPL server's stderr (V8's out-of-memory report).
 	CoderunREPLLog = "/tmp/coderun-repl.log"
+	// CoderunBuildCA holds the host's CA certificates in the sandbox that builds the
+	// dependency snapshot from a slim image (for a TLS-inspecting proxy on the way to
+	// the npm registry); /run is not part of a snapshot.
+	CoderunBuildCA = "/run/coderun-host-ca.pem"
 	// PortCoderunREPL is the REPL server's loopback port inside the sandbox.
 	PortCoderunREPL = 4790
 )

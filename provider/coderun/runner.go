@@ -28,7 +28,12 @@ type Options struct {
 	Config Config
 	// Engine runs the sandboxes. Required.
 	Engine engine.Engine
-	// DataDir holds the search index, the snapshot registry, the sessions' sandbox
+	// Images is the engine's image store (see ImageStore): on an engine with
+	// Capabilities.Images, the dependency snapshot is then an image named
+	// deps-<configHash> on Config.Image. Without it, a copy snapshot registered in
+	// DataDir/snapshots.json.
+	Images ImageStore
+	// DataDir holds the search index, the copy snapshots' registry, the sessions' sandbox
 	// ids (so a session outlives the process) and, on an engine without volumes,
 	// host-directory volumes. Required.
 	DataDir string
