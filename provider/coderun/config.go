@@ -13,7 +13,6 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider/image"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -27,8 +26,10 @@ type Config struct {
 	// Mode is lazy (sandbox on the first run_code, the default) or warm (with the session).
 	Mode string
 	// Image is the base image (a name or id in the engine's image store) the dependency
-	// snapshot is built on when the engine boots images (default image.DefaultFrom,
-	// the sandbox image's base); an engine without images ignores it.
+	// snapshot is built on when the engine boots images. Empty means image.DefaultFrom,
+	// the sandbox image's base, when the store has it (else a copy snapshot); set, it
+	// must be there or, for debian:<suite>[-slim], be buildable with mmdebstrap. An
+	// engine without images ignores it.
 	Image string
 	// VolumeTTL: a session volume unused this long is deleted (default 30 min).
 	VolumeTTL time.Duration
@@ -164,9 +165,6 @@ func Parse(data []byte, getenv func(string) string) (Config, error) {
 	if c.Mode == "" {
 		c.Mode = "lazy"
 	}
-	if c.Image == "" {
-		c.Image = image.DefaultFrom
-	}
 	var errs []error
 	positive := func(name string, v *int, set func(int)) {
 		if v == nil {
@@ -225,7 +223,7 @@ func (c Config) validate() []error {
 	if c.Mode != "lazy" && c.Mode != "warm" {
 		errs = append(errs, fmt.Errorf("mode %q: want lazy or warm", c.Mode))
 	}
-	if !imageRef.MatchString(c.Image) || len(c.Image) > 255 {
+	if c.Image != "" && (!imageRef.MatchString(c.Image) || len(c.Image) > 255) {
 		errs = append(errs, fmt.Errorf("image %q: want an image name or id (letters, digits and ._-:/@)", c.Image))
 	}
 	if c.MemoryMB < 128 {

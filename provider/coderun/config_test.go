@@ -40,7 +40,7 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Enabled: true, Provider: "local", Mode: "lazy", Image: "debian:bookworm-slim", VolumeTTL: 30 * time.Minute, VolumeCapacityMB: 300,
+	want := Config{Enabled: true, Provider: "local", Mode: "lazy", VolumeTTL: 30 * time.Minute, VolumeCapacityMB: 300,
 		Timeout: 300 * time.Second, MemoryMB: 1280, Dependencies: []Dependency{{Package: "@linear/sdk", Version: "latest",
 			Docs: []string{"https://linear.app/developers/sdk.md"}, SecretEnv: "LINEAR_API_KEY", Secret: "lin_secret", Hosts: []string{"api.linear.app"}}}}
 	if diff := cmp.Diff(want, c); diff != "" {
@@ -65,7 +65,7 @@ func TestParseOffAndDefaults(t *testing.T) {
 		{"empty document", "", Config{}},
 		{"no sandbox section", "[model]\nname = 'x'\n", Config{}},
 		{"disabled", "[sandbox]\nenabled = false\nmemory_mb = -1\n", Config{}},
-		{"defaults", "[sandbox]\nenabled = true\n", Config{Enabled: true, Provider: "local", Mode: "lazy", Image: "debian:bookworm-slim", VolumeTTL: DefaultVolumeTTL,
+		{"defaults", "[sandbox]\nenabled = true\n", Config{Enabled: true, Provider: "local", Mode: "lazy", VolumeTTL: DefaultVolumeTTL,
 			VolumeCapacityMB: DefaultVolumeCapacityMB, Timeout: DefaultTimeout, MemoryMB: DefaultMemoryMB}},
 		{"an image", "[sandbox]\nenabled = true\nimage = 'registry.test/base:1'\n", Config{Enabled: true, Provider: "local", Mode: "lazy",
 			Image: "registry.test/base:1", VolumeTTL: DefaultVolumeTTL, VolumeCapacityMB: DefaultVolumeCapacityMB, Timeout: DefaultTimeout, MemoryMB: DefaultMemoryMB}},

@@ -154,8 +154,13 @@ func hasMmdebstrap() bool {
 	return err == nil
 }
 
-// fixtureDepsImages are the deps-* images the shared store had before the tests.
-var fixtureDepsImages map[string]bool
+// fixtureDepsImages are the ids of the deps-* images the shared store had before the
+// tests; depsNames are the names of the dependency images the tests' runners use.
+var (
+	fixtureDepsImages map[string]bool
+	depsMu            sync.Mutex
+	depsNames         = map[string]bool{}
+)
 
 // depsImages are the ids of the store's deps-* images.
 func depsImages(s *store.Store) map[string]bool {
@@ -172,13 +177,18 @@ func depsImages(s *store.Store) map[string]bool {
 }
 
 // removeNewDepsImages removes the dependency images the tests built from the shared
-// store (the next test binary builds its own, as it would a copy snapshot).
+// store (the next test binary builds its own, as it would a copy snapshot). Only the
+// names of this binary's runners: another test binary may be using its own.
 func removeNewDepsImages() {
-	for id := range depsImages(fixtureImages) {
-		if !fixtureDepsImages[id] {
-			if _, err := fixtureImages.Remove(context.Background(), id); err != nil {
-				fmt.Fprintln(os.Stderr, "remove dependency image:", err)
-			}
+	depsMu.Lock()
+	defer depsMu.Unlock()
+	for name := range depsNames {
+		in, err := fixtureImages.Get(context.Background(), name)
+		if err != nil || fixtureDepsImages[in.ID] {
+			continue
+		}
+		if _, err := fixtureImages.Remove(context.Background(), in.ID); err != nil {
+			fmt.Fprintln(os.Stderr, "remove dependency image:", err)
 		}
 	}
 }
@@ -211,6 +221,11 @@ func newCopyRunner(t testing.TB, c Config, o Options) (*Runner, *strings.Builder
 	r, err := New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r.imageStore() != nil {
+		depsMu.Lock()
+		depsNames[r.SnapshotName()] = true
+		depsMu.Unlock()
 	}
 	t.Cleanup(func() { r.Close() })
 	t.Cleanup(func() { sweep(t, r) })

@@ -30,8 +30,8 @@ type Options struct {
 	Engine engine.Engine
 	// Images is the engine's image store (see ImageStore): on an engine with
 	// Capabilities.Images, the dependency snapshot is then an image named
-	// deps-<configHash> on Config.Image. Without it, a copy snapshot registered in
-	// DataDir/snapshots.json.
+	// deps-<configHash> on Config.Image (see chooseBase). Without it, a copy snapshot
+	// registered in DataDir/snapshots.json.
 	Images ImageStore
 	// DataDir holds the search index, the copy snapshots' registry, the sessions' sandbox
 	// ids (so a session outlives the process) and, on an engine without volumes,
@@ -73,6 +73,10 @@ type Runner struct {
 	eng   engine.Engine
 	store *docsearch.Store
 	log   *slog.Logger
+	// images is the store of the dependency image and base its base; nil and "" for
+	// a copy snapshot (see chooseBase).
+	images ImageStore
+	base   string
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -133,6 +137,10 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("new coderun: %w", err)
 	}
+	base, err := chooseBase(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("new coderun: %w", err)
+	}
 	var emb *docsearch.Embedder
 	if e := o.Config.Embeddings; e != nil {
 		emb = &docsearch.Embedder{URL: e.URL, Model: e.Model, Key: e.Key.Value(), Client: o.HTTPClient}
@@ -142,7 +150,10 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		return nil, fmt.Errorf("new coderun: %w", err)
 	}
 	r := &Runner{o: o, cfg: o.Config, eng: o.Engine, store: store, log: o.Logger.With("component", "coderun"),
-		sessions: map[string]*Session{}, stop: make(chan struct{})}
+		sessions: map[string]*Session{}, stop: make(chan struct{}), base: base}
+	if base != "" {
+		r.images = o.Images
+	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	if o.ReapEvery > 0 {
 		r.wg.Add(1)

@@ -69,7 +69,7 @@ func (r *Runner) ConfigHash() string {
 		fmt.Fprintln(h, k+"@"+runtimePackages[k])
 	}
 	if r.imageStore() != nil {
-		fmt.Fprintln(h, "image="+r.cfg.Image)
+		fmt.Fprintln(h, "image="+r.base)
 	}
 	h.Write(replScript)
 	return hex.EncodeToString(h.Sum(nil))[:16]

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/debian"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -32,23 +33,41 @@ type ImageStore interface {
 
 // imageStore is the store the dependency snapshot is an image in, or nil (a copy
 // snapshot).
-func (r *Runner) imageStore() ImageStore {
-	if r.o.Images != nil && r.eng.Capabilities().Images {
-		return r.o.Images
+func (r *Runner) imageStore() ImageStore { return r.images }
+
+// chooseBase decides, once per Runner, whether the dependency snapshot is an image:
+// with an image store on an engine that boots images, and Config.Image set or the
+// default base (image.DefaultFrom) in the store. It returns the base's reference, or
+// "" for a copy snapshot.
+func chooseBase(ctx context.Context, o Options) (string, error) {
+	if o.Images == nil || !o.Engine.Capabilities().Images {
+		return "", nil
 	}
-	return nil
+	if o.Config.Image != "" {
+		return o.Config.Image, nil
+	}
+	_, err := o.Images.ResolveImage(ctx, image.DefaultFrom)
+	if errors.Is(err, engine.ErrNotFound) {
+		o.Logger.Info("the dependency snapshot is a copy: the default base image is not in the image store",
+			"image", image.DefaultFrom)
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("base image %s: %w", image.DefaultFrom, err)
+	}
+	return image.DefaultFrom, nil
 }
 
 // lookupImage finds the image name in the store.
 func (r *Runner) lookupImage(ctx context.Context, name string) (SnapshotInfo, bool, error) {
 	fs, err := r.o.Images.ResolveImage(ctx, name)
 	if errors.Is(err, engine.ErrNotFound) {
-		return SnapshotInfo{Name: name, Image: true, Base: r.cfg.Image}, false, nil
+		return SnapshotInfo{Name: name, Image: true, Base: r.base}, false, nil
 	}
 	if err != nil {
 		return SnapshotInfo{}, false, fmt.Errorf("dependency image %s: %w", name, err)
 	}
-	return SnapshotInfo{Name: name, ID: fs.ID, Image: true, Base: r.cfg.Image, Reused: true}, true, nil
+	return SnapshotInfo{Name: name, ID: fs.ID, Image: true, Base: r.base, Reused: true}, true, nil
 }
 
 // buildImage builds the dependency snapshot as an image on Config.Image and names it.
@@ -75,14 +94,14 @@ func (r *Runner) buildImage(ctx context.Context, name string) (SnapshotInfo, err
 	if err := r.o.Images.Tag(ctx, id, name); err != nil {
 		return SnapshotInfo{}, fmt.Errorf("name the dependency image: %w", err)
 	}
-	return SnapshotInfo{Name: name, ID: id, Image: true, Base: r.cfg.Image}, nil
+	return SnapshotInfo{Name: name, ID: id, Image: true, Base: r.base}, nil
 }
 
-// baseImage resolves Config.Image; a Debian base (debian:<suite>[-slim]) the store
-// lacks is built with mmdebstrap when the store is a provider/image/store.Store, as
-// the image builder does.
+// baseImage resolves the base; a Debian base (debian:<suite>[-slim]) the store lacks
+// is built with mmdebstrap when the store is a provider/image/store.Store, as the
+// image builder does.
 func (r *Runner) baseImage(ctx context.Context) (string, error) {
-	ref := r.cfg.Image
+	ref := r.base
 	fs, err := r.o.Images.ResolveImage(ctx, ref)
 	if err == nil {
 		return fs.ID, nil

@@ -3,6 +3,7 @@ package coderun
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -151,4 +154,62 @@ func TestSnapshotIsImage(t *testing.T) {
 		t.Errorf("the build's CA file or REPL log is in the image: %q", out.String())
 	}
 	t.Logf("build:\n%s", progress)
+}
+
+// noImages hides the engine's images.
+type noImages struct{ *local.Engine }
+
+func (e noImages) Capabilities() engine.Capabilities {
+	c := e.Engine.Capabilities()
+	c.Images = false
+	return c
+}
+
+// The dependency snapshot is an image only with an image store, on an engine that
+// boots images, and with a base: the configured one, or the default when the store
+// has it. A configured base the store lacks is an error of the build, not a copy.
+func TestChooseBase(t *testing.T) {
+	eng := needRuntime(t)
+	if fixtureImages == nil {
+		t.Skip("no image store here (root and mmdebstrap)")
+	}
+	empty, err := store.Open(store.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		image  string
+		eng    engine.Engine
+		images ImageStore
+		want   string
+	}{
+		{"no store", "", eng, nil, ""},
+		{"an engine without images", "", noImages{eng}, fixtureImages, ""},
+		{"the default base in the store", "", eng, fixtureImages, imagetest.BaseRef},
+		{"the default base not in the store", "", eng, empty, ""},
+		{"a configured base", "registry.test/base:1", eng, empty, "registry.test/base:1"},
+		{"a configured base, no images", "registry.test/base:1", noImages{eng}, fixtureImages, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := testConfig(t, "")
+			c.Image = tt.image
+			r, err := New(t.Context(), Options{Config: c, Engine: tt.eng, Images: tt.images, DataDir: t.TempDir(), ReapEvery: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if r.base != tt.want || (r.imageStore() != nil) != (tt.want != "") {
+				t.Errorf("base %q (store %v), want %q", r.base, r.imageStore() != nil, tt.want)
+			}
+			if tt.image == "" || tt.want == "" {
+				return
+			}
+			_, err = r.EnsureSnapshot(t.Context())
+			if err == nil || !strings.Contains(err.Error(), "base image registry.test/base:1") || !errors.Is(err, engine.ErrNotFound) {
+				t.Errorf("EnsureSnapshot on a missing base = %v", err)
+			}
+		})
+	}
 }
