@@ -1,6 +1,7 @@
 package coderun
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -233,13 +234,16 @@ type sessionState struct {
 }
 
 // withState runs f on the sessions file under an exclusive lock shared by every
-// process on this DataDir; f's changes are saved when it returns nil.
+// process on this DataDir; f's changes are saved when it returns nil. A file f left as
+// it was is not rewritten (a write syncs the file and its directory: a few ms each, and
+// a run_code reads the state several times).
 func (r *Runner) withState(f func(m map[string]*sessionState) error) error {
 	return r.locked("sessions", func() error {
 		path := filepath.Join(r.o.DataDir, "sessions.json")
 		m := map[string]*sessionState{}
-		if b, err := os.ReadFile(path); err == nil {
-			if err := json.Unmarshal(b, &m); err != nil {
+		old, err := os.ReadFile(path)
+		if err == nil {
+			if err := json.Unmarshal(old, &m); err != nil {
 				return fmt.Errorf("read %s: %w", path, err)
 			}
 		} else if !errors.Is(err, os.ErrNotExist) {
@@ -249,6 +253,9 @@ func (r *Runner) withState(f func(m map[string]*sessionState) error) error {
 			return err
 		}
 		b, _ := json.MarshalIndent(m, "", "  ")
+		if old != nil && bytes.Equal(b, old) {
+			return nil
+		}
 		return atomicfile.WriteFile(path, b, 0o600)
 	})
 }
