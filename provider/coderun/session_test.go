@@ -137,6 +137,9 @@ func TestFailuresKeepTheSessionUsable(t *testing.T) {
 			if res.Success || !strings.Contains(res.Error, tt.want) {
 				t.Errorf("RunCode(%q) = %+v, want an error with %q", tt.code, res, tt.want)
 			}
+			if strings.Contains(res.Error, rules.CoderunDepsDir+"/repl.") {
+				t.Errorf("RunCode(%q): the error shows the REPL server's own frames: %q", tt.code, res.Error)
+			}
 			if res := run(t, s, "1 + 1"); !res.Success || string(res.Result) != "2" {
 				t.Errorf("the call after %s = %+v", tt.name, res)
 			}

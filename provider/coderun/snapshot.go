@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -71,6 +72,7 @@ func (r *Runner) ConfigHash() string {
 	if r.imageStore() != nil {
 		fmt.Fprintln(h, "image="+r.base)
 	}
+	fmt.Fprintln(h, "repl bundled")
 	h.Write(replScript)
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
@@ -231,23 +233,26 @@ func (r *Runner) buildSnapshot(ctx context.Context, spec engine.Spec, env []stri
 		}
 	}()
 	files := append([]sandboxFile{{rules.CoderunDeno, bin, 0o755}, {path.Join(rules.CoderunDepsDir, "package.json"), r.packageJSON(), 0o644},
-		{rules.CoderunREPL, replScript, 0o644}}, extra...)
+		{rules.CoderunREPLSource, replScript, 0o644}}, extra...)
 	for _, f := range files {
 		if err := r.eng.WriteFile(ctx, info.ID, f.path, f.data, f.mode); err != nil {
 			return "", err
 		}
 	}
 	fmt.Fprintf(r.o.Progress, "deno install (%d packages)\n", len(r.cfg.Dependencies)+len(runtimePackages))
-	var out bytes.Buffer
-	w := io.MultiWriter(r.o.Progress, &out)
-	code, err := r.eng.Exec(ctx, info.ID, engine.ExecRequest{Argv: []string{rules.CoderunDeno, "install"},
-		Cwd: rules.CoderunDepsDir, Env: append([]string{"DENO_DIR=" + rules.CoderunDenoDir, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}, env...),
-		Timeout: 15 * time.Minute, Stdout: w, Stderr: w})
-	if err != nil {
-		return "", fmt.Errorf("deno install: %w", err)
+	env = append([]string{"DENO_DIR=" + rules.CoderunDenoDir, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}, env...)
+	if err := r.buildStep(ctx, info.ID, env, rules.CoderunDeno, "install"); err != nil {
+		return "", err
 	}
-	if code != 0 {
-		return "", fmt.Errorf("deno install: exit code %d: %s", code, tail(out.String(), 2000))
+	// One module instead of the packages' many: the REPL starts ~50-100 ms sooner.
+	// (esbuild, which deno bundle fetches from the registry, stays out of the image.)
+	fmt.Fprintf(r.o.Progress, "bundling the REPL server\n")
+	if err := r.buildStep(ctx, info.ID, env, rules.CoderunDeno, "bundle", "--quiet", "--node-modules-dir=manual",
+		"-o", rules.CoderunREPL, rules.CoderunREPLSource); err != nil {
+		return "", err
+	}
+	if err := r.buildStep(ctx, info.ID, nil, "sh", "-c", `rm -rf "$0"/npm/*/@esbuild "$0"/npm/*/esbuild`, rules.CoderunDenoDir); err != nil {
+		return "", err
 	}
 	// One run of the REPL fills Deno's code cache (in DENO_DIR, part of the snapshot),
 	// so session REPLs start faster. Without secrets: nothing of them may land in the
@@ -266,6 +271,22 @@ func (r *Runner) buildSnapshot(ctx context.Context, spec engine.Spec, env []stri
 	}
 	fmt.Fprintf(r.o.Progress, "snapshotting\n")
 	return r.eng.Snapshot(ctx, info.ID)
+}
+
+// buildStep runs argv in the build sandbox's dependency directory; its output goes to
+// Progress, and its tail into the error of a failure.
+func (r *Runner) buildStep(ctx context.Context, sandbox string, env []string, argv ...string) error {
+	var out bytes.Buffer
+	w := io.MultiWriter(r.o.Progress, &out)
+	code, err := r.eng.Exec(ctx, sandbox, engine.ExecRequest{Argv: argv, Cwd: rules.CoderunDepsDir, Env: env,
+		Timeout: 15 * time.Minute, Stdout: w, Stderr: w})
+	if err != nil {
+		return fmt.Errorf("%s: %w", strings.Join(argv[:2], " "), err)
+	}
+	if code != 0 {
+		return fmt.Errorf("%s: exit code %d: %s", strings.Join(argv[:2], " "), code, tail(out.String(), 2000))
+	}
+	return nil
 }
 
 // hostDeno returns the host path of the native Deno binary of the npm package `deno`,

@@ -113,8 +113,8 @@ func loseSnapshot(t *testing.T, r *Runner, snap SnapshotInfo) {
 
 // On an engine that boots images, the dependency snapshot is an image on the
 // configured base, named deps-<configHash> in the engine's store: Deno's native (glibc)
-// binary runs on the Debian slim root, node_modules are in it, and neither the host's
-// CA file of the build nor the build's REPL log is.
+// binary runs on the Debian slim root, node_modules and the REPL's bundle are in it,
+// and neither the host's CA file of the build, its REPL log nor the bundler is.
 func TestSnapshotIsImage(t *testing.T) {
 	needRuntime(t)
 	if fixtureImages == nil {
@@ -140,18 +140,18 @@ func TestSnapshotIsImage(t *testing.T) {
 	}
 	defer r.eng.Terminate(context.Background(), box.ID)
 	var out strings.Builder
-	script := rules.CoderunDeno + " --version; ls " + rules.CoderunDepsDir + "/node_modules; cat /etc/debian_version; " +
-		"ls " + rules.CoderunBuildCA + " " + rules.CoderunREPLLog + " 2>&1"
+	script := rules.CoderunDeno + " --version; ls " + rules.CoderunDepsDir + "/node_modules " + rules.CoderunREPL + "; cat /etc/debian_version; " +
+		"for f in " + rules.CoderunBuildCA + " " + rules.CoderunREPLLog + " " + rules.CoderunDenoDir + "/npm/*/@esbuild; do test -e $f && echo left: $f; done"
 	if _, err := r.eng.Exec(ctx, box.ID, engine.ExecRequest{Argv: []string{"sh", "-c", script}, Stdout: &out, Stderr: &out}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"deno " + DefaultDenoVersion, "is-odd", "sucrase", "12.", "No such file"} {
+	for _, want := range []string{"deno " + DefaultDenoVersion, "is-odd", "sucrase", rules.CoderunREPL, "12."} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("in a sandbox of the image: %q lacks %q", out.String(), want)
 		}
 	}
-	if strings.Count(out.String(), "No such file") != 2 {
-		t.Errorf("the build's CA file or REPL log is in the image: %q", out.String())
+	if strings.Contains(out.String(), "left:") {
+		t.Errorf("the build's CA file, REPL log or esbuild is in the image: %q", out.String())
 	}
 	t.Logf("build:\n%s", progress)
 }
