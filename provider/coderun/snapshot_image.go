@@ -16,7 +16,7 @@ import (
 
 // The dependency snapshot as an image: on an engine that boots images
 // (Capabilities.Images) and whose image store the runner has (Options.Images), the
-// build sandbox boots from Config.Image, Deno and node_modules go into its upper
+// build sandbox boots from the base (chooseBase), Deno and node_modules go into its upper
 // layer, and the engine's Snapshot of it commits that layer as an image on the base,
 // which the store names deps-<configHash>. Sessions boot it with Spec.Image: the
 // layers are shared, nothing is copied. The name in the store is the registry: a
@@ -70,7 +70,7 @@ func (r *Runner) lookupImage(ctx context.Context, name string) (SnapshotInfo, bo
 	return SnapshotInfo{Name: name, ID: fs.ID, Image: true, Base: r.base, Reused: true}, true, nil
 }
 
-// buildImage builds the dependency snapshot as an image on Config.Image and names it.
+// buildImage builds the dependency snapshot as an image on the base and names it.
 func (r *Runner) buildImage(ctx context.Context, name string) (SnapshotInfo, error) {
 	base, err := r.baseImage(ctx)
 	if err != nil {
