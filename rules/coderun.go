@@ -8,8 +8,11 @@ const (
 	CoderunDepsDir = HomeDir + "/.coderun"
 	// CoderunDeno is the Deno binary (the native one from the npm package `deno`).
 	CoderunDeno = CoderunDepsDir + "/bin/deno"
-	// CoderunREPL is the REPL server script.
-	CoderunREPL = CoderunDepsDir + "/repl.ts"
+	// CoderunREPLSource is the REPL server's TypeScript source.
+	CoderunREPLSource = CoderunDepsDir + "/repl.ts"
+	// CoderunREPL is the REPL server that runs: its source bundled with its packages
+	// into one module (faster to load than the packages' many).
+	CoderunREPL = CoderunDepsDir + "/repl.js"
 	// CoderunDenoDir is DENO_DIR, Deno's cache.
 	CoderunDenoDir = CoderunDepsDir + "/cache"
 	// CoderunWorkspace is where the session's volume is mounted; code may read and
@@ -17,6 +20,10 @@ const (
 	CoderunWorkspace = "/workspace"
 	// CoderunREPLLog receives the REPL server's stderr (V8's out-of-memory report).
 	CoderunREPLLog = "/tmp/coderun-repl.log"
+	// CoderunBuildCA holds the host's CA certificates in the sandbox that builds the
+	// dependency snapshot from a slim image (for a TLS-inspecting proxy on the way to
+	// the npm registry); /run is not part of a snapshot.
+	CoderunBuildCA = "/run/coderun-host-ca.pem"
 	// PortCoderunREPL is the REPL server's loopback port inside the sandbox.
 	PortCoderunREPL = 4790
 )

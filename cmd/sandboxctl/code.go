@@ -18,6 +18,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/internal/version"
 	"github.com/proliferate-ai/sandbox-mcp/provider/coderun"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
@@ -57,12 +58,16 @@ func (o *codeOptions) openRunner(cmd *cobra.Command, a *app, reap time.Duration,
 	if cmd.Flags().Changed("provider") {
 		provider = a.provider
 	}
-	eng, closeEng, err := a.codeEngine(cmd.Context(), provider)
+	eng, images, closeEng, err := a.codeEngine(cmd.Context(), provider)
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := coderun.New(cmd.Context(), coderun.Options{Config: cfg, Engine: eng, DataDir: filepath.Join(a.dataDir, "coderun"),
-		Progress: a.stderr, Logger: a.logger(), ReapEvery: reap, Spares: spares})
+	ro := coderun.Options{Config: cfg, Engine: eng, DataDir: filepath.Join(a.dataDir, "coderun"),
+		Progress: a.stderr, Logger: a.logger(), ReapEvery: reap, Spares: spares}
+	if images != nil {
+		ro.Images = images // a nil *store.Store would be a non-nil ImageStore
+	}
+	r, err := coderun.New(cmd.Context(), ro)
 	if err != nil {
 		closeEng()
 		return nil, nil, err
@@ -71,23 +76,34 @@ func (o *codeOptions) openRunner(cmd *cobra.Command, a *app, reap time.Duration,
 }
 
 // codeEngine is the engine of a provider. The local engine is opened without the
-// boot plan's binaries: code execution does not need sandbox-mcp.
-func (a *app) codeEngine(ctx context.Context, provider string) (engine.Engine, func(), error) {
+// boot plan's binaries (code execution does not need sandbox-mcp) and, isolated, with
+// the data dir's image store, which it returns too: the dependency snapshot is an
+// image there when the store has its base.
+func (a *app) codeEngine(ctx context.Context, provider string) (engine.Engine, *store.Store, func(), error) {
 	if provider != "local" {
 		b, err := a.open(ctx, provider)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		return b.Engine, b.close, nil
+		return b.Engine, nil, b.close, nil
 	}
-	e, err := local.NewEngine(local.EngineOptions{DataDir: a.dataDir, Unisolated: a.unisolated, Logger: a.logger()})
+	o := local.EngineOptions{DataDir: a.dataDir, Unisolated: a.unisolated, Logger: a.logger()}
+	var images *store.Store
+	if !a.unisolated {
+		s, err := a.openImageStore()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		o.Images, images = s, s
+	}
+	e, err := local.NewEngine(o)
 	if errors.Is(err, engine.ErrNotIsolated) {
-		return nil, nil, fmt.Errorf("%w\nsandboxctl --unisolated runs sandboxes as plain host processes, without isolation", err)
+		return nil, nil, nil, fmt.Errorf("%w\nsandboxctl --unisolated runs sandboxes as plain host processes, without isolation", err)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return e, func() { e.Close() }, nil
+	return e, images, func() { e.Close() }, nil
 }
 
 func newCmdCodeRun(a *app, o *codeOptions) *cobra.Command {

@@ -13,7 +13,9 @@ import (
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
+	"github.com/proliferate-ai/sandbox-mcp/provider/coderun"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
@@ -29,8 +31,9 @@ Verify each delivery's signature header before you trust the payload.
 `
 
 // codeSetup writes a config whose docs come from the test's own server and returns
-// its path, the data dir and the environment.
-func codeSetup(t *testing.T) (config, dataDir string, getenv func(string) string) {
+// its path, the data dir and the environment, and whether the data dir has the shared
+// test image store (codeImages).
+func codeSetup(t *testing.T) (config, dataDir string, getenv func(string) string, images bool) {
 	t.Helper()
 	requireNamespaces(t)
 	if _, err := exec.LookPath("npm"); err != nil {
@@ -49,13 +52,58 @@ func codeSetup(t *testing.T) (config, dataDir string, getenv func(string) string
 		t.Fatal(err)
 	}
 	dataDir = filepath.Join(dir, "data")
+	env := map[string]string{"HOME": dir, "TINY_TOKEN": "tiny-secret-0042", "PATH": os.Getenv("PATH")}
+	getenv = func(k string) string { return env[k] }
+	images = codeImages(t, config, dataDir, getenv)
 	t.Cleanup(func() {
 		if err := cleanupCode(dataDir); err != nil {
 			t.Errorf("clean up the engine: %v", err)
 		}
 	})
-	env := map[string]string{"HOME": dir, "TINY_TOKEN": "tiny-secret-0042", "PATH": os.Getenv("PATH")}
-	return config, dataDir, func(k string) string { return env[k] }
+	return config, dataDir, getenv, images
+}
+
+// codeImages links the shared test image store into the data dir where it can be had
+// (root and mmdebstrap; required in CI), so `code` builds the dependency snapshot as
+// an image on its Debian base. The image is removed before the test (one a crashed
+// run left) and after it (the caller's later cleanups end the sandboxes first).
+func codeImages(t *testing.T, config, dataDir string, getenv func(string) string) bool {
+	t.Helper()
+	if _, err := exec.LookPath("mmdebstrap"); os.Geteuid() != 0 || err != nil && os.Getenv("CI") == "" {
+		return false
+	}
+	s, _ := imagetest.Base(t)
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(imagetest.Dir(), "store"), filepath.Join(dataDir, "images")); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := coderun.LoadFile(config, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := local.NewEngine(local.EngineOptions{DataDir: dataDir, Images: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	r, err := coderun.New(t.Context(), coderun.Options{Config: cfg, Engine: e, Images: s, DataDir: t.TempDir(), ReapEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := r.SnapshotName()
+	r.Close()
+	remove := func() {
+		if in, err := s.Get(context.Background(), name); err == nil {
+			if _, err := s.Remove(context.Background(), in.ID); err != nil {
+				t.Errorf("remove the dependency image: %v", err)
+			}
+		}
+	}
+	remove()
+	t.Cleanup(remove)
+	return true
 }
 
 func runCLI(t *testing.T, getenv func(string) string, stdin string, args ...string) (stdout, stderr string, code int) {
@@ -66,7 +114,7 @@ func runCLI(t *testing.T, getenv func(string) string, stdin string, args ...stri
 }
 
 func TestCodeCLI(t *testing.T) {
-	config, dataDir, getenv := codeSetup(t)
+	config, dataDir, getenv, images := codeSetup(t)
 	base := []string{"--data-dir", dataDir, "-v", "code"}
 	cli := func(stdin string, args ...string) (string, string, int) {
 		return runCLI(t, getenv, stdin, append(append(append([]string(nil), base...), args...), "--config", config)...)
@@ -75,9 +123,10 @@ func TestCodeCLI(t *testing.T) {
 	var snap struct {
 		Name   string `json:"name"`
 		Reused bool   `json:"reused"`
+		Image  bool   `json:"image"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &snap) != nil || !strings.HasPrefix(snap.Name, "deps-") || snap.Reused {
-		t.Fatalf("code snapshot = %d %q %s", code, out, errOut)
+	if code != 0 || json.Unmarshal([]byte(out), &snap) != nil || !strings.HasPrefix(snap.Name, "deps-") || snap.Reused || snap.Image != images {
+		t.Fatalf("code snapshot = %d %q %s; want a new one, an image: %v", code, out, errOut, images)
 	}
 	if !strings.Contains(errOut, "deno install") || !strings.Contains(errOut, "3 new") {
 		t.Errorf("snapshot progress lacks the install or the docs: %s", errOut)
@@ -133,7 +182,7 @@ func TestCodeCLI(t *testing.T) {
 
 // The MCP Inspector's CLI lists the three tools and calls them.
 func TestCodeMCPInspector(t *testing.T) {
-	config, dataDir, getenv := codeSetup(t)
+	config, dataDir, getenv, _ := codeSetup(t)
 	inspector := installInspector(t)
 	bin := filepath.Join(testutil.Commands(t, "sandboxctl"), "sandboxctl")
 	server := filepath.Join(t.TempDir(), "server.sh")

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // p50 reports the median of durations as p50-ms.
@@ -16,10 +18,32 @@ func p50(b *testing.B, d []time.Duration) {
 	}
 }
 
+// benchRunner is newRunner of the snapshot kind: "image" (skipped without the image
+// store) or "copy".
+func benchRunner(b *testing.B, kind string, c Config, o Options) *Runner {
+	if kind == "copy" {
+		r, _ := newCopyRunner(b, c, o)
+		return r
+	}
+	if needRuntime(b); fixtureImages == nil {
+		b.Skip("no image store here (root and mmdebstrap)")
+	}
+	r, _ := newRunner(b, c, o)
+	return r
+}
+
+var snapshotKinds = []string{"image", "copy"}
+
 // BenchmarkFirstRunCode is the first run_code of a new session: a sandbox from the
-// snapshot, the volume mounted, the REPL started, 1+1 evaluated.
+// snapshot (an image, or a copy), the volume mounted, the REPL started, 1+1 evaluated.
 func BenchmarkFirstRunCode(b *testing.B) {
-	r, _ := newRunner(b, testConfig(b, ""), Options{ReapEvery: -1})
+	for _, kind := range snapshotKinds {
+		b.Run(kind, func(b *testing.B) { benchFirstRunCode(b, kind) })
+	}
+}
+
+func benchFirstRunCode(b *testing.B, kind string) {
+	r := benchRunner(b, kind, testConfig(b, ""), Options{ReapEvery: -1})
 	ctx := context.Background()
 	if _, err := r.EnsureSnapshot(ctx); err != nil {
 		b.Fatal(err)
@@ -69,24 +93,30 @@ func BenchmarkWarmRunCode(b *testing.B) {
 }
 
 // BenchmarkSnapshotReuse is a restart: open a Runner on the data dir and find the
-// dependency snapshot already built.
+// dependency snapshot already built (in the image store, or the copy registry).
 func BenchmarkSnapshotReuse(b *testing.B) {
+	for _, kind := range snapshotKinds {
+		b.Run(kind, func(b *testing.B) { benchSnapshotReuse(b, kind) })
+	}
+}
+
+func benchSnapshotReuse(b *testing.B, kind string) {
 	c := testConfig(b, "")
-	r, _ := newRunner(b, c, Options{ReapEvery: -1})
+	r := benchRunner(b, kind, c, Options{ReapEvery: -1})
 	if _, err := r.EnsureSnapshot(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	var lat []time.Duration
 	for b.Loop() {
 		start := time.Now()
-		r2, err := New(context.Background(), Options{Config: c, Engine: r.eng, DataDir: r.o.DataDir, ReapEvery: -1})
+		r2, err := New(context.Background(), Options{Config: c, Engine: r.eng, Images: r.o.Images, DataDir: r.o.DataDir, ReapEvery: -1})
 		if err != nil {
 			b.Fatal(err)
 		}
 		info, err := r2.EnsureSnapshot(context.Background())
 		lat = append(lat, time.Since(start))
 		r2.Close()
-		if err != nil || !info.Reused {
+		if err != nil || !info.Reused || info.Image != (kind == "image") {
 			b.Fatal(info, err)
 		}
 	}
@@ -139,5 +169,68 @@ func dropVolume(b *testing.B, r *Runner, s *Session) {
 	}
 	if err := r.store.DeleteVolume(context.Background(), vol); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// BenchmarkBootPhases splits the first run_code's sandbox work into its phases, each
+// reported as a p50: the volume (create and register), the sandbox from the snapshot
+// (an image: its layers mounted; a copy: the snapshot's files copied), the REPL's start
+// and the first eval.
+func BenchmarkBootPhases(b *testing.B) {
+	for _, kind := range snapshotKinds {
+		b.Run(kind, func(b *testing.B) { benchBootPhases(b, kind) })
+	}
+}
+
+func benchBootPhases(b *testing.B, kind string) {
+	r := benchRunner(b, kind, testConfig(b, ""), Options{ReapEvery: -1})
+	ctx := context.Background()
+	snap, err := r.EnsureSnapshot(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, secrets := r.cfg.secretEnv()
+	var vol, create, repl, eval []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		name := fmt.Sprintf("coderun-phases-%d", i)
+		t0 := time.Now()
+		spec, err := r.sandboxSpec(ctx, snap, name, "bench-phases")
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		info, err := r.eng.Create(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		pid, err := r.startREPL(ctx, info.ID, rules.CoderunWorkspace, secrets)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		res, _ := r.eval(ctx, sessionState{Sandbox: info.ID, Pid: pid}, "1+1")
+		t4 := time.Now()
+		if !res.Success {
+			b.Fatal(res)
+		}
+		vol, create, repl, eval = append(vol, t1.Sub(t0)), append(create, t2.Sub(t1)), append(repl, t3.Sub(t2)), append(eval, t4.Sub(t3))
+		b.StopTimer()
+		if err := r.eng.Terminate(ctx, info.ID); err != nil {
+			b.Fatal(err)
+		}
+		if err := r.removeVolume(ctx, name); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	for _, m := range []struct {
+		unit string
+		d    []time.Duration
+	}{{"volume-ms", vol}, {"create-ms", create}, {"repl-ms", repl}, {"eval-ms", eval}} {
+		slices.Sort(m.d)
+		b.ReportMetric(float64(m.d[len(m.d)/2].Microseconds())/1000, m.unit)
 	}
 }

@@ -26,6 +26,12 @@ type Config struct {
 	Provider string
 	// Mode is lazy (sandbox on the first run_code, the default) or warm (with the session).
 	Mode string
+	// Image is the base image (a name or id in the engine's image store) the dependency
+	// snapshot is built on when the engine boots images. Empty means image.DefaultFrom,
+	// the sandbox image's base, when the store has it (else a copy snapshot); set, it
+	// must be there or, for debian:<suite>[-slim], be buildable with mmdebstrap. An
+	// engine without images ignores it.
+	Image string
 	// VolumeTTL: a session volume unused this long is deleted (default 30 min).
 	VolumeTTL time.Duration
 	// VolumeCapacityMB is a session volume's capacity (default 300; 16 MB to 1 TB, the
@@ -108,6 +114,7 @@ type fileConfig struct {
 		Enabled          bool   `toml:"enabled"`
 		Provider         string `toml:"provider"`
 		Mode             string `toml:"mode"`
+		Image            string `toml:"image"`
 		VolumeTTLMinutes *int   `toml:"volume_ttl_minutes"`
 		VolumeCapacityMB *int   `toml:"volume_capacity_mb"`
 		TimeoutSeconds   *int   `toml:"timeout_seconds"`
@@ -161,7 +168,7 @@ func Parse(data []byte, getenv func(string) string) (Config, error) {
 	if s == nil || !s.Enabled {
 		return Config{}, nil
 	}
-	c := Config{Enabled: true, Provider: s.Provider, Mode: s.Mode,
+	c := Config{Enabled: true, Provider: s.Provider, Mode: s.Mode, Image: s.Image,
 		VolumeTTL: DefaultVolumeTTL, VolumeCapacityMB: DefaultVolumeCapacityMB, Timeout: DefaultTimeout, MemoryMB: DefaultMemoryMB}
 	if c.Provider == "" {
 		c.Provider = "local"
@@ -217,8 +224,10 @@ var (
 	npmName = regexp.MustCompile(`^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$`)
 	// npmVersion is a version, range or dist-tag, without spaces or URLs.
 	npmVersion = regexp.MustCompile(`^[A-Za-z0-9.^~<>=*|+_-]+$`)
-	envName    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	hostName   = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	// imageRef is an image name or id of an image store.
+	imageRef = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@-]*$`)
+	envName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	hostName = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 )
 
 // validate checks a filled Config.
@@ -229,6 +238,9 @@ func (c Config) validate() []error {
 	}
 	if c.Mode != "lazy" && c.Mode != "warm" {
 		errs = append(errs, fmt.Errorf("mode %q: want lazy or warm", c.Mode))
+	}
+	if c.Image != "" && (!imageRef.MatchString(c.Image) || len(c.Image) > 255) {
+		errs = append(errs, fmt.Errorf("image %q: want an image name or id (letters, digits and ._-:/@)", c.Image))
 	}
 	if c.MemoryMB < 128 {
 		errs = append(errs, fmt.Errorf("memory_mb = %d: at least 128", c.MemoryMB))

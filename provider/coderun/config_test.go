@@ -67,6 +67,8 @@ func TestParseOffAndDefaults(t *testing.T) {
 		{"disabled", "[sandbox]\nenabled = false\nmemory_mb = -1\n", Config{}},
 		{"defaults", "[sandbox]\nenabled = true\n", Config{Enabled: true, Provider: "local", Mode: "lazy", VolumeTTL: DefaultVolumeTTL,
 			VolumeCapacityMB: DefaultVolumeCapacityMB, Timeout: DefaultTimeout, MemoryMB: DefaultMemoryMB}},
+		{"an image", "[sandbox]\nenabled = true\nimage = 'registry.test/base:1'\n", Config{Enabled: true, Provider: "local", Mode: "lazy",
+			Image: "registry.test/base:1", VolumeTTL: DefaultVolumeTTL, VolumeCapacityMB: DefaultVolumeCapacityMB, Timeout: DefaultTimeout, MemoryMB: DefaultMemoryMB}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,6 +108,8 @@ func TestParseErrors(t *testing.T) {
 		{"host with scheme", dep("package = 'a'\nhosts = ['https://api.x.com']\n"), `host "https://api.x.com"`},
 		{"host with port", dep("package = 'a'\nhosts = ['api.x.com:443']\n"), "without scheme or port"},
 		{"embeddings", "[sandbox]\nenabled = true\n[sandbox.embeddings]\nurl = 'x'\n", "embeddings: url"},
+		{"image with a space", "[sandbox]\nenabled = true\nimage = 'debian bookworm'\n", `image "debian bookworm"`},
+		{"image flag-like", "[sandbox]\nenabled = true\nimage = '-x'\n", `image "-x"`},
 		{"two errors at once", "[sandbox]\nenabled = true\nmode = 'x'\nprovider = 'y'\n", `provider "y"`},
 	}
 	for _, tt := range tests {

@@ -17,16 +17,22 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
 // The tests share one local engine and one runner data dir, so the dependency
-// snapshot is built once per test binary. Each test makes its own Runner.
+// snapshot is built once per test binary. Each test makes its own Runner. Where the
+// shared test image store can be had (root and mmdebstrap; required in CI), the engine
+// boots images and the runners build the dependency snapshot as an image in it;
+// newCopyRunner makes a runner of the copy-snapshot path on the same engine.
 var (
-	fixtureDir string
-	fixtureEng *local.Engine
-	engErr     error
-	engOnce    sync.Once
+	fixtureDir    string
+	fixtureEng    *local.Engine
+	fixtureImages *store.Store
+	engErr        error
+	engOnce       sync.Once
 )
 
 func TestMain(m *testing.M) {
@@ -37,6 +43,9 @@ func TestMain(m *testing.M) {
 	}
 	fixtureDir = dir
 	code := m.Run()
+	if fixtureImages != nil {
+		removeNewDepsImages()
+	}
 	if fixtureEng != nil {
 		ctx := context.Background()
 		list, _ := fixtureEng.List(ctx)
@@ -86,8 +95,17 @@ func needRuntime(t testing.TB) *local.Engine {
 		}
 		t.Skipf("npm is not installed (it fetches Deno): %v", err)
 	}
+	var images *store.Store
+	if os.Geteuid() == 0 && (os.Getenv("CI") != "" || hasMmdebstrap()) {
+		images, _ = imagetest.Base(t)
+	}
 	engOnce.Do(func() {
-		fixtureEng, engErr = local.NewEngine(local.EngineOptions{DataDir: filepath.Join(fixtureDir, "engine")})
+		o := local.EngineOptions{DataDir: filepath.Join(fixtureDir, "engine")}
+		if images != nil {
+			o.Images, fixtureImages = images, images
+			fixtureDepsImages = depsImages(images)
+		}
+		fixtureEng, engErr = local.NewEngine(o)
 	})
 	if errors.Is(engErr, engine.ErrNotIsolated) {
 		t.Skipf("namespaces are not permitted here: %v", engErr)
@@ -131,9 +149,65 @@ hosts = ["api.example.test"]
 
 const testSecret = "tok-7f3a9c1e5b"
 
+func hasMmdebstrap() bool {
+	_, err := exec.LookPath("mmdebstrap")
+	return err == nil
+}
+
+// fixtureDepsImages are the ids of the deps-* images the shared store had before the
+// tests; depsNames are the names of the dependency images the tests' runners use.
+var (
+	fixtureDepsImages map[string]bool
+	depsMu            sync.Mutex
+	depsNames         = map[string]bool{}
+)
+
+// depsImages are the ids of the store's deps-* images.
+func depsImages(s *store.Store) map[string]bool {
+	list, _ := s.List(context.Background())
+	m := map[string]bool{}
+	for _, in := range list {
+		for _, n := range in.Names {
+			if strings.HasPrefix(n, "deps-") {
+				m[in.ID] = true
+			}
+		}
+	}
+	return m
+}
+
+// removeNewDepsImages removes the dependency images the tests built from the shared
+// store (the next test binary builds its own, as it would a copy snapshot). Only the
+// names of this binary's runners: another test binary may be using its own.
+func removeNewDepsImages() {
+	depsMu.Lock()
+	defer depsMu.Unlock()
+	for name := range depsNames {
+		in, err := fixtureImages.Get(context.Background(), name)
+		if err != nil || fixtureDepsImages[in.ID] {
+			continue
+		}
+		if _, err := fixtureImages.Remove(context.Background(), in.ID); err != nil {
+			fmt.Fprintln(os.Stderr, "remove dependency image:", err)
+		}
+	}
+}
+
 // newRunner makes a Runner on the shared engine (unless o.Engine wraps it) and data
-// dir; progress and logs go to buffers the caller may inspect.
+// dir, with the engine's image store when it boots images; progress and logs go to
+// buffers the caller may inspect.
 func newRunner(t testing.TB, c Config, o Options) (*Runner, *strings.Builder) {
+	t.Helper()
+	needRuntime(t)
+	if fixtureImages != nil {
+		o.Images = fixtureImages
+	}
+	return newCopyRunner(t, c, o)
+}
+
+// newCopyRunner is newRunner without the image store unless o has one: the dependency
+// snapshot is a copy snapshot.
+func newCopyRunner(t testing.TB, c Config, o Options) (*Runner, *strings.Builder) {
 	t.Helper()
 	eng := needRuntime(t)
 	var progress strings.Builder
@@ -147,6 +221,11 @@ func newRunner(t testing.TB, c Config, o Options) (*Runner, *strings.Builder) {
 	r, err := New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r.imageStore() != nil {
+		depsMu.Lock()
+		depsNames[r.SnapshotName()] = true
+		depsMu.Unlock()
 	}
 	t.Cleanup(func() { r.Close() })
 	t.Cleanup(func() { sweep(t, r) })

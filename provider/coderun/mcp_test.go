@@ -131,12 +131,15 @@ func TestMCPWarmSession(t *testing.T) {
 	defer eng.mu.Unlock()
 	var session *engine.Spec
 	for i := range eng.specs {
-		if eng.specs[i].Labels["coderun-session"] != "" && eng.specs[i].Snapshot != "" {
+		if eng.specs[i].Labels["coderun-session"] != "" && eng.specs[i].Snapshot+eng.specs[i].Image != "" {
 			session = &eng.specs[i]
 		}
 	}
 	if session == nil {
 		t.Fatalf("no session sandbox among %d creates", len(eng.specs))
+	}
+	if snap, _, _ := r.LookupSnapshot(t.Context()); (session.Image != "") != snap.Image || session.Image+session.Snapshot != snap.ID {
+		t.Errorf("session spec image %q snapshot %q; want the dependency snapshot %+v", session.Image, session.Snapshot, snap)
 	}
 	if !session.Egress || session.Network || !slices.Equal(session.EgressHosts, []string{"api.example.test"}) {
 		t.Errorf("session spec egress = %v network = %v hosts = %q, want egress to api.example.test only", session.Egress, session.Network, session.EgressHosts)

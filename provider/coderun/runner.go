@@ -1,6 +1,7 @@
 package coderun
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -28,7 +29,12 @@ type Options struct {
 	Config Config
 	// Engine runs the sandboxes. Required.
 	Engine engine.Engine
-	// DataDir holds the search index, the snapshot registry, the sessions' sandbox
+	// Images is the engine's image store (see ImageStore): on an engine with
+	// Capabilities.Images, the dependency snapshot is then an image named
+	// deps-<configHash> on Config.Image (see chooseBase). Without it, a copy snapshot
+	// registered in DataDir/snapshots.json.
+	Images ImageStore
+	// DataDir holds the search index, the copy snapshots' registry, the sessions' sandbox
 	// ids (so a session outlives the process) and, on an engine without volumes,
 	// host-directory volumes. Required.
 	DataDir string
@@ -68,6 +74,10 @@ type Runner struct {
 	eng   engine.Engine
 	store *docsearch.Store
 	log   *slog.Logger
+	// images is the store of the dependency image and base its base; nil and "" for
+	// a copy snapshot (see chooseBase).
+	images ImageStore
+	base   string
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -128,6 +138,10 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("new coderun: %w", err)
 	}
+	base, err := chooseBase(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("new coderun: %w", err)
+	}
 	var emb *docsearch.Embedder
 	if e := o.Config.Embeddings; e != nil {
 		emb = &docsearch.Embedder{URL: e.URL, Model: e.Model, Key: e.Key.Value(), Client: o.HTTPClient}
@@ -138,7 +152,10 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		return nil, fmt.Errorf("new coderun: %w", err)
 	}
 	r := &Runner{o: o, cfg: o.Config, eng: o.Engine, store: store, log: o.Logger.With("component", "coderun"),
-		sessions: map[string]*Session{}, stop: make(chan struct{})}
+		sessions: map[string]*Session{}, stop: make(chan struct{}), base: base}
+	if base != "" {
+		r.images = o.Images
+	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	if o.ReapEvery > 0 {
 		r.wg.Add(1)
@@ -218,13 +235,16 @@ type sessionState struct {
 }
 
 // withState runs f on the sessions file under an exclusive lock shared by every
-// process on this DataDir; f's changes are saved when it returns nil.
+// process on this DataDir; f's changes are saved when it returns nil. A file f left as
+// it was is not rewritten (a write syncs the file and its directory: a few ms each, and
+// a run_code reads the state several times).
 func (r *Runner) withState(f func(m map[string]*sessionState) error) error {
 	return r.locked("sessions", func() error {
 		path := filepath.Join(r.o.DataDir, "sessions.json")
 		m := map[string]*sessionState{}
-		if b, err := os.ReadFile(path); err == nil {
-			if err := json.Unmarshal(b, &m); err != nil {
+		old, err := os.ReadFile(path)
+		if err == nil {
+			if err := json.Unmarshal(old, &m); err != nil {
 				return fmt.Errorf("read %s: %w", path, err)
 			}
 		} else if !errors.Is(err, os.ErrNotExist) {
@@ -234,6 +254,9 @@ func (r *Runner) withState(f func(m map[string]*sessionState) error) error {
 			return err
 		}
 		b, _ := json.MarshalIndent(m, "", "  ")
+		if old != nil && bytes.Equal(b, old) {
+			return nil
+		}
 		return atomicfile.WriteFile(path, b, 0o600)
 	})
 }

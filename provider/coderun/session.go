@@ -188,7 +188,7 @@ func (s *Session) createSandbox(ctx context.Context) (string, error) {
 		return "", err
 	}
 	vol := s.Volume()
-	spec, err := s.r.sandboxSpec(ctx, snap.ID, vol, s.id)
+	spec, err := s.r.sandboxSpec(ctx, snap, vol, s.id)
 	if err != nil {
 		return "", err
 	}
@@ -206,7 +206,7 @@ func (s *Session) createSandbox(ctx context.Context) (string, error) {
 		if snap, err = s.r.EnsureSnapshot(ctx); err != nil {
 			return "", err
 		}
-		spec.Snapshot = snap.ID
+		spec.Snapshot, spec.Image = bootFrom(snap)
 		info, err = s.r.eng.Create(ctx, spec)
 	}
 	if err != nil {

@@ -124,7 +124,7 @@ func (r *Runner) bootSpare(ctx context.Context) error {
 	_, _ = rand.Read(b[:])
 	key := sparePrefix + hex.EncodeToString(b[:])
 	vol := "coderun-" + hex.EncodeToString(b[:])
-	spec, err := r.sandboxSpec(ctx, snap.ID, vol, key)
+	spec, err := r.sandboxSpec(ctx, snap, vol, key)
 	if err != nil {
 		return err
 	}

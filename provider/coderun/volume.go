@@ -118,13 +118,14 @@ func (r *Runner) removeVolume(ctx context.Context, name string) error {
 // and buffers outside the V8 heap, so the heap limit trips before the engine's.
 const memoryHeadroomMB = 384
 
-// sandboxSpec is the spec of a session sandbox: the snapshot, the volume at
-// /workspace, egress only to the allowed hosts, and the memory limit.
-func (r *Runner) sandboxSpec(ctx context.Context, snapshot, vol, session string) (engine.Spec, error) {
+// sandboxSpec is the spec of a session sandbox: the snapshot (an image, or a copy),
+// the volume at /workspace, egress only to the allowed hosts, and the memory limit.
+func (r *Runner) sandboxSpec(ctx context.Context, snap SnapshotInfo, vol, session string) (engine.Spec, error) {
 	if err := r.ensureVolume(ctx, vol, session); err != nil {
 		return engine.Spec{}, err
 	}
-	spec := engine.Spec{Snapshot: snapshot, Labels: map[string]string{"coderun-session": session}}
+	spec := engine.Spec{Labels: map[string]string{"coderun-session": session}}
+	spec.Snapshot, spec.Image = bootFrom(snap)
 	if r.volumes() != nil {
 		spec.Volumes = []engine.VolumeMount{{Name: vol, Target: rules.CoderunWorkspace}}
 	} else {
@@ -137,4 +138,13 @@ func (r *Runner) sandboxSpec(ctx context.Context, snapshot, vol, session string)
 		spec.Limits.MemoryBytes = int64(r.cfg.MemoryMB+memoryHeadroomMB) << 20
 	}
 	return spec, nil
+}
+
+// bootFrom is how a sandbox boots from the dependency snapshot: Spec.Image for an
+// image, Spec.Snapshot for a copy.
+func bootFrom(snap SnapshotInfo) (snapshot, image string) {
+	if snap.Image {
+		return "", snap.ID
+	}
+	return snap.ID, ""
 }

@@ -121,6 +121,11 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "synchronous(NORMAL)")
+	// Every transaction writes: take the write lock at BEGIN, where busy_timeout
+	// waits for it. A deferred one that reads first and another connection (the
+	// background cleanup, another process) commits in between fails at its first
+	// write with SQLITE_BUSY_SNAPSHOT, which no timeout helps.
+	q.Add("_txlock", "immediate")
 	db, err := sql.Open("sqlite", "file:"+o.Path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open docsearch: %w", err)

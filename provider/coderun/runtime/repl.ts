@@ -129,7 +129,7 @@ for (const k of ["log", "info", "debug", "warn", "error", "trace"] as const) {
 function errorText(e: unknown): string {
   if (e instanceof SyntaxError) return `SyntaxError: ${e.message}`;
   if (e instanceof Error) {
-    const where = (e.stack ?? "").split("\n").slice(1, 4).filter((l) => !l.includes("repl.ts")).join("\n");
+    const where = (e.stack ?? "").split("\n").slice(1, 4).filter((l) => !/\/repl\.(ts|js)\b/.test(l)).join("\n");
     return `${e.name}: ${e.message}` + (where ? "\n" + where : "");
   }
   return "Uncaught " + Deno.inspect(e, { colors: false });
