@@ -72,6 +72,9 @@ type box struct {
 	// done is closed when init, started by this Engine, has been reaped; nil for a
 	// sandbox re-adopted from the data dir.
 	done chan struct{}
+	// gone is set while destroy removes the sandbox: nothing writes its state file
+	// any more (a write racing the directory's removal would leave it behind).
+	gone bool
 }
 
 // boxState is dir/sandboxes/<id>/state.json.

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -290,6 +291,45 @@ func TestEngineTerminateLeavesNothing(t *testing.T) {
 	}
 	if _, err := e.Get(t.Context(), info.ID); !errors.Is(err, engine.ErrNotFound) {
 		t.Errorf("Get after terminate = %v", err)
+	}
+}
+
+// TestEngineTerminateWhileWatched: a Get and List running against a sandbox while it
+// is terminated never write its state file into the directory being removed, so every
+// terminate succeeds and leaves no directory.
+func TestEngineTerminateWhileWatched(t *testing.T) {
+	e := newTestEngine(t)
+	for range 5 {
+		info, err := e.Create(t.Context(), engine.Spec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_, _ = e.Get(context.Background(), info.ID)
+					_, _ = e.List(context.Background())
+				}
+			}()
+		}
+		err = e.Terminate(t.Context(), info.ID)
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			t.Fatalf("terminate while watched: %v", err)
+		}
+		if _, err := os.Stat(info.Home); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("the sandbox's directory remains: %v", err)
+		}
 	}
 }
 

@@ -252,11 +252,19 @@ func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig, tunnels
 
 // destroy kills the sandbox's processes, closes its tunnels and removes its
 // cgroups and directory.
-func (e *Engine) destroy(bx *box) error {
+func (e *Engine) destroy(bx *box) (err error) {
 	bx.mu.Lock()
+	bx.gone = true
 	st := bx.st
 	done := bx.done
 	bx.mu.Unlock()
+	defer func() {
+		if err != nil { // still there: its state may be written again
+			bx.mu.Lock()
+			bx.gone = false
+			bx.mu.Unlock()
+		}
+	}()
 	if st.Paused || len(st.Cgroups) > 0 {
 		e.cg.thaw(st.Cgroups)
 	}

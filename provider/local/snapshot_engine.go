@@ -118,6 +118,9 @@ func (e *Engine) setPaused(id string, paused bool) error {
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
+	if bx.gone {
+		return fmt.Errorf("pause %s: being terminated: %w", id, engine.ErrNotFound)
+	}
 	if err := e.cg.setFrozen(bx.st.Cgroups, paused); err != nil {
 		return fmt.Errorf("pause %s: %w", id, err)
 	}

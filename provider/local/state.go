@@ -70,7 +70,7 @@ func (e *Engine) refresh(bx *box) engine.State {
 }
 
 func (e *Engine) refreshLocked(bx *box) engine.State {
-	if bx.st.Dead {
+	if bx.st.Dead || bx.gone {
 		return engine.StateDead
 	}
 	if initAlive(bx.st) {
