@@ -21,6 +21,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modalnet"
 )
 
 // Engine is engine.Engine on Modal (or the local Modal-compatible server): what
@@ -77,15 +78,15 @@ func gone(ctx context.Context, sb *modalsdk.Sandbox, err error) error {
 }
 
 // Create starts a sandbox from spec.Snapshot (an image id) or the base image, with
-// spec.Volumes (Modal Volumes, which must exist) mounted.
+// spec.Volumes (Modal Volumes, which must exist) mounted and spec.EgressHosts as
+// Modal's outbound allow-lists (allowlists).
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
 	if spec.Image != "" {
 		return engine.Info{}, fmt.Errorf("modal: Spec.Image (a snapshot's image goes in Spec.Snapshot): %w", engine.ErrUnsupported)
 	}
-	if len(spec.EgressHosts) > 0 {
-		// Modal's outbound allowlist is CIDRs, not host names (and the local server
-		// serves none): refused rather than opened to everything or closed to all.
-		return engine.Info{}, fmt.Errorf("modal: egress limited to host names (Modal allows outbound CIDRs only): %w", engine.ErrUnsupported)
+	cidrs, domains, err := allowlists(spec)
+	if err != nil {
+		return engine.Info{}, err
 	}
 	c, app, err := e.p.connect(ctx, provider.OpCreateSandbox)
 	if err != nil {
@@ -108,7 +109,8 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	params := &modalsdk.SandboxCreateParams{Name: spec.Name, Env: env, EncryptedPorts: spec.Ports,
 		// A Modal sandbox with network has its own (its ports are its own) and reaches the
 		// outside: Spec.Egress; Spec.Network asks no less.
-		Timeout: wholeSeconds(spec.Timeout), BlockNetwork: !spec.Network && !spec.Egress, Tags: maps.Clone(spec.Labels)}
+		Timeout: wholeSeconds(spec.Timeout), BlockNetwork: !spec.Network && !spec.Egress, Tags: maps.Clone(spec.Labels),
+		OutboundCIDRAllowlist: cidrs, OutboundDomainAllowlist: domains}
 	if spec.Limits.MemoryBytes > 0 {
 		params.MemoryLimitMiB = int(spec.Limits.MemoryBytes >> 20)
 	}
@@ -124,6 +126,23 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		return engine.Info{}, err
 	}
 	return e.Get(ctx, sb.SandboxID)
+}
+
+// allowlists are Modal's outbound CIDR and domain allow-lists for spec.EgressHosts
+// (modalnet.Split): its addresses and prefixes the CIDRs, its names, "*.suffix"
+// patterns and "*" the domains, matched by Modal. Both lists are set, so a list of
+// names alone lets no raw address through, as on the local engine. None (nil, Modal's
+// open network) without Egress, with Network (the whole outside) or without
+// EgressHosts.
+func allowlists(spec engine.Spec) (cidrs, domains *modalsdk.Allowlist, err error) {
+	if !spec.Egress || spec.Network || len(spec.EgressHosts) == 0 {
+		return nil, nil, nil
+	}
+	c, d, err := modalnet.Split(spec.EgressHosts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("modal: %w", err)
+	}
+	return &modalsdk.Allowlist{Entries: c}, &modalsdk.Allowlist{Entries: d}, nil
 }
 
 // Get describes a sandbox: running until Modal reports its result.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modalnet"
 )
 
 // --- sandbox creation -----------------------------------------------------------------
@@ -98,8 +99,6 @@ func refuseLocalOnly(def *pb.Sandbox) error {
 		return localOnly("memory snapshots are not available")
 	case def.GetIdleTimeoutSecs() > 0:
 		return localOnly("idle timeouts are not available (use a timeout)")
-	case def.GetNetworkAccess().GetNetworkAccessType() == pb.NetworkAccess_ALLOWLIST:
-		return localOnly("outbound allowlists are not available (a sandbox reaches any public address, or nothing with blockNetwork)")
 	case def.GetProxyId() != "":
 		return localOnly("Proxies are not available")
 	}
@@ -123,11 +122,35 @@ func imageEnv(img *image, env map[string]string) buildSteps {
 	return steps
 }
 
+// egress is the engine's Egress and EgressHosts for def's network access. A Modal
+// sandbox has its own network and reaches the outside unless blocked (blockNetwork,
+// which SDKs send as the old flag or as NetworkAccess BLOCKED): the engine's Egress
+// (its own ports, the outside through its proxy), never the host's network. An
+// ALLOWLIST's CIDRs and domains become EgressHosts (modalnet.Join), so the engine's
+// proxy lets the sandbox reach those and nothing else; both lists empty is no egress
+// at all, as on Modal. A malformed entry is InvalidArgument.
+func egress(def *pb.Sandbox) (bool, []string, error) {
+	na := def.GetNetworkAccess()
+	switch {
+	case def.GetBlockNetwork() || na.GetNetworkAccessType() == pb.NetworkAccess_BLOCKED:
+		return false, nil, nil
+	case na.GetNetworkAccessType() != pb.NetworkAccess_ALLOWLIST:
+		return true, nil, nil
+	}
+	hosts, err := modalnet.Join(na.GetAllowedCidrs(), na.GetAllowedDomains())
+	if err != nil {
+		return false, nil, status.Errorf(codes.InvalidArgument, "network access: %v", err)
+	}
+	return len(hosts) > 0, hosts, nil
+}
+
 // engineSpec is the engine's view of sb.
-func engineSpec(sb *sandbox, img *image, def *pb.Sandbox, env map[string]string, vols []engine.VolumeMount) engine.Spec {
-	// A Modal sandbox has its own network and reaches the outside unless blocked: the
-	// engine's Egress (its own ports, outside through a proxy), never the host's network.
-	spec := engine.Spec{Snapshot: img.snapshot, Image: img.built, Egress: !def.GetBlockNetwork(), Volumes: vols,
+func engineSpec(sb *sandbox, img *image, def *pb.Sandbox, env map[string]string, vols []engine.VolumeMount) (engine.Spec, error) {
+	out, hosts, err := egress(def)
+	if err != nil {
+		return engine.Spec{}, err
+	}
+	spec := engine.Spec{Snapshot: img.snapshot, Image: img.built, Egress: out, EgressHosts: hosts, Volumes: vols,
 		Labels: map[string]string{labelID: sb.id, labelTask: sb.taskID, labelApp: sb.appID, labelName: sb.name, labelImage: sb.imageID,
 			labelDeadline: strconv.FormatInt(sb.deadline.UnixMilli(), 10)}}
 	var portLabels []string
@@ -147,7 +170,7 @@ func engineSpec(sb *sandbox, img *image, def *pb.Sandbox, env map[string]string,
 	if mb := def.GetResources().GetMemoryMb(); mb > 0 {
 		spec.Limits.MemoryBytes = int64(mb) << 20
 	}
-	return spec
+	return spec, nil
 }
 
 func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
@@ -195,7 +218,10 @@ func (s *Server) create(ctx context.Context, a createArgs) (*sandbox, error) {
 	if def.HasReadinessProbe() {
 		sb.ready = make(chan struct{})
 	}
-	spec := engineSpec(sb, img, def, a.env, vols)
+	spec, err := engineSpec(sb, img, def, a.env, vols)
+	if err != nil {
+		return nil, err
+	}
 
 	// The name is unique among an app's running sandboxes (Modal's rule); the engine's
 	// own name space is global, so the server keeps this one.
