@@ -16,20 +16,11 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// anyHost is the Modal engine with Spec.EgressHosts dropped: Modal cannot limit a
-// sandbox's egress to host names (the adapter refuses them), so this test gives
-// coderun's sandboxes Modal's whole network; Deno's --allow-net is then the only wall.
-// It shows the rest of coderun on Modal, not the egress limit.
-type anyHost struct{ *Engine }
-
-func (a anyHost) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
-	spec.EgressHosts = nil
-	return a.Engine.Create(ctx, spec)
-}
-
 // TestCoderunSession: provider/coderun on the Modal provider, through real gRPC and
-// the local server on image-booted sandboxes: the dependency snapshot is a Modal
-// filesystem snapshot, the session's /workspace a Modal Volume, the REPL reached
+// the local server on image-booted sandboxes, with coderun's egress hosts (the npm
+// registry for the build, the configured hosts, here none, for sessions) as Modal's
+// outbound allow-lists, which the server's engine enforces: the dependency snapshot
+// is a Modal filesystem snapshot, the session's /workspace a Modal Volume, the REPL reached
 // through DialPort's exec relay. A file written in /workspace outlives the session's
 // sandbox; Cleanup deletes the volume. Skipped without npm (it fetches Deno).
 func TestCoderunSession(t *testing.T) {
@@ -49,6 +40,7 @@ timeout_seconds = 30
 [[sandbox.dependencies]]
 package = "is-odd"
 version = "3.0.1"
+hosts = ["api.example.invalid"]
 `), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +48,7 @@ version = "3.0.1"
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	var progress strings.Builder
-	r, err := coderun.New(ctx, coderun.Options{Config: cfg, Engine: anyHost{e}, DataDir: filepath.Join(t.TempDir(), "coderun"),
+	r, err := coderun.New(ctx, coderun.Options{Config: cfg, Engine: e, DataDir: filepath.Join(t.TempDir(), "coderun"),
 		Progress: &progress, ReapEvery: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +78,7 @@ version = "3.0.1"
 		t.Errorf("first RunCode = %+v (result %s), want true", res, res.Result)
 	}
 	t.Logf("first run_code (sandbox from the snapshot, volume, eval): %v", time.Since(start).Round(time.Millisecond))
+	checkSessionEgress(t, ctx, e, "modal-1")
 	if res := run(`x + 1`); !res.Success || string(res.Result) != "42" {
 		t.Errorf("RunCode(x + 1) = %+v (result %s), want 42: the REPL keeps its variables", res, res.Result)
 	}
@@ -112,4 +105,29 @@ version = "3.0.1"
 	if _, err := e.GetVolume(ctx, vol); err == nil {
 		t.Errorf("volume %s still exists after Cleanup", vol)
 	}
+}
+
+// checkSessionEgress: the session's sandbox reaches the outside only through the
+// engine's proxy, which refuses a host outside the configured ones (the npm registry,
+// allowed to the build's sandbox only) with 403: a raw request from bash, so Deno's
+// own --allow-net is not what refuses it.
+func checkSessionEgress(t *testing.T, ctx context.Context, e *Engine, session string) {
+	t.Helper()
+	infos, err := e.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		if got, err := e.Get(ctx, in.ID); err != nil || got.Labels["coderun-session"] != session {
+			continue
+		}
+		var out strings.Builder
+		script := `exec 3<>/dev/tcp/127.0.0.1/${HTTP_PROXY##*:}; printf 'GET http://registry.npmjs.org/ HTTP/1.0\r\nHost: registry.npmjs.org\r\n\r\n' >&3; head -c 12 <&3`
+		code, err := e.Exec(ctx, in.ID, engine.ExecRequest{Argv: []string{"bash", "-c", script}, Stdout: &out, Stderr: &out, Timeout: 30 * time.Second})
+		if err != nil || code != 0 || !strings.Contains(out.String(), " 403") {
+			t.Errorf("GET registry.npmjs.org through the session sandbox's proxy = %q (exit %d, %v), want 403 (only api.example.invalid is allowed)", out.String(), code, err)
+		}
+		return
+	}
+	t.Errorf("no sandbox of session %s found", session)
 }
