@@ -135,3 +135,23 @@ func FuzzSplit(f *testing.F) {
 		}
 	})
 }
+
+// FuzzJoin: the local server's parse of an SDK's two lists (untrusted input). What
+// Join accepts comes out canonical, each entry sorted back into the list it came
+// from by Split; an address never passes as a domain, nor a name as a CIDR.
+func FuzzJoin(f *testing.F) {
+	for _, s := range [][2]string{{"10.0.0.0/8", "example.com"}, {"192.0.2.1", "*.example.com"}, {"example.com", ""},
+		{"", "192.0.2.1"}, {"::ffff:1.2.3.4/128", "*"}, {"fe80::1%eth0", "A.B."}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, cidr, domain string) {
+		hosts, err := Join([]string{cidr}, []string{domain})
+		if err != nil {
+			return
+		}
+		cidrs, domains, err := Split(hosts)
+		if err != nil || len(cidrs) != 1 || len(domains) != 1 || cidrs[0] != hosts[0] || domains[0] != hosts[1] {
+			t.Fatalf("Split(Join(%q, %q) = %q) = %q, %q, %v; want the same entries in the same lists", cidr, domain, hosts, cidrs, domains, err)
+		}
+	})
+}
