@@ -97,7 +97,7 @@ type Spec struct {
 	// EgressHosts, with Egress, are the only host names (exact, or "*.example.com") the
 	// proxy lets the sandbox reach; empty means any public address. "*" is any name; an
 	// IP address or CIDR prefix lets the sandbox reach it even when private or the
-	// host's own (never the host's loopback).
+	// host's own (never the host's loopback). Entries follow egresshost.Parse.
 	EgressHosts []string `json:"egressHosts,omitempty"`
 	// Timeout ends the sandbox after this long; zero means no limit.
 	Timeout time.Duration `json:"timeout,omitempty"`

@@ -29,6 +29,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine/egresshost"
 )
 
 // errEgressRefused marks a destination the policy refuses (403 to the sandbox).
@@ -150,48 +152,27 @@ type egressPolicy struct {
 	addrs    []netip.Prefix
 }
 
-// newEgressPolicy parses EgressHosts: host names, "*.suffix" patterns, "*",
-// IP addresses and CIDR prefixes.
+// newEgressPolicy parses EgressHosts (egresshost's grammar: host names, "*.suffix"
+// patterns, "*", IP addresses and CIDR prefixes).
 func newEgressPolicy(hosts []string) (*egressPolicy, error) {
 	p := &egressPolicy{names: map[string]bool{}, anyName: len(hosts) == 0, anyAddr: len(hosts) == 0}
 	for _, h := range hosts {
-		switch {
-		case h == "*":
+		e, err := egresshost.Parse(h)
+		if err != nil {
+			return nil, err
+		}
+		switch e.Kind {
+		case egresshost.AnyName:
 			p.anyName = true
-		case strings.Contains(h, "/"):
-			pf, err := netip.ParsePrefix(h)
-			if err != nil {
-				return nil, fmt.Errorf("egress host %q: %w", h, err)
-			}
-			p.addrs = append(p.addrs, unmapPrefix(pf.Masked()))
-		case strings.HasPrefix(h, "*."):
-			name, ok := hostName(h[2:])
-			if !ok {
-				return nil, fmt.Errorf("egress host %q: not *. and a host name", h)
-			}
-			p.suffixes = append(p.suffixes, "."+name)
+		case egresshost.Suffix:
+			p.suffixes = append(p.suffixes, "."+e.Name)
+		case egresshost.Prefix:
+			p.addrs = append(p.addrs, e.Prefix)
 		default:
-			if ip, err := netip.ParseAddr(h); err == nil && ip.Zone() == "" {
-				ip = ip.Unmap()
-				p.addrs = append(p.addrs, netip.PrefixFrom(ip, ip.BitLen()))
-				continue
-			}
-			name, ok := hostName(h)
-			if !ok {
-				return nil, fmt.Errorf("egress host %q: not a host name, *.suffix, IP address or CIDR prefix", h)
-			}
-			p.names[name] = true
+			p.names[e.Name] = true
 		}
 	}
 	return p, nil
-}
-
-// unmapPrefix turns ::ffff:a.b.c.d/n (n ≥ 96) into a.b.c.d/(n-96).
-func unmapPrefix(p netip.Prefix) netip.Prefix {
-	if p.Addr().Is4In6() && p.Bits() >= 96 {
-		return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-	}
-	return p
 }
 
 // allowHost checks the destination as the sandbox named it: host is a
@@ -278,7 +259,7 @@ func parseAuthority(authority, defaultPort string) (host string, ip netip.Addr, 
 		h, p, hasPort = strings.Cut(authority, ":")
 		if a, err := netip.ParseAddr(h); err == nil {
 			ip = a
-		} else if name, ok := hostName(h); ok {
+		} else if name, ok := egresshost.HostName(h); ok {
 			h = name
 		} else {
 			return bad("not a host name or an IP address")
@@ -300,55 +281,4 @@ func parseAuthority(authority, defaultPort string) (host string, ip netip.Addr, 
 		h = ip.String()
 	}
 	return h, ip, uint16(n), nil
-}
-
-// hostName returns s as a canonical DNS host name (lower case, without a
-// trailing dot), or false: labels of 1–63 letters, digits, '-' and '_', not
-// starting or ending with '-', 253 bytes at most, and a last label that is
-// not a number (decimal or 0x…), so no spelling of an IPv4 address passes.
-func hostName(s string) (string, bool) {
-	s = strings.TrimSuffix(s, ".")
-	if s == "" || len(s) > 253 {
-		return "", false
-	}
-	b := []byte(s)
-	for i, c := range b {
-		switch {
-		case 'A' <= c && c <= 'Z':
-			b[i] = c + 'a' - 'A'
-		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_', c == '.':
-		default:
-			return "", false
-		}
-	}
-	s = string(b)
-	labels := strings.Split(s, ".")
-	for _, l := range labels {
-		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-			return "", false
-		}
-	}
-	if numeric(labels[len(labels)-1]) {
-		return "", false
-	}
-	return s, true
-}
-
-// numeric reports whether l reads as a number in some inet_aton spelling.
-func numeric(l string) bool {
-	if hex, ok := strings.CutPrefix(l, "0x"); ok {
-		l = hex
-		for _, c := range l {
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-				return false
-			}
-		}
-		return true
-	}
-	for _, c := range l {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
 }

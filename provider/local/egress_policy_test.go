@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine/egresshost"
 )
 
 func TestEgressClassify(t *testing.T) {
@@ -238,7 +240,7 @@ func FuzzParseAuthority(f *testing.F) {
 			if host != ip.String() || ip.Zone() != "" {
 				t.Fatalf("parseAuthority(%q, %q) = %q, %v: not the address's text", in, def, host, ip)
 			}
-		} else if _, err := netip.ParseAddr(host); err != nil && numeric(host[strings.LastIndexByte(host, '.')+1:]) {
+		} else if _, err := netip.ParseAddr(host); err != nil && egresshost.Numeric(host[strings.LastIndexByte(host, '.')+1:]) {
 			t.Fatalf("parseAuthority(%q, %q) = name %q ending in a number", in, def, host)
 		} else if err == nil {
 			t.Fatalf("parseAuthority(%q, %q) = name %q that is an address", in, def, host)

@@ -1,11 +1,8 @@
 package e2bserver
 
 import (
-	"net/netip"
-	"slices"
-	"strings"
-
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine/egresshost"
 )
 
 // egressRules maps a create's network.allowOut and network.denyOut onto the engine's
@@ -19,10 +16,13 @@ func egressRules(n *e2bwire.NetworkConfig) (hosts []string, only bool, err error
 	if n == nil {
 		return nil, false, nil
 	}
+	allow := make([]string, 0, len(n.AllowOut))
 	for _, h := range n.AllowOut {
 		if !validDestination(h) {
 			return nil, false, errBadRequest("network.allowOut entry %q: want an IP address, a CIDR block, a domain or *.domain", h)
 		}
+		e, _ := egresshost.Parse(h)
+		allow = append(allow, e.String())
 	}
 	for _, d := range n.DenyOut {
 		if d != e2bwire.DenyAll {
@@ -32,31 +32,13 @@ func egressRules(n *e2bwire.NetworkConfig) (hosts []string, only bool, err error
 	if len(n.DenyOut) == 0 {
 		return nil, false, nil
 	}
-	return slices.Clone(n.AllowOut), true, nil
+	return allow, true, nil
 }
 
 // validDestination: an IP address, a CIDR block, or a domain name optionally led by
-// "*." (letters, digits, hyphens; dot-separated labels of 1 to 63 characters).
+// "*." — the engine's egress grammar (egresshost) without its "*" (any name), which
+// E2B's allowOut does not have.
 func validDestination(h string) bool {
-	if _, err := netip.ParseAddr(h); err == nil {
-		return !strings.Contains(h, "%")
-	}
-	if _, err := netip.ParsePrefix(h); err == nil {
-		return true
-	}
-	h = strings.TrimPrefix(h, "*.")
-	if h == "" || len(h) > 253 {
-		return false
-	}
-	for _, label := range strings.Split(h, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, c := range label {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-				return false
-			}
-		}
-	}
-	return true
+	e, err := egresshost.Parse(h)
+	return err == nil && e.Kind != egresshost.AnyName
 }

@@ -22,7 +22,7 @@ func TestEgressRules(t *testing.T) {
 		{"allow without deny", `{"allowOut":["example.com"]}`, nil, false, ""},
 		{"deny all", `{"denyOut":["0.0.0.0/0"]}`, nil, true, ""},
 		{"allow list", `{"allowOut":["api.example.com","*.npmjs.org","10.1.2.3","192.168.0.0/16","::1"],"denyOut":["0.0.0.0/0"]}`,
-			[]string{"api.example.com", "*.npmjs.org", "10.1.2.3", "192.168.0.0/16", "::1"}, true, ""},
+			[]string{"api.example.com", "*.npmjs.org", "10.1.2.3/32", "192.168.0.0/16", "::1/128"}, true, ""},
 		{"partial deny", `{"denyOut":["10.0.0.0/8"]}`, nil, false, `network.denyOut "10.0.0.0/8" is not supported`},
 		{"deny all and some", `{"denyOut":["0.0.0.0/0","1.2.3.4"]}`, nil, false, `"1.2.3.4"`},
 		{"bad host", `{"allowOut":["exa mple.com"],"denyOut":["0.0.0.0/0"]}`, nil, false, `allowOut entry "exa mple.com"`},

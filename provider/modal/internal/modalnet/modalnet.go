@@ -9,33 +9,30 @@
 package modalnet
 
 import (
-	"errors"
 	"fmt"
-	"net/netip"
-	"strings"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine/egresshost"
 )
 
-// ErrBadEntry marks an allow-list entry that is neither an IP address, a CIDR
-// prefix, a host name, "*.host.name" nor "*".
-var ErrBadEntry = errors.New("not an IP address, CIDR prefix, host name, *.suffix or *")
+// ErrBadEntry marks an allow-list entry in none of egresshost's forms.
+var ErrBadEntry = egresshost.ErrBadEntry
 
 // Split sorts EgressHosts into Modal's outbound allow-lists: cidrs holds every IP
-// address (as a /32 or /128) and CIDR prefix, canonical (masked; IPv4-mapped IPv6
-// written as IPv4); domains holds every host name, "*.suffix" and "*", canonical
-// (lower case, no trailing dot). Each entry lands in exactly one list; the first bad
-// entry is an error naming it.
+// address (as a /32 or /128) and CIDR prefix, domains every host name, "*.suffix" and
+// "*", each in egresshost's canonical form. Each entry lands in exactly one list; the
+// first bad entry is an error naming it.
 func Split(hosts []string) (cidrs, domains []string, err error) {
 	cidrs, domains = []string{}, []string{}
 	for _, h := range hosts {
-		if p, err := ParseCIDR(h); err == nil {
-			cidrs = append(cidrs, p.String())
-			continue
-		}
-		d, err := ParseDomain(h)
+		e, err := egresshost.Parse(h)
 		if err != nil {
-			return nil, nil, fmt.Errorf("egress host %q: %w", h, ErrBadEntry)
+			return nil, nil, err
 		}
-		domains = append(domains, d)
+		if e.Kind == egresshost.Prefix {
+			cidrs = append(cidrs, e.String())
+		} else {
+			domains = append(domains, e.String())
+		}
 	}
 	return cidrs, domains, nil
 }
@@ -47,110 +44,18 @@ func Split(hosts []string) (cidrs, domains []string, err error) {
 func Join(cidrs, domains []string) ([]string, error) {
 	hosts := make([]string, 0, len(cidrs)+len(domains))
 	for _, c := range cidrs {
-		p, err := ParseCIDR(c)
-		if err != nil {
+		e, err := egresshost.Parse(c)
+		if err != nil || e.Kind != egresshost.Prefix {
 			return nil, fmt.Errorf("allowed CIDR %q: not an IP address or CIDR prefix", c)
 		}
-		hosts = append(hosts, p.String())
+		hosts = append(hosts, e.String())
 	}
 	for _, d := range domains {
-		name, err := ParseDomain(d)
-		if err != nil {
+		e, err := egresshost.Parse(d)
+		if err != nil || e.Kind == egresshost.Prefix {
 			return nil, fmt.Errorf("allowed domain %q: not a host name, *.suffix or *", d)
 		}
-		hosts = append(hosts, name)
+		hosts = append(hosts, e.String())
 	}
 	return hosts, nil
-}
-
-// ParseCIDR parses an IP address (without a zone) or a CIDR prefix into a masked
-// prefix; an address becomes a prefix of its full length. IPv4 in IPv6
-// (::ffff:a.b.c.d, or such a prefix of 96 bits or more) becomes IPv4, as the engine
-// judges it.
-func ParseCIDR(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return netip.Prefix{}, err
-		}
-		if p.Addr().Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		return p.Masked(), nil
-	}
-	ip, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	if ip.Zone() != "" {
-		return netip.Prefix{}, fmt.Errorf("address %q has a zone", s)
-	}
-	ip = ip.Unmap()
-	return netip.PrefixFrom(ip, ip.BitLen()), nil
-}
-
-// ParseDomain parses "*", "*.host.name" or a host name into its canonical form. A
-// host name is labels of 1–63 letters, digits, '-' and '_', none starting or ending
-// with '-', 253 bytes at most, whose last label is not a number (decimal or 0x…): no
-// spelling of an IPv4 address passes as a name.
-func ParseDomain(s string) (string, error) {
-	if s == "*" {
-		return s, nil
-	}
-	wild := strings.HasPrefix(s, "*.")
-	name, ok := hostName(strings.TrimPrefix(s, "*."))
-	if !ok {
-		return "", fmt.Errorf("domain %q: %w", s, ErrBadEntry)
-	}
-	if wild {
-		return "*." + name, nil
-	}
-	return name, nil
-}
-
-// hostName returns s as a canonical host name (lower case, without a trailing dot).
-func hostName(s string) (string, bool) {
-	s = strings.TrimSuffix(s, ".")
-	if s == "" || len(s) > 253 {
-		return "", false
-	}
-	b := []byte(s)
-	for i, c := range b {
-		switch {
-		case 'A' <= c && c <= 'Z':
-			b[i] = c + 'a' - 'A'
-		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_', c == '.':
-		default:
-			return "", false
-		}
-	}
-	labels := strings.Split(string(b), ".")
-	for _, l := range labels {
-		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-			return "", false
-		}
-	}
-	if numeric(labels[len(labels)-1]) {
-		return "", false
-	}
-	return string(b), true
-}
-
-// numeric reports whether l reads as a number in some inet_aton spelling.
-func numeric(l string) bool {
-	if hex, ok := strings.CutPrefix(l, "0x"); ok {
-		l = hex
-		for _, c := range l {
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-				return false
-			}
-		}
-		return true
-	}
-	for _, c := range l {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
 }
