@@ -27,7 +27,7 @@ type codeOptions struct {
 	config string
 }
 
-func newCmdCode(a *app) *cobra.Command {
+func newCmdCode(a *Factory) *cobra.Command {
 	o := &codeOptions{}
 	cmd := &cobra.Command{
 		Use:   "code",
@@ -46,7 +46,7 @@ func newCmdCode(a *app) *cobra.Command {
 // openRunner loads the config and opens the runner on the provider's engine. The
 // close ends both.
 // reap is Options.ReapEvery and spares Options.Spares.
-func (o *codeOptions) openRunner(cmd *cobra.Command, a *app, reap time.Duration, spares int) (*coderun.Runner, func(), error) {
+func (o *codeOptions) openRunner(cmd *cobra.Command, a *Factory, reap time.Duration, spares int) (*coderun.Runner, func(), error) {
 	cfg, err := coderun.LoadFile(o.config, a.getenv)
 	if err != nil {
 		return nil, nil, err
@@ -79,7 +79,7 @@ func (o *codeOptions) openRunner(cmd *cobra.Command, a *app, reap time.Duration,
 // boot plan's binaries (code execution does not need sandbox-mcp) and, isolated, with
 // the data dir's image store, which it returns too: the dependency snapshot is an
 // image there when the store has its base.
-func (a *app) codeEngine(ctx context.Context, provider string) (engine.Engine, *store.Store, func(), error) {
+func (a *Factory) codeEngine(ctx context.Context, provider string) (engine.Engine, *store.Store, func(), error) {
 	if provider != "local" {
 		b, err := a.open(ctx, provider)
 		if err != nil {
@@ -106,7 +106,7 @@ func (a *app) codeEngine(ctx context.Context, provider string) (engine.Engine, *
 	return e, images, func() { e.Close() }, nil
 }
 
-func newCmdCodeRun(a *app, o *codeOptions) *cobra.Command {
+func newCmdCodeRun(a *Factory, o *codeOptions) *cobra.Command {
 	var session, description string
 	cmd := &cobra.Command{
 		Use:   "run --session S [FILE|-]",
@@ -163,7 +163,7 @@ func readCode(stdin io.Reader, args []string) (string, error) {
 	return string(b), nil
 }
 
-func newCmdCodeClose(a *app, o *codeOptions) *cobra.Command {
+func newCmdCodeClose(a *Factory, o *codeOptions) *cobra.Command {
 	var session string
 	cmd := &cobra.Command{
 		Use:   "close --session S",
@@ -187,7 +187,7 @@ func newCmdCodeClose(a *app, o *codeOptions) *cobra.Command {
 	return cmd
 }
 
-func newCmdCodeSearch(a *app, o *codeOptions) *cobra.Command {
+func newCmdCodeSearch(a *Factory, o *codeOptions) *cobra.Command {
 	var pkg, session string
 	var k int
 	var fetch bool
@@ -233,7 +233,7 @@ func newCmdCodeSearch(a *app, o *codeOptions) *cobra.Command {
 	return cmd
 }
 
-func newCmdCodeSnapshot(a *app, o *codeOptions) *cobra.Command {
+func newCmdCodeSnapshot(a *Factory, o *codeOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "snapshot",
 		Short: "Build the dependency snapshot, or show it when it exists; index the docs",
@@ -256,7 +256,7 @@ func newCmdCodeSnapshot(a *app, o *codeOptions) *cobra.Command {
 	}
 }
 
-func newCmdCodeGC(a *app, o *codeOptions) *cobra.Command {
+func newCmdCodeGC(a *Factory, o *codeOptions) *cobra.Command {
 	var ttl time.Duration
 	cmd := &cobra.Command{
 		Use:   "gc [--ttl DURATION]",
@@ -282,7 +282,7 @@ func newCmdCodeGC(a *app, o *codeOptions) *cobra.Command {
 	return cmd
 }
 
-func newCmdCodeMCP(a *app, o *codeOptions) *cobra.Command {
+func newCmdCodeMCP(a *Factory, o *codeOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve run_code, search_docs and save_code_modules as an MCP server over stdio",

@@ -28,10 +28,6 @@ type Factory struct {
 	verbose    bool
 }
 
-// app is Factory's former name, kept so the commands not yet built as NewCmdX
-// (push, sync, serve) build unchanged.
-type app = Factory
-
 // newFactory is the Factory of one run of sandboxctl.
 func newFactory(getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) *Factory {
 	return &Factory{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}

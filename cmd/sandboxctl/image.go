@@ -11,7 +11,7 @@ import (
 
 // newCmdImage is `sandboxctl image …`: the sandbox image's definition and the local
 // image store.
-func newCmdImage(a *app) *cobra.Command {
+func newCmdImage(a *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "image",
 		Short: "Build, import, list and remove local images; print the image's Dockerfile",
@@ -26,7 +26,7 @@ func newCmdImage(a *app) *cobra.Command {
 	return cmd
 }
 
-func newCmdImageDockerfile(a *app) *cobra.Command {
+func newCmdImageDockerfile(a *Factory) *cobra.Command {
 	var e2b bool
 	var file string
 	cmd := &cobra.Command{

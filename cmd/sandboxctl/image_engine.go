@@ -12,7 +12,7 @@ import (
 // The build sandboxes of `image build` are local-engine sandboxes booted from the
 // store's images, ids mapped like every user-namespaced sandbox.
 func init() {
-	newBuildRunner = func(ctx context.Context, a *app, s *store.Store) (build.Runner, func(), error) {
+	newBuildRunner = func(ctx context.Context, a *Factory, s *store.Store) (build.Runner, func(), error) {
 		e, err := local.NewEngine(local.EngineOptions{DataDir: a.dataDir, Images: s, Logger: a.logger()})
 		if err != nil {
 			return nil, nil, err

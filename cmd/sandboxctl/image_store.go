@@ -24,12 +24,12 @@ func imageStoreDir(dataDir string) string { return filepath.Join(dataDir, "image
 
 // openImageStore opens the data dir's image store; Remove asks the local engine which
 // live sandboxes boot from an image.
-func (a *app) openImageStore() (*store.Store, error) {
+func (a *Factory) openImageStore() (*store.Store, error) {
 	return store.Open(store.Options{Dir: imageStoreDir(a.dataDir), InUse: a.imageUsers})
 }
 
 // imageUsers are the live local sandboxes that booted from image id.
-func (a *app) imageUsers(ctx context.Context, id string) ([]string, error) {
+func (a *Factory) imageUsers(ctx context.Context, id string) ([]string, error) {
 	e, err := local.NewEngine(local.EngineOptions{DataDir: a.dataDir, Unisolated: a.unisolated, Logger: a.logger()})
 	if err != nil {
 		return nil, fmt.Errorf("check which sandboxes use the image: %w", err)
@@ -50,9 +50,9 @@ func (a *app) imageUsers(ctx context.Context, id string) ([]string, error) {
 
 // newBuildRunner makes the build sandbox of run and apt steps; nil until an engine
 // that boots images provides one (then run steps fail with build.ErrNoRunner).
-var newBuildRunner func(ctx context.Context, a *app, s *store.Store) (build.Runner, func(), error)
+var newBuildRunner func(ctx context.Context, a *Factory, s *store.Store) (build.Runner, func(), error)
 
-func newCmdImageBuild(a *app) *cobra.Command {
+func newCmdImageBuild(a *Factory) *cobra.Command {
 	var file, contextDir, tag, mirror string
 	var binaries []string
 	cmd := &cobra.Command{
@@ -113,7 +113,7 @@ func newCmdImageBuild(a *app) *cobra.Command {
 	return cmd
 }
 
-func (a *app) debianLog() io.Writer {
+func (a *Factory) debianLog() io.Writer {
 	if a.verbose {
 		return a.stderr
 	}
@@ -122,7 +122,7 @@ func (a *app) debianLog() io.Writer {
 
 // buildSources are the files of img's copy and binary steps: --binary NAME=PATH, else
 // the binary found the way create finds it.
-func (a *app) buildSources(img image.Image, contextDir string, binaries []string) (image.Sources, error) {
+func (a *Factory) buildSources(img image.Image, contextDir string, binaries []string) (image.Sources, error) {
 	src := image.Sources{Context: contextDir, Binaries: map[string]string{}}
 	for _, kv := range binaries {
 		name, p, ok := strings.Cut(kv, "=")
@@ -143,7 +143,7 @@ func (a *app) buildSources(img image.Image, contextDir string, binaries []string
 	return src, nil
 }
 
-func newCmdImageList(a *app) *cobra.Command {
+func newCmdImageList(a *Factory) *cobra.Command {
 	var all bool
 	cmd := &cobra.Command{
 		Use:   "list [--all]",
@@ -208,7 +208,7 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-func newCmdImageRm(a *app) *cobra.Command {
+func newCmdImageRm(a *Factory) *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm REF...",
 		Short: "Remove images (by name or id) and what only they use",
@@ -237,7 +237,7 @@ func newCmdImageRm(a *app) *cobra.Command {
 	}
 }
 
-func newCmdImageImport(a *app) *cobra.Command {
+func newCmdImageImport(a *Factory) *cobra.Command {
 	var name string
 	cmd := &cobra.Command{
 		Use:   "import FILE|- [--name NAME]",
@@ -280,7 +280,7 @@ func newCmdImageImport(a *app) *cobra.Command {
 	return cmd
 }
 
-func newCmdImagePull(a *app) *cobra.Command {
+func newCmdImagePull(a *Factory) *cobra.Command {
 	return &cobra.Command{
 		Use:   "pull REF",
 		Short: "Pull an image from a registry into the local image store",

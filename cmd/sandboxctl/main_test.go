@@ -117,7 +117,7 @@ func TestHelpGolden(t *testing.T) {
 		}
 		return ""
 	}
-	root := newCmdRoot(&app{getenv: getenv})
+	root := newCmdRoot(&Factory{getenv: getenv})
 	paths := clitest.CommandPaths(root, nil)
 	if len(paths) < 12 {
 		t.Fatalf("found %d commands, want every command of the tree", len(paths))

@@ -43,7 +43,7 @@ type gitTarget struct {
 }
 
 // gitToken reads the git token from the variable --token-env names ("" when none).
-func gitToken(a *app, tokenEnv string) (string, error) {
+func gitToken(a *Factory, tokenEnv string) (string, error) {
 	if tokenEnv == "" {
 		return "", nil
 	}
@@ -54,7 +54,7 @@ func gitToken(a *app, tokenEnv string) (string, error) {
 	return token, nil
 }
 
-func (a *app) gitTarget(ctx context.Context, b openedBackend, id string, g gitFlags) (gitTarget, error) {
+func (a *Factory) gitTarget(ctx context.Context, b openedBackend, id string, g gitFlags) (gitTarget, error) {
 	var t gitTarget
 	var err error
 	if t.token, err = gitToken(a, g.tokenEnv); err != nil {
@@ -104,7 +104,7 @@ func (a *app) gitTarget(ctx context.Context, b openedBackend, id string, g gitFl
 	return t, err
 }
 
-func newCmdPush(a *app) *cobra.Command {
+func newCmdPush(a *Factory) *cobra.Command {
 	var g gitFlags
 	var session string
 	cmd := &cobra.Command{
@@ -157,7 +157,7 @@ func newCmdPush(a *app) *cobra.Command {
 	return cmd
 }
 
-func newCmdSync(a *app) *cobra.Command {
+func newCmdSync(a *Factory) *cobra.Command {
 	var g gitFlags
 	cmd := &cobra.Command{
 		Use:   "sync ID [--remote URL] [--token-env VAR] [--repo PATH]",

@@ -44,7 +44,7 @@ var serveProtocols = map[string]func(ctx context.Context, o serveOptions) error{
 // serveImage are the protocols that honour --image; the others refuse it.
 var serveImage = map[string]bool{}
 
-func newCmdServe(a *app) *cobra.Command {
+func newCmdServe(a *Factory) *cobra.Command {
 	var protocol, addr, image string
 	cmd := &cobra.Command{
 		Use:   "serve --protocol NAME [--addr HOST:PORT] [--image REF]",

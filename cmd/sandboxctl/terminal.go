@@ -90,7 +90,7 @@ func terminalURL(base string) string {
 	return u
 }
 
-func (a *app) terminal(ctx context.Context, base, token string) error {
+func (a *Factory) terminal(ctx context.Context, base, token string) error {
 	h := http.Header{}
 	if token != "" {
 		h.Set("Authorization", "Bearer "+token)
@@ -149,7 +149,7 @@ func (a *app) terminal(ctx context.Context, base, token string) error {
 
 // terminalSetup, when stdin is a terminal, puts it in raw mode and calls size with
 // its size now and after every SIGWINCH; stop restores it.
-func (a *app) terminalSetup(ctx context.Context, size func(engine.WindowSize)) (stop func()) {
+func (a *Factory) terminalSetup(ctx context.Context, size func(engine.WindowSize)) (stop func()) {
 	in, _ := a.stdin.(*os.File)
 	if in == nil || !isTerminal(in) {
 		return func() {}
