@@ -403,20 +403,23 @@ func FuzzSearchQuery(f *testing.F) {
 
 // BenchmarkSearch10k searches 10,000 chunks (BM25 only) made of a 5,000-word
 // vocabulary with a Zipf distribution, like prose; it reports the p50 latency.
-func BenchmarkSearch10k(b *testing.B) {
-	s := openStore(b, nil)
+func BenchmarkSearch10k(b *testing.B) { benchSearch(b, openStore(b, nil), 10000) }
+
+// benchSearch indexes n Zipf-worded chunks into s and reports the p50 latency of
+// three-word searches over them.
+func benchSearch(b *testing.B, s *Store, n int) {
 	r := rand.New(rand.NewPCG(1, 2))
 	zipf := rand.NewZipf(r, 1.1, 1, 4999)
 	word := func(n uint64) string { return fmt.Sprintf("w%dx", n) }
 	var md strings.Builder
-	for i := range 10000 {
+	for i := range n {
 		fmt.Fprintf(&md, "## Section %d %s %s\n", i, word(zipf.Uint64()), word(zipf.Uint64()))
 		for range 120 {
 			md.WriteString(word(zipf.Uint64()) + " ")
 		}
 		md.WriteString("\n")
 	}
-	if st, err := s.IndexDocs(context.Background(), "bench", "mem://bench", md.String()); err != nil || st.Added != 10000 {
+	if st, err := s.IndexDocs(context.Background(), "bench", "mem://bench", md.String()); err != nil || st.Added != n {
 		b.Fatalf("index = %+v, %v", st, err)
 	}
 	var lat []time.Duration

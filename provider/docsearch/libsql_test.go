@@ -279,33 +279,7 @@ func BenchmarkSearchOverHrana(b *testing.B) {
 	defer func() { srv.Close(); hs.Close() }()
 	remote = &remoteDB{url: srv.URL}
 	defer func() { remote = nil }()
-	s := openStore(b, nil)
-	r := rand.New(rand.NewPCG(1, 2))
-	zipf := rand.NewZipf(r, 1.1, 1, 4999)
-	word := func(n uint64) string { return fmt.Sprintf("w%dx", n) }
-	var md strings.Builder
-	for i := range 2000 {
-		fmt.Fprintf(&md, "## Section %d %s %s\n", i, word(zipf.Uint64()), word(zipf.Uint64()))
-		for range 120 {
-			md.WriteString(word(zipf.Uint64()) + " ")
-		}
-		md.WriteString("\n")
-	}
-	if st, err := s.IndexDocs(b.Context(), "bench", "mem://bench", md.String()); err != nil || st.Added != 2000 {
-		b.Fatalf("index = %+v, %v", st, err)
-	}
-	var lat []time.Duration
-	b.ResetTimer()
-	for b.Loop() {
-		q := word(zipf.Uint64()) + " " + word(zipf.Uint64()) + " " + word(zipf.Uint64())
-		start := time.Now()
-		if _, err := s.Search(b.Context(), Query{Text: q}); err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(start))
-	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	benchSearch(b, openStore(b, nil), 2000)
 }
 
 // On libSQL an index's writes go as batches of at most maxPlanBatchBytes, each one
