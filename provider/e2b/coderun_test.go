@@ -6,11 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/coderun"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/internal/e2btest"
@@ -60,7 +59,7 @@ version = "3.0.1"
 	if err := os.Symlink(npm, filepath.Join(data, "npm")); err != nil {
 		t.Fatal(err)
 	}
-	var progress syncBuilder
+	var progress testutil.Buffer
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	r, err := coderun.New(ctx, coderun.Options{Config: cfg, Engine: eng, DataDir: data, ReapEvery: -1, Progress: &progress})
@@ -108,22 +107,4 @@ version = "3.0.1"
 		t.Fatal(err)
 	}
 	run("await Deno.readTextFile('/workspace/kept.txt')", `"kept"`)
-}
-
-// syncBuilder collects the runner's progress, written from several goroutines.
-type syncBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuilder) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuilder) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,7 +1,6 @@
 package modalserver
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"maps"
@@ -9,10 +8,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
@@ -68,7 +67,7 @@ func TestRegistryImageBootsFromStore(t *testing.T) {
 	}
 
 	t.Run("no builder: the host stands in", func(t *testing.T) {
-		var logs lockedBuffer
+		var logs testutil.Buffer
 		log := slog.New(slog.NewTextHandler(&logs, nil))
 		_, c, app := serveWith(t, Options{Engine: eng, Logger: log})
 		sb, err := c.Sandboxes.Create(ctx, app, c.Images.FromRegistry(imagetest.BaseRef, nil), nil)
@@ -84,24 +83,6 @@ func TestRegistryImageBootsFromStore(t *testing.T) {
 			t.Errorf("the server's log does not say the host stands in:\n%s", l)
 		}
 	})
-}
-
-// lockedBuffer is a bytes.Buffer safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestStandInNotKeptByBuilder: a stand-in image kept in the state dir by a server
