@@ -106,6 +106,19 @@ func (a *Factory) codeEngine(ctx context.Context, provider string) (engine.Engin
 	return e, images, func() { e.Close() }, nil
 }
 
+// withRunner is a RunE that opens the session runner (no idle reaper, no spare
+// sandboxes: one call of a CLI command), runs fn with it and closes it.
+func (o *codeOptions) withRunner(a *Factory, fn func(cmd *cobra.Command, args []string, r *coderun.Runner) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		r, done, err := o.openRunner(cmd, a, -1, 0)
+		if err != nil {
+			return err
+		}
+		defer done()
+		return fn(cmd, args, r)
+	}
+}
+
 func newCmdCodeRun(a *Factory, o *codeOptions) *cobra.Command {
 	var session, description string
 	cmd := &cobra.Command{
@@ -169,18 +182,13 @@ func newCmdCodeClose(a *Factory, o *codeOptions) *cobra.Command {
 		Use:   "close --session S",
 		Short: "Destroy a session's sandbox; its volume stays until gc",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, done, err := o.openRunner(cmd, a, -1, 0)
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: o.withRunner(a, func(cmd *cobra.Command, args []string, r *coderun.Runner) error {
 			s, err := r.Session(session)
 			if err != nil {
 				return usageError{err}
 			}
 			return s.Close(cmd.Context())
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&session, "session", "", "session id (required)")
 	_ = cmd.MarkFlagRequired("session")
@@ -195,12 +203,7 @@ func newCmdCodeSearch(a *Factory, o *codeOptions) *cobra.Command {
 		Use:   "search QUERY...",
 		Short: "Search the packages' docs (and a session's code modules); print JSON, best first",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, done, err := o.openRunner(cmd, a, -1, 0)
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: o.withRunner(a, func(cmd *cobra.Command, args []string, r *coderun.Runner) error {
 			if fetch {
 				if err := r.IndexDocs(cmd.Context()); err != nil {
 					a.progress("some docs could not be indexed: %v", err)
@@ -223,7 +226,7 @@ func newCmdCodeSearch(a *Factory, o *codeOptions) *cobra.Command {
 				return err
 			}
 			return a.printJSON(res)
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&pkg, "package", "", "search only this package's docs")
@@ -238,12 +241,7 @@ func newCmdCodeSnapshot(a *Factory, o *codeOptions) *cobra.Command {
 		Use:   "snapshot",
 		Short: "Build the dependency snapshot, or show it when it exists; index the docs",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, done, err := o.openRunner(cmd, a, -1, 0)
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: o.withRunner(a, func(cmd *cobra.Command, args []string, r *coderun.Runner) error {
 			info, err := r.EnsureSnapshot(cmd.Context())
 			if err != nil {
 				return err
@@ -252,7 +250,7 @@ func newCmdCodeSnapshot(a *Factory, o *codeOptions) *cobra.Command {
 				a.progress("some docs could not be indexed: %v", err)
 			}
 			return a.printJSON(info)
-		},
+		}),
 	}
 }
 
