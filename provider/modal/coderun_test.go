@@ -2,6 +2,7 @@ package modal
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -25,6 +26,9 @@ import (
 // sandbox; Cleanup deletes the volume. Skipped without npm (it fetches Deno).
 func TestCoderunSession(t *testing.T) {
 	if _, err := exec.LookPath("npm"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("npm is required in CI: %v", err)
+		}
 		t.Skipf("npm is not installed (it fetches Deno): %v", err)
 	}
 	host := modaltest.NewImageEngine(t, local.EngineOptions{})
