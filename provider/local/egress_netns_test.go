@@ -159,11 +159,7 @@ func (n *egressNet) serveIn(t *testing.T, ns string) string {
 // through names.
 func (n *egressNet) proxy(t *testing.T, hosts []string, names map[string][]string) *url.URL {
 	t.Helper()
-	g, err := newEgress(n.hostFd, hosts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+	lookup := func(ctx context.Context, host string) ([]netip.Addr, error) {
 		var out []netip.Addr
 		for _, a := range names[host] {
 			out = append(out, netip.MustParseAddr(a))
@@ -173,11 +169,14 @@ func (n *egressNet) proxy(t *testing.T, hosts []string, names map[string][]strin
 		}
 		return out, nil
 	}
+	g, closeProxy, err := newEgressProxy(n.hostFd, hosts, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ts := httptest.NewServer(g)
 	t.Cleanup(func() {
 		ts.Close()
-		g.transport.CloseIdleConnections()
-		unix.Close(g.own)
+		closeProxy()
 	})
 	u, _ := url.Parse(ts.URL)
 	return u

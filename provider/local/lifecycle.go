@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
@@ -125,7 +126,7 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 		bx.st.Tunnels = append(bx.st.Tunnels, engine.Tunnel{Port: p, Host: "127.0.0.1", HostPort: ln.Addr().(*net.TCPAddr).Port})
 	}
 	if spec.Egress && bx.st.NetNS {
-		if _, err := newEgressPolicy(spec.EgressHosts); err != nil {
+		if _, err := egress.NewPolicy(spec.EgressHosts); err != nil {
 			return engine.Info{}, fmt.Errorf("egress: %w", err)
 		}
 		cfg.EgressHosts = spec.EgressHosts

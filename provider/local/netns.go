@@ -10,13 +10,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"runtime"
 	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
 )
 
 // DialPort connects to 127.0.0.1:port inside the sandbox. A sandbox with the host's
@@ -101,25 +102,7 @@ func serveTunnel(ln net.Listener, port int) {
 				return
 			}
 			defer in.Close()
-			splice(c, in)
+			portfwd.Splice(c, in)
 		}()
 	}
-}
-
-// splice copies both ways until both directions are done, passing half-closes on.
-func splice(a, b net.Conn) {
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		if tc, ok := dst.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
-		} else {
-			dst.Close()
-		}
-		done <- struct{}{}
-	}
-	go pipe(a, b)
-	go pipe(b, a)
-	<-done
-	<-done
 }

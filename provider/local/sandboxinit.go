@@ -198,9 +198,9 @@ func isolate(cfg initConfig) (*spawnClient, error) {
 			return nil, fmt.Errorf("loopback: %w", err)
 		}
 		if cfg.HostNetFd > 0 {
-			g, err := newEgress(cfg.HostNetFd, cfg.EgressHosts)
+			g, _, err := newEgressProxy(cfg.HostNetFd, cfg.EgressHosts, nil)
 			if err == nil {
-				err = g.serve()
+				err = serveEgress(g)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("egress proxy: %w", err)

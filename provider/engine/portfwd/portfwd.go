@@ -99,13 +99,14 @@ func (f *Forwarder) serve(dial func(context.Context) (net.Conn, error), wg *sync
 				return
 			}
 			defer f.track(up, false)
-			pipe(c, up)
+			Splice(c, up)
 		}()
 	}
 }
 
-// pipe copies both ways until both directions end, half-closing as each ends.
-func pipe(a, b net.Conn) {
+// Splice copies both ways between a and b until both directions end, half-closing each
+// side as its direction ends (a tunnel, a CONNECT).
+func Splice(a, b net.Conn) {
 	var wg sync.WaitGroup
 	cp := func(dst, src net.Conn) {
 		defer wg.Done()

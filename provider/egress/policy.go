@@ -1,4 +1,8 @@
-package local
+// Package egress is a sandbox's way out: an HTTP proxy (plain requests and CONNECT)
+// that dials on the host's side, after checking every destination against the
+// sandbox's policy (Spec.EgressHosts). The local engine serves one per sandbox with
+// egress; the gateway serves the same proxy to sandboxes of remote engines.
+package egress
 
 // What the egress proxy lets a sandbox reach. Every destination is checked
 // where it is dialed, after name resolution, on the address actually dialed
@@ -33,11 +37,11 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine/egresshost"
 )
 
-// errEgressRefused marks a destination the policy refuses (403 to the sandbox).
-var errEgressRefused = errors.New("refused by the sandbox's egress policy")
+// ErrRefused marks a destination the policy refuses (403 to the sandbox).
+var ErrRefused = errors.New("refused by the sandbox's egress policy")
 
-// errBadAuthority marks a host:port the proxy does not parse (400).
-var errBadAuthority = errors.New("bad host:port")
+// ErrBadAuthority marks a host:port the proxy does not parse (400).
+var ErrBadAuthority = errors.New("bad host:port")
 
 type addrRange struct {
 	prefix netip.Prefix
@@ -141,8 +145,8 @@ func refusedRange(ip netip.Addr) (string, bool) {
 	return "", false
 }
 
-// egressPolicy is a sandbox's Spec.EgressHosts, parsed.
-type egressPolicy struct {
+// Policy is a sandbox's Spec.EgressHosts, parsed.
+type Policy struct {
 	// anyName: no list, or "*": any host name.
 	anyName bool
 	// anyAddr: no list: any public IP literal.
@@ -152,10 +156,10 @@ type egressPolicy struct {
 	addrs    []netip.Prefix
 }
 
-// newEgressPolicy parses EgressHosts (egresshost's grammar: host names, "*.suffix"
+// NewPolicy parses EgressHosts (egresshost's grammar: host names, "*.suffix"
 // patterns, "*", IP addresses and CIDR prefixes).
-func newEgressPolicy(hosts []string) (*egressPolicy, error) {
-	p := &egressPolicy{names: map[string]bool{}, anyName: len(hosts) == 0, anyAddr: len(hosts) == 0}
+func NewPolicy(hosts []string) (*Policy, error) {
+	p := &Policy{names: map[string]bool{}, anyName: len(hosts) == 0, anyAddr: len(hosts) == 0}
 	for _, h := range hosts {
 		e, err := egresshost.Parse(h)
 		if err != nil {
@@ -175,14 +179,14 @@ func newEgressPolicy(hosts []string) (*egressPolicy, error) {
 	return p, nil
 }
 
-// allowHost checks the destination as the sandbox named it: host is a
+// AllowHost checks the destination as the sandbox named it: host is a
 // canonical host name, or ip is valid for an IP literal.
-func (p *egressPolicy) allowHost(host string, ip netip.Addr) error {
+func (p *Policy) AllowHost(host string, ip netip.Addr) error {
 	if ip.IsValid() {
 		if p.anyAddr || p.listed(ip) {
 			return nil
 		}
-		return fmt.Errorf("%s is not in the sandbox's egress hosts: %w", ip, errEgressRefused)
+		return fmt.Errorf("%s is not in the sandbox's egress hosts: %w", ip, ErrRefused)
 	}
 	if p.anyName || p.names[host] {
 		return nil
@@ -192,11 +196,11 @@ func (p *egressPolicy) allowHost(host string, ip netip.Addr) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%s is not in the sandbox's egress hosts: %w", host, errEgressRefused)
+	return fmt.Errorf("%s is not in the sandbox's egress hosts: %w", host, ErrRefused)
 }
 
 // listed reports whether an EgressHosts address or prefix covers ip.
-func (p *egressPolicy) listed(ip netip.Addr) bool {
+func (p *Policy) listed(ip netip.Addr) bool {
 	ip = ip.WithZone("").Unmap()
 	for _, a := range p.addrs {
 		if a.Contains(ip) {
@@ -206,9 +210,9 @@ func (p *egressPolicy) listed(ip netip.Addr) bool {
 	return false
 }
 
-// checkAddr checks an address about to be dialed; host holds the host's own
+// CheckAddr checks an address about to be dialed; host holds the host's own
 // interface addresses (unmapped, without zones).
-func (p *egressPolicy) checkAddr(ip netip.Addr, host map[netip.Addr]bool) error {
+func (p *Policy) CheckAddr(ip netip.Addr, host map[netip.Addr]bool) error {
 	ip = ip.WithZone("")
 	why, hard := classify(ip)
 	if why == "" {
@@ -220,16 +224,16 @@ func (p *egressPolicy) checkAddr(ip netip.Addr, host map[netip.Addr]bool) error 
 	if why == "" || (!hard && p.listed(ip)) {
 		return nil
 	}
-	return fmt.Errorf("%s is %s: %w", ip, why, errEgressRefused)
+	return fmt.Errorf("%s is %s: %w", ip, why, ErrRefused)
 }
 
-// parseAuthority parses host:port as a proxy request names it. host is a
+// ParseAuthority parses host:port as a proxy request names it. host is a
 // canonical host name, or ip is valid (an IP literal; host is its text).
 // Without a port, defaultPort is used; an empty defaultPort makes the port
 // required.
-func parseAuthority(authority, defaultPort string) (host string, ip netip.Addr, port uint16, err error) {
+func ParseAuthority(authority, defaultPort string) (host string, ip netip.Addr, port uint16, err error) {
 	bad := func(why string) (string, netip.Addr, uint16, error) {
-		return "", netip.Addr{}, 0, fmt.Errorf("%q: %s: %w", authority, why, errBadAuthority)
+		return "", netip.Addr{}, 0, fmt.Errorf("%q: %s: %w", authority, why, ErrBadAuthority)
 	}
 	if authority == "" || len(authority) > 300 {
 		return bad("empty or too long")

@@ -1,4 +1,4 @@
-package local
+package egress
 
 import (
 	"errors"
@@ -127,15 +127,15 @@ func TestEgressParseAuthority(t *testing.T) {
 		{strings.Repeat("a", 64) + ".com:80", "", "", false, 0, true},
 	}
 	for _, tc := range tests {
-		host, ip, port, err := parseAuthority(tc.in, tc.def)
+		host, ip, port, err := ParseAuthority(tc.in, tc.def)
 		if tc.wantFail {
-			if err == nil || !errors.Is(err, errBadAuthority) {
-				t.Errorf("parseAuthority(%q, %q) = %q, %v, %d, %v; want errBadAuthority", tc.in, tc.def, host, ip, port, err)
+			if err == nil || !errors.Is(err, ErrBadAuthority) {
+				t.Errorf("ParseAuthority(%q, %q) = %q, %v, %d, %v; want ErrBadAuthority", tc.in, tc.def, host, ip, port, err)
 			}
 			continue
 		}
 		if err != nil || host != tc.host || ip.IsValid() != tc.ip || port != tc.port {
-			t.Errorf("parseAuthority(%q, %q) = %q, %v, %d, %v; want %q, ip %v, %d", tc.in, tc.def, host, ip, port, err, tc.host, tc.ip, tc.port)
+			t.Errorf("ParseAuthority(%q, %q) = %q, %v, %d, %v; want %q, ip %v, %d", tc.in, tc.def, host, ip, port, err, tc.host, tc.ip, tc.port)
 		}
 	}
 }
@@ -180,9 +180,9 @@ func TestEgressPolicy(t *testing.T) {
 		{"listed 0/0 opens private", []string{"0.0.0.0/0"}, "10.0.0.1", "10.0.0.1", true},
 	}
 	for _, tc := range tests {
-		p, err := newEgressPolicy(tc.hosts)
+		p, err := NewPolicy(tc.hosts)
 		if err != nil {
-			t.Fatalf("%s: newEgressPolicy(%q): %v", tc.name, tc.hosts, err)
+			t.Fatalf("%s: NewPolicy(%q): %v", tc.name, tc.hosts, err)
 		}
 		var host string
 		var ip netip.Addr
@@ -191,11 +191,11 @@ func TestEgressPolicy(t *testing.T) {
 		} else {
 			host, ip = tc.dest, netip.Addr{}
 		}
-		err = p.allowHost(host, ip)
+		err = p.AllowHost(host, ip)
 		if err == nil {
-			err = p.checkAddr(netip.MustParseAddr(tc.addr), hostOwn)
+			err = p.CheckAddr(netip.MustParseAddr(tc.addr), hostOwn)
 		}
-		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, errEgressRefused)) {
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrRefused)) {
 			t.Errorf("%s: %q with EgressHosts %q (resolving to %s): %v, want allowed %v", tc.name, tc.dest, tc.hosts, tc.addr, err, tc.ok)
 		}
 	}
@@ -203,15 +203,15 @@ func TestEgressPolicy(t *testing.T) {
 
 func TestEgressHostsRejected(t *testing.T) {
 	for _, h := range []string{"", " ", "exa mple.com", "*.", "*", "**.example.com", "*example.com", "a.*.com", "10.0.0.0/33", "fe80::1%eth0", "http://example.com", "example.com:443", "2130706433"} {
-		_, err := newEgressPolicy([]string{h})
+		_, err := NewPolicy([]string{h})
 		if h == "*" {
 			if err != nil {
-				t.Errorf("newEgressPolicy(%q) = %v, want accepted", h, err)
+				t.Errorf("NewPolicy(%q) = %v, want accepted", h, err)
 			}
 			continue
 		}
 		if err == nil {
-			t.Errorf("newEgressPolicy(%q) = nil, want an error", h)
+			t.Errorf("NewPolicy(%q) = nil, want an error", h)
 		}
 	}
 }
@@ -226,53 +226,53 @@ func FuzzParseAuthority(f *testing.F) {
 		f.Add(s, "80")
 	}
 	f.Fuzz(func(t *testing.T, in, def string) {
-		host, ip, port, err := parseAuthority(in, def)
+		host, ip, port, err := ParseAuthority(in, def)
 		if err != nil {
-			if !errors.Is(err, errBadAuthority) {
-				t.Fatalf("parseAuthority(%q, %q) error %v is not errBadAuthority", in, def, err)
+			if !errors.Is(err, ErrBadAuthority) {
+				t.Fatalf("ParseAuthority(%q, %q) error %v is not ErrBadAuthority", in, def, err)
 			}
 			return
 		}
 		if port == 0 {
-			t.Fatalf("parseAuthority(%q, %q) accepted port 0", in, def)
+			t.Fatalf("ParseAuthority(%q, %q) accepted port 0", in, def)
 		}
 		if ip.IsValid() {
 			if host != ip.String() || ip.Zone() != "" {
-				t.Fatalf("parseAuthority(%q, %q) = %q, %v: not the address's text", in, def, host, ip)
+				t.Fatalf("ParseAuthority(%q, %q) = %q, %v: not the address's text", in, def, host, ip)
 			}
 		} else if _, err := netip.ParseAddr(host); err != nil && egresshost.Numeric(host[strings.LastIndexByte(host, '.')+1:]) {
-			t.Fatalf("parseAuthority(%q, %q) = name %q ending in a number", in, def, host)
+			t.Fatalf("ParseAuthority(%q, %q) = name %q ending in a number", in, def, host)
 		} else if err == nil {
-			t.Fatalf("parseAuthority(%q, %q) = name %q that is an address", in, def, host)
+			t.Fatalf("ParseAuthority(%q, %q) = name %q that is an address", in, def, host)
 		}
 		again := host
 		if ip.Is6() {
 			again = "[" + host + "]"
 		}
 		again += ":" + strconv.Itoa(int(port))
-		h2, ip2, p2, err := parseAuthority(again, "")
+		h2, ip2, p2, err := ParseAuthority(again, "")
 		if err != nil || h2 != host || ip2 != ip || p2 != port {
-			t.Fatalf("parseAuthority(%q) = %q, %v, %d, %v; want %q, %v, %d (from %q)", again, h2, ip2, p2, err, host, ip, port, in)
+			t.Fatalf("ParseAuthority(%q) = %q, %v, %d, %v; want %q, %v, %d (from %q)", again, h2, ip2, p2, err, host, ip, port, in)
 		}
 	})
 }
 
 // The proxy lists the host's addresses and checks the policy on every dial.
 func BenchmarkEgressDialCheck(b *testing.B) {
-	p, err := newEgressPolicy([]string{"*.example.com", "10.0.0.0/8"})
+	p, err := NewPolicy([]string{"*.example.com", "10.0.0.0/8"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ip := netip.MustParseAddr("93.184.215.14")
 	for b.Loop() {
-		own, err := hostAddrs()
+		own, err := LocalAddrs()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := p.allowHost("a.example.com", netip.Addr{}); err != nil {
+		if err := p.AllowHost("a.example.com", netip.Addr{}); err != nil {
 			b.Fatal(err)
 		}
-		if err := p.checkAddr(ip, own); err != nil {
+		if err := p.CheckAddr(ip, own); err != nil {
 			b.Fatal(err)
 		}
 	}
