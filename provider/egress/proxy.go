@@ -33,6 +33,8 @@ type Config struct {
 	// Lookup resolves a host name with the host's resolver; nil uses a pure-Go
 	// resolver that dials its name servers through Dial.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Secrets are the sandbox's secrets (NewSecrets); nil for none.
+	Secrets *Secrets
 }
 
 // Proxy is one sandbox's egress proxy, an http.Handler.

@@ -105,6 +105,23 @@ type Spec struct {
 	Mounts  []Mount       `json:"mounts,omitempty"`
 	// Labels are free-form metadata kept with the sandbox (tags, metadata).
 	Labels map[string]string `json:"labels,omitempty"`
+	// Secrets are credentials the sandbox never holds: inside, each one's variable holds
+	// a placeholder, and the engine's egress proxy puts the value in place of the
+	// placeholder on requests to that secret's hosts only (package egress). An engine
+	// that cannot route the sandbox's traffic through such a proxy refuses Secrets.
+	Secrets []Secret `json:"secrets,omitempty"`
+}
+
+// Secret is one credential of Spec.Secrets.
+type Secret struct {
+	// Name is the environment variable that holds the placeholder inside.
+	Name string `json:"name"`
+	// Value is the credential. It stays on the host side: never serialized, never
+	// in the sandbox's environment, files, argv or logs.
+	Value string `json:"-"`
+	// Hosts are the host names (egresshost's grammar, no scheme or port) the value may
+	// be sent to; they are allowed egress for the sandbox.
+	Hosts []string `json:"hosts"`
 }
 
 // State of a sandbox.
