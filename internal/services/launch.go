@@ -244,7 +244,7 @@ func (m *Manager) recordRun(sp spec, l *monitorLaunch, msg monitorMsg, now time.
 		r.LogFile = logPath
 		r.Ready = sp.Readiness == nil
 		r.Restarts, r.Consecutive = restarts, consecutive
-		r.NextRestartAt, r.StoppedAt, r.Reason, r.StopRequested = nil, nil, "", ""
+		r.NextRestartAt, r.StoppedAt, r.Reason, r.StopRequested, r.RestartClaimed = nil, nil, "", "", ""
 		info = r.ServiceInfo
 		return nil
 	})

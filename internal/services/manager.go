@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
@@ -197,8 +198,19 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.prefix = statePrefix(cfg.StateDir)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	m.sweepOrphans()
-	if err := m.adopt(); err != nil {
+	// No launch runs anywhere while launch.lock is held exclusively: the
+	// sweep sees no run half-recorded, and adopt no live restart claim.
+	unlockLaunch, lerr := m.lockLaunch(syscall.LOCK_EX)
+	if lerr != nil {
+		m.log.Warn("orphan sweep skipped", "err", lerr)
+	} else {
+		m.sweepOrphans()
+	}
+	err = m.adopt()
+	if unlockLaunch != nil {
+		unlockLaunch()
+	}
+	if err != nil {
 		m.cancel()
 		m.wg.Wait()
 		return nil, err

@@ -120,13 +120,8 @@ const sweepGrace = 500 * time.Millisecond
 // state dir while no running record claims its instance: the leftovers of a
 // sidecar killed in the middle of a start, or of a run whose record was
 // lost. It logs what it stopped.
+// The caller holds launch.lock exclusively.
 func (m *Manager) sweepOrphans() {
-	unlock, err := m.lockLaunch(syscall.LOCK_EX)
-	if err != nil {
-		m.log.Warn("orphan sweep skipped", "err", err)
-		return
-	}
-	defer unlock()
 	st, _, err := readState(m.statePath)
 	switch {
 	case err == nil:
