@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
@@ -200,7 +199,7 @@ func New(cfg Config) (*Manager, error) {
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	// No launch runs anywhere while launch.lock is held exclusively: the
 	// sweep sees no run half-recorded, and adopt no live restart claim.
-	unlockLaunch, lerr := m.lockLaunch(syscall.LOCK_EX)
+	unlockLaunch, lerr := m.lockLaunch(true)
 	if lerr != nil {
 		m.log.Warn("orphan sweep skipped", "err", lerr)
 	} else {

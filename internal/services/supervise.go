@@ -280,7 +280,7 @@ func (m *Manager) relaunchAfter(in *instance, delay time.Duration) {
 	}
 	// Held from the claim until the new run is recorded, so a claim found
 	// while New holds it exclusively belongs to a launch that never finished.
-	unlockLaunch, err := m.lockLaunch(syscall.LOCK_SH)
+	unlockLaunch, err := m.lockLaunch(false)
 	if err != nil {
 		m.log.Warn("restart service", "service", in.name, "err", err)
 		return
