@@ -70,7 +70,7 @@ func e2bTemplates(ctx context.Context, o serveOptions) (map[string]string, error
 	}
 	in, err := o.Images.Get(ctx, o.Image)
 	if err != nil {
-		return nil, fmt.Errorf("--image %s: %w", o.Image, err)
+		return nil, fmt.Errorf("--image: %w", imageError(o.Image, err))
 	}
 	o.Logger.Info("template base boots an image", "image", in.ID, "ref", o.Image)
 	return map[string]string{"base": in.ID}, nil
