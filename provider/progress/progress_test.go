@@ -200,4 +200,3 @@ func FuzzWrite(f *testing.F) {
 		}
 	})
 }
-
