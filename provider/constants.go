@@ -29,7 +29,7 @@ const (
 	// PortSandboxMCP is the sandbox-mcp API, routed by Caddy at /_proliferate/mcp/*.
 	PortSandboxMCP = rules.PortSidecar
 	// PortSandboxDaemon is the E2B sandbox daemon, routed at other /_proliferate/* paths.
-	PortSandboxDaemon = 8470
+	PortSandboxDaemon = rules.PortSandboxDaemon
 	// PortSandboxAgent is the sandbox-agent server of the newer E2B boot split.
 	PortSandboxAgent = 2468
 )

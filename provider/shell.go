@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // ShellEscape quotes s for a POSIX shell: it wraps s in single quotes and turns every
@@ -236,4 +238,5 @@ func BuildServiceStartArgv(name, command, cwd string) []string {
 
 // StaleProcessKillCommand frees the ports of a resumed sandbox before its processes
 // are started again. Failures are ignored by design.
-const StaleProcessKillCommand = "fuser -k 4096/tcp 4000/tcp 8470/tcp 2>/dev/null || true; pkill -9 caddy || true; sleep 0.5"
+var StaleProcessKillCommand = "fuser -k " + strconv.Itoa(rules.PortOpenCode) + "/tcp " + strconv.Itoa(rules.PortSidecar) + "/tcp " +
+	strconv.Itoa(rules.PortSandboxDaemon) + "/tcp 2>/dev/null || true; pkill -9 caddy || true; sleep 0.5"

@@ -25,7 +25,7 @@ func TestNoRuleLiterals(t *testing.T) {
 		rules.EnvOverridesFile, rules.PreviewURLFile}
 	envs := append(rules.EnvNames(), provider.HostEnvNames()...)
 	ports := []int{rules.PortSidecar, rules.PortPreview, rules.PortPreviewProxy, rules.PortVSCode,
-		rules.PortOpenCode, rules.PortEgressProxy}
+		rules.PortOpenCode, rules.PortEgressProxy, rules.PortCaddyAdmin, rules.PortSandboxDaemon}
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
@@ -103,14 +103,25 @@ func ruleIn(s string, paths, envs []string, ports []int) string {
 		}
 	}
 	for _, p := range ports {
-		for _, form := range []string{":" + strconv.Itoa(p), "localhost:" + strconv.Itoa(p)} {
+		n := strconv.Itoa(p)
+		for _, form := range []string{":" + n, "localhost:" + n} {
 			if s == form || strings.HasSuffix(s, "127.0.0.1"+form) || strings.HasSuffix(s, "0.0.0.0"+form) || s == "localhost"+form {
-				return "the port " + strconv.Itoa(p)
+				return "the port " + n
+			}
+		}
+		// A port in an address inside a longer string ("localhost:2019/config"),
+		// or as fuser and ss spell it ("4000/tcp").
+		for _, form := range []string{"localhost:" + n, "127.0.0.1:" + n, n + "/tcp", n + "/udp"} {
+			if i := strings.Index(s, form); i >= 0 && !digitAt(s, i+len(form)) && !digitAt(s, i-1) {
+				return "the port " + n
 			}
 		}
 	}
 	return ""
 }
+
+// digitAt reports whether s has a decimal digit at index i.
+func digitAt(s string, i int) bool { return i >= 0 && i < len(s) && s[i] >= '0' && s[i] <= '9' }
 
 // testOnly reports files of test-helper packages (their package name ends in "test").
 func testOnly(f *ast.File) bool { return strings.HasSuffix(f.Name.Name, "test") }

@@ -15,6 +15,12 @@ const (
 	PortOpenCode = 4096
 	// PortSSH is sshd.
 	PortSSH = 22
+	// PortCaddyAdmin is Caddy's admin API on loopback, where an image configures
+	// no admin socket (CaddyAdminSocket).
+	PortCaddyAdmin = 2019
+	// PortSandboxDaemon is the E2B sandbox daemon, routed by Caddy at the
+	// /_proliferate/* paths the sidecar does not serve.
+	PortSandboxDaemon = 8470
 )
 
 // FallbackPorts are the dev-server ports the preview site tries, in order,

@@ -1,10 +1,7 @@
 package main
 
-// Backends: what `--provider NAME` drives. The local backend is registered here; the
-// Modal and E2B backends register themselves from their own files (backend_modal.go,
-// backend_e2b.go) in an init function:
-//
-//	func init() { backends["modal"] = newModalBackend }
+// Backends: what `--provider NAME` drives, listed in backends. The Modal and E2B
+// backends are in serve_modal.go and serve_e2b.go, beside their protocol servers.
 
 import (
 	"context"
@@ -58,6 +55,8 @@ type backendOptions struct {
 // backends maps --provider names to their constructors.
 var backends = map[string]func(ctx context.Context, o backendOptions) (*backend, error){
 	"local": newLocalBackend,
+	"modal": newModalBackend,
+	"e2b":   newE2BBackend,
 }
 
 // defaultDataDir is $SANDBOXCTL_DATA_DIR, else $XDG_DATA_HOME/sandboxctl, else
@@ -162,7 +161,7 @@ func newLocalBackend(ctx context.Context, o backendOptions) (*backend, error) {
 		Unisolated: o.Unisolated, Getenv: o.Getenv, Logger: o.Logger, Progress: o.Stderr,
 		Image: o.Spec.Image, Runtime: o.Spec.Runtime, Limits: o.Spec.Limits, Volumes: o.Spec.Volumes})
 	if errors.Is(err, engine.ErrNotIsolated) {
-		return nil, fmt.Errorf("%w\nsandboxctl --unisolated runs sandboxes as plain host processes, without isolation", err)
+		return nil, notIsolated(err)
 	}
 	if err != nil {
 		return nil, err

@@ -20,54 +20,88 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/provider/progress"
 )
 
-// codeOptions are the flags every `code` subcommand shares.
-type codeOptions struct {
-	config string
+// CodeOptions are the inputs of the `code` subcommands; each uses the fields
+// its flags set.
+type CodeOptions struct {
+	Ctx     context.Context
+	Factory *Factory
+	// Config is --config, the TOML file with the [sandbox] section.
+	Config string
+	// ProviderSet is whether --provider was given: it then overrides the config's.
+	ProviderSet bool
+	// Session is --session.
+	Session string
+	// Args are the positional arguments: run's FILE|-, search's query words.
+	Args []string
+	// Description is run's --description.
+	Description string
+	// Package, K and Fetch are search's --package, -k and --fetch.
+	Package string
+	K       int
+	Fetch   bool
+	// TTL is gc's --ttl.
+	TTL time.Duration
 }
 
-func newCmdCode(a *Factory) *cobra.Command {
-	o := &codeOptions{}
+// NewCmdCode builds `code` and its subcommands.
+func NewCmdCode(f *Factory, runF func(*CodeOptions) error) *cobra.Command {
+	config := new(string)
 	cmd := &cobra.Command{
 		Use:   "code",
 		Short: "Run TypeScript for models in sandboxes: run_code, search_docs, save_code_modules",
 		Long: "Code execution for models: TypeScript run by Deno in a session's sandbox against the npm\n" +
 			"packages of the [sandbox] section of a TOML config (--config), their docs searchable.\n" +
-			"A session's sandbox outlives one call: calls with the same --session share variables.",
+			"A session's sandbox outlives one call: calls with the same --session share variables.\n" +
+			"docs/code-execution.md opens with a config to copy.",
+		Example: "  sandboxctl code --config code.toml snapshot\n" +
+			"  echo 'const x = 1 + 1; x' | sandboxctl code --config code.toml run --session s1",
 	}
-	cmd.PersistentFlags().StringVar(&o.config, "config", "", "TOML file with the [sandbox] section (required)")
+	cmd.PersistentFlags().StringVar(config, "config", "", "TOML file with the [sandbox] section (required)")
 	_ = cmd.MarkPersistentFlagRequired("config")
-	cmd.AddCommand(newCmdCodeRun(a, o), newCmdCodeClose(a, o), newCmdCodeSearch(a, o), newCmdCodeSnapshot(a, o),
-		newCmdCodeGC(a, o), newCmdCodeMCP(a, o))
+	cmd.AddCommand(NewCmdCodeRun(f, config, runF), NewCmdCodeClose(f, config, runF), NewCmdCodeSearch(f, config, runF),
+		NewCmdCodeSnapshot(f, config, runF), NewCmdCodeGC(f, config, runF), NewCmdCodeMCP(f, config, runF))
 	return cmd
 }
 
-// openRunner loads the config and opens the runner on the provider's engine. The
-// close ends both.
+// codeRunE is the RunE of a code subcommand: it completes o from the command
+// line and calls runF (a test's) or run.
+func codeRunE(o *CodeOptions, config *string, runF, run func(*CodeOptions) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		o.Ctx, o.Config, o.Args = cmd.Context(), *config, args
+		o.ProviderSet = cmd.Flags().Changed("provider")
+		return runOr(o, runF, run)
+	}
+}
+
+// openRunner loads the config and opens the runner on the provider's engine,
+// its progress lines going to progress. The close ends both.
 // reap is Options.ReapEvery and spares Options.Spares.
-func (o *codeOptions) openRunner(cmd *cobra.Command, a *Factory, reap time.Duration, spares int) (*coderun.Runner, func(), error) {
-	cfg, err := coderun.LoadFile(o.config, a.getenv)
+func (o *CodeOptions) openRunner(progress io.Writer, reap time.Duration, spares int) (*coderun.Runner, func(), error) {
+	a := o.Factory
+	cfg, err := coderun.LoadFile(o.Config, a.getenv)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !cfg.Enabled {
-		return nil, nil, fmt.Errorf("%s: %w", o.config, coderun.ErrOff)
+		return nil, nil, fmt.Errorf("%s: %w", o.Config, coderun.ErrOff)
 	}
 	provider := cfg.Provider
-	if cmd.Flags().Changed("provider") {
+	if o.ProviderSet {
 		provider = a.provider
 	}
-	eng, images, closeEng, err := a.codeEngine(cmd.Context(), provider)
+	eng, images, closeEng, err := a.codeEngine(o.Ctx, provider)
 	if err != nil {
 		return nil, nil, err
 	}
 	ro := coderun.Options{Config: cfg, Engine: eng, DataDir: filepath.Join(a.dataDir, "coderun"),
-		Progress: a.stderr, Logger: a.logger(), ReapEvery: reap, Spares: spares}
+		Progress: progress, Logger: a.logger(), ReapEvery: reap, Spares: spares}
 	if images != nil {
 		ro.Images = images // a nil *store.Store would be a non-nil ImageStore
 	}
-	r, err := coderun.New(cmd.Context(), ro)
+	r, err := coderun.New(o.Ctx, ro)
 	if err != nil {
 		closeEng()
 		return nil, nil, err
@@ -98,7 +132,7 @@ func (a *Factory) codeEngine(ctx context.Context, provider string) (engine.Engin
 	}
 	e, err := local.NewEngine(o)
 	if errors.Is(err, engine.ErrNotIsolated) {
-		return nil, nil, nil, fmt.Errorf("%w\nsandboxctl --unisolated runs sandboxes as plain host processes, without isolation", err)
+		return nil, nil, nil, notIsolated(err)
 	}
 	if err != nil {
 		return nil, nil, nil, err
@@ -106,59 +140,68 @@ func (a *Factory) codeEngine(ctx context.Context, provider string) (engine.Engin
 	return e, images, func() { e.Close() }, nil
 }
 
-// withRunner is a RunE that opens the session runner (no idle reaper, no spare
-// sandboxes: one call of a CLI command), runs fn with it and closes it.
-func (o *codeOptions) withRunner(a *Factory, fn func(cmd *cobra.Command, args []string, r *coderun.Runner) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		r, done, err := o.openRunner(cmd, a, -1, 0)
-		if err != nil {
-			return err
-		}
-		defer done()
-		return fn(cmd, args, r)
+// withRunner opens the session runner (no idle reaper, no spare sandboxes: one
+// call of a CLI command) with a progress reporter, runs fn with both and closes
+// the runner. fn ends the reporter before it prints its result.
+func (o *CodeOptions) withRunner(fn func(r *coderun.Runner, rep *progress.Reporter) error) error {
+	rep := o.Factory.reporter()
+	defer rep.Done()
+	r, done, err := o.openRunner(rep, -1, 0)
+	if err != nil {
+		return err
 	}
+	defer done()
+	return fn(r, rep)
 }
 
-func newCmdCodeRun(a *Factory, o *codeOptions) *cobra.Command {
-	var session, description string
+// result ends the progress report and prints v as JSON.
+func (o *CodeOptions) result(rep *progress.Reporter, v any) error {
+	rep.Done()
+	return o.Factory.printJSON(v)
+}
+
+// NewCmdCodeRun builds `code run`.
+func NewCmdCodeRun(f *Factory, config *string, runF func(*CodeOptions) error) *cobra.Command {
+	o := &CodeOptions{Factory: f}
 	cmd := &cobra.Command{
 		Use:   "run --session S [FILE|-]",
 		Short: "Run TypeScript in a session and print the JSON result; exit 1 when it failed",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			code, err := readCode(a.stdin, args)
-			if err != nil {
-				return err
-			}
-			r, done, err := o.openRunner(cmd, a, -1, 0)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if _, err := r.ReapIdle(cmd.Context(), time.Now()); err != nil {
-				return err
-			}
-			s, err := r.Session(session)
-			if err != nil {
-				return usageError{err}
-			}
-			res, err := s.RunCode(cmd.Context(), code, description)
-			if err != nil {
-				return err
-			}
-			if err := a.printJSON(res); err != nil {
-				return err
-			}
-			if !res.Success {
-				return exitError{1}
-			}
-			return nil
-		},
+		Example: "  sandboxctl code --config code.toml run --session s1 script.ts\n" +
+			"  echo 'Deno.version' | sandboxctl code --config code.toml run --session s1 -",
+		Args: cobra.MaximumNArgs(1),
+		RunE: codeRunE(o, config, runF, codeRun),
 	}
-	cmd.Flags().StringVar(&session, "session", "", "session id (required)")
-	cmd.Flags().StringVar(&description, "description", "", "what the code does (logged)")
+	cmd.Flags().StringVar(&o.Session, "session", "", "session id (required)")
+	cmd.Flags().StringVar(&o.Description, "description", "", "what the code does (logged)")
 	_ = cmd.MarkFlagRequired("session")
 	return cmd
+}
+
+func codeRun(o *CodeOptions) error {
+	code, err := readCode(o.Factory.stdin, o.Args)
+	if err != nil {
+		return err
+	}
+	return o.withRunner(func(r *coderun.Runner, rep *progress.Reporter) error {
+		if _, err := r.ReapIdle(o.Ctx, time.Now()); err != nil {
+			return err
+		}
+		s, err := r.Session(o.Session)
+		if err != nil {
+			return usageError{err}
+		}
+		res, err := s.RunCode(o.Ctx, code, o.Description)
+		if err != nil {
+			return err
+		}
+		if err := o.result(rep, res); err != nil {
+			return err
+		}
+		if !res.Success {
+			return exitError{1}
+		}
+		return nil
+	})
 }
 
 // readCode reads FILE, or stdin for "-" or no argument.
@@ -176,127 +219,162 @@ func readCode(stdin io.Reader, args []string) (string, error) {
 	return string(b), nil
 }
 
-func newCmdCodeClose(a *Factory, o *codeOptions) *cobra.Command {
-	var session string
+// NewCmdCodeClose builds `code close`.
+func NewCmdCodeClose(f *Factory, config *string, runF func(*CodeOptions) error) *cobra.Command {
+	o := &CodeOptions{Factory: f}
 	cmd := &cobra.Command{
-		Use:   "close --session S",
-		Short: "Destroy a session's sandbox; its volume stays until gc",
-		Args:  cobra.NoArgs,
-		RunE: o.withRunner(a, func(cmd *cobra.Command, args []string, r *coderun.Runner) error {
-			s, err := r.Session(session)
-			if err != nil {
-				return usageError{err}
-			}
-			return s.Close(cmd.Context())
-		}),
+		Use:     "close --session S",
+		Short:   "Destroy a session's sandbox; its volume stays until gc",
+		Example: "  sandboxctl code --config code.toml close --session s1",
+		Args:    cobra.NoArgs,
+		RunE:    codeRunE(o, config, runF, codeClose),
 	}
-	cmd.Flags().StringVar(&session, "session", "", "session id (required)")
+	cmd.Flags().StringVar(&o.Session, "session", "", "session id (required)")
 	_ = cmd.MarkFlagRequired("session")
 	return cmd
 }
 
-func newCmdCodeSearch(a *Factory, o *codeOptions) *cobra.Command {
-	var pkg, session string
-	var k int
-	var fetch bool
+func codeClose(o *CodeOptions) error {
+	return o.withRunner(func(r *coderun.Runner, _ *progress.Reporter) error {
+		s, err := r.Session(o.Session)
+		if err != nil {
+			return usageError{err}
+		}
+		return s.Close(o.Ctx)
+	})
+}
+
+// NewCmdCodeSearch builds `code search`.
+func NewCmdCodeSearch(f *Factory, config *string, runF func(*CodeOptions) error) *cobra.Command {
+	o := &CodeOptions{Factory: f}
 	cmd := &cobra.Command{
 		Use:   "search QUERY...",
 		Short: "Search the packages' docs (and a session's code modules); print JSON, best first",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: o.withRunner(a, func(cmd *cobra.Command, args []string, r *coderun.Runner) error {
-			if fetch {
-				if err := r.IndexDocs(cmd.Context()); err != nil {
-					a.progress("some docs could not be indexed: %v", err)
-				}
-			}
-			q := strings.Join(args, " ")
-			if session == "" {
-				res, err := r.Search(cmd.Context(), q, pkg, k)
-				if err != nil {
-					return err
-				}
-				return a.printJSON(res)
-			}
-			s, err := r.Session(session)
-			if err != nil {
-				return usageError{err}
-			}
-			res, err := s.SearchDocs(cmd.Context(), q, pkg, k)
-			if err != nil {
-				return err
-			}
-			return a.printJSON(res)
-		}),
+		Example: "  sandboxctl code --config code.toml search parse a date\n" +
+			"  sandboxctl code --config code.toml search --package zod -k 3 --fetch=false object schema",
+		Args: cobra.MinimumNArgs(1),
+		RunE: codeRunE(o, config, runF, codeSearch),
 	}
-	f := cmd.Flags()
-	f.StringVar(&pkg, "package", "", "search only this package's docs")
-	f.StringVar(&session, "session", "", "also search this session's code modules")
-	f.IntVarP(&k, "k", "k", 5, "how many results")
-	f.BoolVar(&fetch, "fetch", true, "fetch and index the docs first (unchanged chunks are skipped)")
+	fl := cmd.Flags()
+	fl.StringVar(&o.Package, "package", "", "search only this package's docs")
+	fl.StringVar(&o.Session, "session", "", "also search this session's code modules")
+	fl.IntVarP(&o.K, "k", "k", 5, "how many results")
+	fl.BoolVar(&o.Fetch, "fetch", true, "fetch and index the docs first (unchanged chunks are skipped)")
 	return cmd
 }
 
-func newCmdCodeSnapshot(a *Factory, o *codeOptions) *cobra.Command {
+func codeSearch(o *CodeOptions) error {
+	return o.withRunner(func(r *coderun.Runner, rep *progress.Reporter) error {
+		if o.Fetch {
+			if err := r.IndexDocs(o.Ctx); err != nil {
+				rep.Step("some docs could not be indexed: %v", err)
+			}
+		}
+		q := strings.Join(o.Args, " ")
+		if o.Session == "" {
+			res, err := r.Search(o.Ctx, q, o.Package, o.K)
+			if err != nil {
+				return err
+			}
+			return o.result(rep, res)
+		}
+		s, err := r.Session(o.Session)
+		if err != nil {
+			return usageError{err}
+		}
+		res, err := s.SearchDocs(o.Ctx, q, o.Package, o.K)
+		if err != nil {
+			return err
+		}
+		return o.result(rep, res)
+	})
+}
+
+// NewCmdCodeSnapshot builds `code snapshot`.
+func NewCmdCodeSnapshot(f *Factory, config *string, runF func(*CodeOptions) error) *cobra.Command {
+	o := &CodeOptions{Factory: f}
 	return &cobra.Command{
 		Use:   "snapshot",
 		Short: "Build the dependency snapshot, or show it when it exists; index the docs",
-		Args:  cobra.NoArgs,
-		RunE: o.withRunner(a, func(cmd *cobra.Command, args []string, r *coderun.Runner) error {
-			info, err := r.EnsureSnapshot(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if err := r.IndexDocs(cmd.Context()); err != nil {
-				a.progress("some docs could not be indexed: %v", err)
-			}
-			return a.printJSON(info)
-		}),
+		Long: "Build the dependency snapshot of the config's packages (once per config: later\n" +
+			"calls show it) and index their docs. The first build installs Deno and the packages\n" +
+			"in a build sandbox; progress goes to stderr, a bar with the step and the elapsed\n" +
+			"time on a terminal, plain lines otherwise.",
+		Example: "  sandboxctl code --config code.toml snapshot",
+		Args:    cobra.NoArgs,
+		RunE:    codeRunE(o, config, runF, codeSnapshot),
 	}
 }
 
-func newCmdCodeGC(a *Factory, o *codeOptions) *cobra.Command {
-	var ttl time.Duration
+func codeSnapshot(o *CodeOptions) error {
+	return o.withRunner(func(r *coderun.Runner, rep *progress.Reporter) error {
+		info, err := r.EnsureSnapshot(o.Ctx)
+		if err != nil {
+			return err
+		}
+		if err := r.IndexDocs(o.Ctx); err != nil {
+			rep.Step("some docs could not be indexed: %v", err)
+		}
+		return o.result(rep, info)
+	})
+}
+
+// NewCmdCodeGC builds `code gc`.
+func NewCmdCodeGC(f *Factory, config *string, runF func(*CodeOptions) error) *cobra.Command {
+	o := &CodeOptions{Factory: f}
 	cmd := &cobra.Command{
 		Use:   "gc [--ttl DURATION]",
 		Short: "Destroy idle sandboxes and delete volumes unused for volume_ttl_minutes, once",
-		Args:  cobra.NoArgs,
+		Example: "  sandboxctl code --config code.toml gc\n" +
+			"  sandboxctl code --config code.toml gc --ttl 24h",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if ttl < 0 {
+			if o.TTL < 0 {
 				return usageError{errors.New("--ttl must not be negative")}
 			}
-			r, done, err := o.openRunner(cmd, a, -1, 0)
-			if err != nil {
-				return err
-			}
-			defer done()
-			rep, err := r.Cleanup(cmd.Context(), time.Now(), ttl)
-			if err != nil {
-				return err
-			}
-			return a.printJSON(rep)
+			return codeRunE(o, config, runF, codeGC)(cmd, args)
 		},
 	}
-	cmd.Flags().DurationVar(&ttl, "ttl", 0, "delete volumes unused this long (default: volume_ttl_minutes)")
+	cmd.Flags().DurationVar(&o.TTL, "ttl", 0, "delete volumes unused this long (default: volume_ttl_minutes)")
 	return cmd
 }
 
-func newCmdCodeMCP(a *Factory, o *codeOptions) *cobra.Command {
+func codeGC(o *CodeOptions) error {
+	return o.withRunner(func(r *coderun.Runner, rep *progress.Reporter) error {
+		report, err := r.Cleanup(o.Ctx, time.Now(), o.TTL)
+		if err != nil {
+			return err
+		}
+		return o.result(rep, report)
+	})
+}
+
+// NewCmdCodeMCP builds `code mcp`.
+func NewCmdCodeMCP(f *Factory, config *string, runF func(*CodeOptions) error) *cobra.Command {
+	o := &CodeOptions{Factory: f}
 	return &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve run_code, search_docs and save_code_modules as an MCP server over stdio",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, done, err := o.openRunner(cmd, a, 0, 1)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := r.IndexDocs(cmd.Context()); err != nil {
-				a.progress("some docs could not be indexed: %v", err)
-			}
-			return r.ServeMCP(cmd.Context(), io.NopCloser(a.stdin), nopCloser{a.stdout}, version.String())
-		},
+		Example: "  sandboxctl code --config code.toml mcp\n" +
+			"  npx @modelcontextprotocol/inspector sandboxctl code --config code.toml mcp",
+		Args: cobra.NoArgs,
+		RunE: codeRunE(o, config, runF, codeMCP),
 	}
+}
+
+// codeMCP serves until stdin ends. It runs for the client's whole session, so
+// its progress goes to stderr as plain lines, not as a bar.
+func codeMCP(o *CodeOptions) error {
+	a := o.Factory
+	r, done, err := o.openRunner(a.stderr, 0, 1)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := r.IndexDocs(o.Ctx); err != nil {
+		a.progress("some docs could not be indexed: %v", err)
+	}
+	return r.ServeMCP(o.Ctx, io.NopCloser(a.stdin), nopCloser{a.stdout}, version.String())
 }
 
 // nopCloser is a WriteCloser whose Close leaves the stream open.

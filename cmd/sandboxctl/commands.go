@@ -49,9 +49,10 @@ func runOr[T any](o *T, runF, run func(*T) error) error {
 // NewCmdList builds `list`.
 func NewCmdList(f *Factory, runF func(*ListOptions) error) *cobra.Command {
 	return &cobra.Command{
-		Use:   "list",
-		Short: "List sandboxes, dead ones included until terminated",
-		Args:  cobra.NoArgs,
+		Use:     "list",
+		Short:   "List sandboxes, dead ones included until terminated",
+		Example: "  sandboxctl list\n  sandboxctl -p modal list --json",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runOr(&ListOptions{Ctx: cmd.Context(), Factory: f}, runF, listRun)
 		},
@@ -94,7 +95,10 @@ func NewCmdExec(f *Factory, runF func(*ExecOptions) error) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "exec ID [flags] -- ARGV...",
 		Short: "Run a command in a sandbox; exit with its exit code",
-		Args:  cobra.MinimumNArgs(2),
+		Example: "  sandboxctl exec \"$ID\" -- ls -la workspace\n" +
+			"  sandboxctl exec \"$ID\" --cwd /tmp --env DEBUG=1 --timeout 30s -- make test\n" +
+			"  sandboxctl exec -it \"$ID\" -- bash",
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Ctx, o.ID, o.Argv = cmd.Context(), args[0], args[1:]
 			for _, kv := range o.Env {
@@ -180,7 +184,9 @@ func NewCmdCp(f *Factory, runF func(*CpOptions) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy a file or directory between the host and a sandbox (ID:/path; - is stdin/stdout)",
-		Args:  cobra.ExactArgs(2),
+		Example: "  sandboxctl cp ./src \"$ID\":/home/user/workspace/src\n" +
+			"  sandboxctl cp \"$ID\":/etc/os-release -",
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			srcID, srcPath, srcIn := sandboxPath(args[0])
 			dstID, dstPath, dstIn := sandboxPath(args[1])
@@ -219,7 +225,9 @@ func idCmd(f *Factory, use, short string, runF, run func(*IDOptions) error) *cob
 
 // NewCmdSnapshot builds `snapshot`.
 func NewCmdSnapshot(f *Factory, runF func(*IDOptions) error) *cobra.Command {
-	return idCmd(f, "snapshot ID", "Snapshot a sandbox's writable state; print the snapshot id", runF, snapshotRun)
+	cmd := idCmd(f, "snapshot ID", "Snapshot a sandbox's writable state; print the snapshot id", runF, snapshotRun)
+	cmd.Example = "  SNAP=$(sandboxctl snapshot \"$ID\")\n  sandboxctl create --snapshot \"$SNAP\""
+	return cmd
 }
 
 type snapshotView struct {
@@ -240,9 +248,13 @@ func snapshotRun(o *IDOptions) error {
 // NewCmdPause builds `pause` (pause true) or `resume`.
 func NewCmdPause(f *Factory, pause bool, runF func(*IDOptions) error) *cobra.Command {
 	if pause {
-		return idCmd(f, "pause ID", "Freeze every process of a sandbox", runF, func(o *IDOptions) error { return pauseRun(o, true) })
+		cmd := idCmd(f, "pause ID", "Freeze every process of a sandbox", runF, func(o *IDOptions) error { return pauseRun(o, true) })
+		cmd.Example = "  sandboxctl pause \"$ID\"\n  sandboxctl resume \"$ID\""
+		return cmd
 	}
-	return idCmd(f, "resume ID", "Resume a paused sandbox", runF, func(o *IDOptions) error { return pauseRun(o, false) })
+	cmd := idCmd(f, "resume ID", "Resume a paused sandbox", runF, func(o *IDOptions) error { return pauseRun(o, false) })
+	cmd.Example = "  sandboxctl resume \"$ID\""
+	return cmd
 }
 
 func pauseRun(o *IDOptions, pause bool) error {
@@ -264,9 +276,10 @@ func pauseRun(o *IDOptions, pause bool) error {
 // NewCmdTerminate builds `terminate`.
 func NewCmdTerminate(f *Factory, runF func(*IDsOptions) error) *cobra.Command {
 	return &cobra.Command{
-		Use:   "terminate ID...",
-		Short: "Terminate sandboxes: kill every process, remove mounts, tunnels and state",
-		Args:  cobra.MinimumNArgs(1),
+		Use:     "terminate ID...",
+		Short:   "Terminate sandboxes: kill every process, remove mounts, tunnels and state",
+		Example: "  sandboxctl terminate \"$ID\"\n  sandboxctl terminate $(sandboxctl list --json | jq -r '.[].id')",
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runOr(&IDsOptions{Ctx: cmd.Context(), Factory: f, IDs: args}, runF, terminateRun)
 		},
@@ -306,7 +319,9 @@ type tunnelView struct {
 
 // NewCmdTunnels builds `tunnels`.
 func NewCmdTunnels(f *Factory, runF func(*IDOptions) error) *cobra.Command {
-	return idCmd(f, "tunnels ID", "List a sandbox's tunnels: port inside and URL on the host", runF, tunnelsRun)
+	cmd := idCmd(f, "tunnels ID", "List a sandbox's tunnels: port inside and URL on the host", runF, tunnelsRun)
+	cmd.Example = "  sandboxctl tunnels \"$ID\"\n  sandboxctl tunnels \"$ID\" --json"
+	return cmd
 }
 
 func tunnelsRun(o *IDOptions) error {

@@ -47,6 +47,9 @@ func NewCmdCreate(f *Factory, runF func(*CreateOptions) error) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create [--repo URL[#branch]]... [--env K=V]... [--image REF] [--memory SIZE] [--cpus N] [--volume NAME:/path[:ro]]...",
 		Short: "Create a sandbox and boot it with the platform's boot plan",
+		Example: "  ID=$(sandboxctl create --repo https://github.com/org/web.git#main)\n" +
+			"  sandboxctl create --image sandbox --memory 2G --cpus 2 --volume data:/home/user/data\n" +
+			"  sandboxctl -p modal create --env NODE_ENV=development",
 		Long: "Create a sandbox: clone the repos, write the boot plan's files, start sandbox-mcp\n" +
 			"(and OpenCode and Caddy when installed), and print its id and URLs. Progress goes\n" +
 			"to stderr. Sizes take K, M, G or T (binary multiples). A provider that cannot\n" +

@@ -17,6 +17,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/debian"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/provider/progress"
 )
 
 // imageStoreDir is the local image store inside the data dir.
@@ -48,74 +49,101 @@ func (a *Factory) imageUsers(ctx context.Context, id string) ([]string, error) {
 	return users, nil
 }
 
-// newBuildRunner makes the build sandbox of run and apt steps; nil until an engine
-// that boots images provides one (then run steps fail with build.ErrNoRunner).
-var newBuildRunner func(ctx context.Context, a *Factory, s *store.Store) (build.Runner, func(), error)
+// ImageBuildOptions are the inputs of `image build`.
+type ImageBuildOptions struct {
+	Ctx     context.Context
+	Factory *Factory
+	// File is -f, a JSON definition; empty means the default sandbox image.
+	File string
+	// ContextDir is --context, the folder copy steps' sources are relative to.
+	ContextDir string
+	// Binaries are the --binary NAME=PATH values.
+	Binaries []string
+	// Tag is --tag, the image's name.
+	Tag string
+	// Mirror is --mirror, the Debian mirror of a debian base.
+	Mirror string
+}
 
-func newCmdImageBuild(a *Factory) *cobra.Command {
-	var file, contextDir, tag, mirror string
-	var binaries []string
+// NewCmdImageBuild builds `image build`.
+func NewCmdImageBuild(f *Factory, runF func(*ImageBuildOptions) error) *cobra.Command {
+	o := &ImageBuildOptions{Factory: f}
 	cmd := &cobra.Command{
 		Use:   "build [-f image.json] [--context DIR] [--binary NAME=PATH]... [--tag NAME]",
 		Short: "Build an image into the local image store",
 		Long: "Build the sandbox image (or the JSON definition given with -f) into the data dir's image\n" +
 			"store and print its id. Each step becomes an image cached under its content key: a\n" +
 			"second build does no work and prints the same id; a changed step rebuilds itself\n" +
-			"and the steps after it. A debian:<suite>[-slim] base the store lacks is built with\n" +
-			"mmdebstrap from the machine's Debian mirror (about 20 s, once). Run and apt steps run\n" +
-			"in a build sandbox on the local engine. Progress goes to stderr.",
+			"and the steps after it. A debian:<suite>[-slim] base the store lacks is built once\n" +
+			"with mmdebstrap from the machine's Debian mirror (minutes on a busy machine). Run and\n" +
+			"apt steps run in a build sandbox on the local engine. Progress goes to stderr: a bar\n" +
+			"with the step and the elapsed time on a terminal, plain lines otherwise.",
 		Example: "  sandboxctl image build\n" +
 			"  sandboxctl image build -f image.json --context . --tag myimage\n" +
 			"  sandboxctl image build --binary sandbox-mcp=dist/linux_amd64/sandbox-mcp --json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			img, err := loadDefinition(file)
-			if err != nil {
-				return err
-			}
-			if tag != "" {
-				img.Name = tag
-			}
-			src, err := a.buildSources(img, contextDir, binaries)
-			if err != nil {
-				return err
-			}
-			s, err := a.openImageStore()
-			if err != nil {
-				return err
-			}
-			opts := build.Options{Store: s, Sources: src, Progress: a.stderr, Debian: debian.Options{Mirror: mirror, Log: a.debianLog()}}
-			if newBuildRunner != nil {
-				r, done, err := newBuildRunner(cmd.Context(), a, s)
-				if err != nil {
-					return err
+			o.Ctx = cmd.Context()
+			for _, kv := range o.Binaries {
+				if name, p, ok := strings.Cut(kv, "="); !ok || name == "" || p == "" {
+					return usageError{fmt.Errorf("--binary %q: want NAME=PATH", kv)}
 				}
-				defer done()
-				opts.Runner = r
 			}
-			res, err := build.Build(cmd.Context(), img, opts)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(res)
-			}
-			fmt.Fprintln(a.stdout, res.ID)
-			return nil
+			return runOr(o, runF, imageBuildRun)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVarP(&file, "file", "f", "", "image definition in JSON (default: the sandbox image)")
-	f.StringVar(&contextDir, "context", ".", "folder the copy steps' sources are relative to")
-	f.StringArrayVar(&binaries, "binary", nil, "file of a binary step, NAME=PATH (repeatable; default: found like create's)")
-	f.StringVar(&tag, "tag", "", "name the image (default: the definition's name)")
-	f.StringVar(&mirror, "mirror", "", "Debian mirror for a debian base (default: the machine's apt sources)")
+	fl := cmd.Flags()
+	fl.StringVarP(&o.File, "file", "f", "", "image definition in JSON (default: the sandbox image)")
+	fl.StringVar(&o.ContextDir, "context", ".", "folder the copy steps' sources are relative to")
+	fl.StringArrayVar(&o.Binaries, "binary", nil, "file of a binary step, NAME=PATH (repeatable; default: found like create's)")
+	fl.StringVar(&o.Tag, "tag", "", "name the image (default: the definition's name)")
+	fl.StringVar(&o.Mirror, "mirror", "", "Debian mirror for a debian base (default: the machine's apt sources)")
 	return cmd
 }
 
-func (a *Factory) debianLog() io.Writer {
-	if a.verbose {
-		return a.stderr
+func imageBuildRun(o *ImageBuildOptions) error {
+	a := o.Factory
+	img, err := loadDefinition(o.File)
+	if err != nil {
+		return err
+	}
+	if o.Tag != "" {
+		img.Name = o.Tag
+	}
+	src, err := a.buildSources(img, o.ContextDir, o.Binaries)
+	if err != nil {
+		return err
+	}
+	s, err := a.openImageStore()
+	if err != nil {
+		return err
+	}
+	rep := a.reporter()
+	defer rep.Done()
+	opts := build.Options{Store: s, Sources: src, Progress: rep, Debian: debian.Options{Mirror: o.Mirror, Log: a.debianLog(rep)}}
+	r, done, err := newBuildRunner(a, s)
+	if err != nil {
+		return err
+	}
+	defer done()
+	opts.Runner = r
+	res, err := build.Build(o.Ctx, img, opts)
+	rep.Done()
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(res)
+	}
+	fmt.Fprintln(a.stdout, res.ID)
+	return nil
+}
+
+// debianLog is where mmdebstrap's output goes: into the bar on a terminal,
+// where it shows that the longest step moves; as lines only with --verbose.
+func (a *Factory) debianLog(rep *progress.Reporter) io.Writer {
+	if a.verbose || progress.IsTerminal(a.stderr) {
+		return rep
 	}
 	return nil
 }
@@ -143,42 +171,58 @@ func (a *Factory) buildSources(img image.Image, contextDir string, binaries []st
 	return src, nil
 }
 
-func newCmdImageList(a *Factory) *cobra.Command {
-	var all bool
+// ImageListOptions are the inputs of `image list`.
+type ImageListOptions struct {
+	Ctx     context.Context
+	Factory *Factory
+	// All is --all: intermediate images too.
+	All bool
+}
+
+// NewCmdImageList builds `image list`.
+func NewCmdImageList(f *Factory, runF func(*ImageListOptions) error) *cobra.Command {
+	o := &ImageListOptions{Factory: f}
 	cmd := &cobra.Command{
 		Use:   "list [--all]",
 		Short: "List the images in the local image store",
 		Long: "List the images in the local image store: named images and unnamed ones nothing\n" +
 			"builds on; --all adds a build's intermediate images (one per step).",
-		Args: cobra.NoArgs,
+		Example: "  sandboxctl image list\n  sandboxctl image list --all --json",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.openImageStore()
-			if err != nil {
-				return err
-			}
-			list, err := s.List(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if !all {
-				list = withoutIntermediates(list)
-			}
-			if a.json {
-				if list == nil {
-					list = []store.Info{}
-				}
-				return a.printJSON(list)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAMES\tLAYERS\tSIZE")
-			for _, in := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", in.ID[:12], strings.Join(in.Names, ","), len(in.Layers), humanBytes(in.Size))
-			}
-			return tw.Flush()
+			o.Ctx = cmd.Context()
+			return runOr(o, runF, imageListRun)
 		},
 	}
-	cmd.Flags().BoolVarP(&all, "all", "a", false, "also list intermediate images")
+	cmd.Flags().BoolVarP(&o.All, "all", "a", false, "also list intermediate images")
 	return cmd
+}
+
+func imageListRun(o *ImageListOptions) error {
+	a := o.Factory
+	s, err := a.openImageStore()
+	if err != nil {
+		return err
+	}
+	list, err := s.List(o.Ctx)
+	if err != nil {
+		return err
+	}
+	if !o.All {
+		list = withoutIntermediates(list)
+	}
+	if a.json {
+		if list == nil {
+			list = []store.Info{}
+		}
+		return a.printJSON(list)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAMES\tLAYERS\tSIZE")
+	for _, in := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", in.ID[:12], strings.Join(in.Names, ","), len(in.Layers), humanBytes(in.Size))
+	}
+	return tw.Flush()
 }
 
 // withoutIntermediates drops unnamed images that other images build on.
@@ -208,7 +252,16 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-func newCmdImageRm(a *Factory) *cobra.Command {
+// ImageRefsOptions are the inputs of `image rm` and `image pull`.
+type ImageRefsOptions struct {
+	Ctx     context.Context
+	Factory *Factory
+	// Refs are the image references (names, ids or id prefixes; pull: one registry reference).
+	Refs []string
+}
+
+// NewCmdImageRm builds `image rm`.
+func NewCmdImageRm(f *Factory, runF func(*ImageRefsOptions) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm REF...",
 		Short: "Remove images (by name or id) and what only they use",
@@ -219,26 +272,41 @@ func newCmdImageRm(a *Factory) *cobra.Command {
 		Example: "  sandboxctl image rm sandbox\n  sandboxctl image rm 3f2a9c1b",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.openImageStore()
-			if err != nil {
-				return err
-			}
-			for _, ref := range args {
-				ids, err := s.Remove(cmd.Context(), ref)
-				if err != nil {
-					return err
-				}
-				for _, id := range ids {
-					fmt.Fprintln(a.stdout, "removed", id)
-				}
-			}
-			return nil
+			return runOr(&ImageRefsOptions{Ctx: cmd.Context(), Factory: f, Refs: args}, runF, imageRmRun)
 		},
 	}
 }
 
-func newCmdImageImport(a *Factory) *cobra.Command {
-	var name string
+func imageRmRun(o *ImageRefsOptions) error {
+	s, err := o.Factory.openImageStore()
+	if err != nil {
+		return err
+	}
+	for _, ref := range o.Refs {
+		ids, err := s.Remove(o.Ctx, ref)
+		if err != nil {
+			return imageError(ref, err)
+		}
+		for _, id := range ids {
+			fmt.Fprintln(o.Factory.stdout, "removed", id)
+		}
+	}
+	return nil
+}
+
+// ImageImportOptions are the inputs of `image import`.
+type ImageImportOptions struct {
+	Ctx     context.Context
+	Factory *Factory
+	// File is the tarball, "-" for stdin.
+	File string
+	// Name is --name, the imported image's name.
+	Name string
+}
+
+// NewCmdImageImport builds `image import`.
+func NewCmdImageImport(f *Factory, runF func(*ImageImportOptions) error) *cobra.Command {
+	o := &ImageImportOptions{Factory: f}
 	cmd := &cobra.Command{
 		Use:   "import FILE|- [--name NAME]",
 		Short: "Import an OCI image tarball into the local image store",
@@ -249,58 +317,77 @@ func newCmdImageImport(a *Factory) *cobra.Command {
 			"  skopeo copy docker://alpine:3 oci-archive:/dev/stdout | sandboxctl image import -",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var r io.Reader = a.stdin
-			if args[0] != "-" {
-				f, err := os.Open(args[0])
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				r = f
-			}
-			s, err := a.openImageStore()
-			if err != nil {
-				return err
-			}
-			a.progress("importing %s", args[0])
-			ids, err := s.Import(cmd.Context(), r, name)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(ids)
-			}
-			for _, id := range ids {
-				fmt.Fprintln(a.stdout, id)
-			}
-			return nil
+			o.Ctx, o.File = cmd.Context(), args[0]
+			return runOr(o, runF, imageImportRun)
 		},
 	}
-	cmd.Flags().StringVar(&name, "name", "", "name of the imported image")
+	cmd.Flags().StringVar(&o.Name, "name", "", "name of the imported image")
 	return cmd
 }
 
-func newCmdImagePull(a *Factory) *cobra.Command {
+func imageImportRun(o *ImageImportOptions) error {
+	a := o.Factory
+	var r io.Reader = a.stdin
+	if o.File != "-" {
+		f, err := os.Open(o.File)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		r = f
+	}
+	s, err := a.openImageStore()
+	if err != nil {
+		return err
+	}
+	a.progress("importing %s", o.File)
+	ids, err := s.Import(o.Ctx, r, o.Name)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(ids)
+	}
+	for _, id := range ids {
+		fmt.Fprintln(a.stdout, id)
+	}
+	return nil
+}
+
+// NewCmdImagePull builds `image pull`.
+func NewCmdImagePull(f *Factory, runF func(*ImageRefsOptions) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "pull REF",
 		Short: "Pull an image from a registry into the local image store",
 		Long: "Pull an image (anonymously) from its registry, Docker Hub unless the reference names\n" +
 			"another, and print its id. Where no registry is reachable, build a debian base\n" +
-			"(image build) or import an OCI tarball made elsewhere (image import).",
+			"(image build) or import an OCI tarball made elsewhere (image import). Progress goes\n" +
+			"to stderr: a bar with the elapsed time on a terminal, plain lines otherwise.",
 		Example: "  sandboxctl image pull debian:bookworm-slim\n  sandboxctl image pull ghcr.io/org/image:1.0",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.openImageStore()
-			if err != nil {
-				return err
-			}
-			a.progress("pulling %s", args[0])
-			id, err := s.Pull(cmd.Context(), args[0], nil)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(a.stdout, id)
-			return nil
+			return runOr(&ImageRefsOptions{Ctx: cmd.Context(), Factory: f, Refs: args}, runF, imagePullRun)
 		},
 	}
+}
+
+func imagePullRun(o *ImageRefsOptions) error {
+	a := o.Factory
+	s, err := a.openImageStore()
+	if err != nil {
+		return err
+	}
+	ref := o.Refs[0]
+	rep := a.reporter()
+	rep.Step("pulling %s", ref)
+	id, err := s.Pull(o.Ctx, ref, nil)
+	if err == nil {
+		rep.Step("pulled %s: %s", ref, id)
+	}
+	rep.Done()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout, id)
+	return nil
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 )
 
-// gitFlags are the flags push and sync share.
+// gitFlags are the flags push and sync share: --remote, --token-env, --repo.
 type gitFlags struct {
 	remote, tokenEnv, repo string
 }
@@ -104,9 +104,21 @@ func (a *Factory) gitTarget(ctx context.Context, b openedBackend, id string, g g
 	return t, err
 }
 
-func newCmdPush(a *Factory) *cobra.Command {
-	var g gitFlags
-	var session string
+// PushOptions are the inputs of `push` and `sync`.
+type PushOptions struct {
+	Ctx     context.Context
+	Factory *Factory
+	// ID is the sandbox.
+	ID string
+	// Git holds --remote, --token-env and --repo.
+	Git gitFlags
+	// Session is push's --session; empty means the sandbox's session label.
+	Session string
+}
+
+// NewCmdPush builds `push`.
+func NewCmdPush(f *Factory, runF func(*PushOptions) error) *cobra.Command {
+	o := &PushOptions{Factory: f}
 	cmd := &cobra.Command{
 		Use:   "push ID [--remote URL] [--token-env VAR] [--session S] [--repo PATH]",
 		Short: "Push a sandbox's branch to session/<sessionId> of the remote, from the host",
@@ -116,49 +128,57 @@ func newCmdPush(a *Factory) *cobra.Command {
 			"caps) and pushes with the token from --token-env. No other ref of the remote is\n" +
 			"ever written. The remote is --remote, else the URL the repo was created from (the\n" +
 			"host's record, never the sandbox's origin). Exit 1 when refused.",
+		Example: "  GITHUB_TOKEN=… sandboxctl push \"$ID\" --token-env GITHUB_TOKEN\n" +
+			"  sandboxctl push \"$ID\" --session s42 --repo web --remote https://github.com/org/web.git",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			b, err := a.open(ctx, "")
-			if err != nil {
-				return err
-			}
-			defer b.close()
-			if session == "" {
-				info, err := b.Engine.Get(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				if session = info.Labels["session"]; session == "" {
-					return usageError{errorf("sandbox %s has no session label: give --session", args[0])}
-				}
-			}
-			t, err := a.gitTarget(ctx, b, args[0], g)
-			if err != nil {
-				return err
-			}
-			res, err := t.mirrors.PushSandbox(ctx, t.sc, t.repo.ID, gitpush.Remote{URL: t.remote, Token: t.token}, session)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(res)
-			}
-			if res.UpToDate {
-				fmt.Fprintf(a.stdout, "%s is up to date\n", res.Ref)
-				return nil
-			}
-			fmt.Fprintf(a.stdout, "pushed %s to %s (%d new commits)\n", res.SHA, res.Ref, res.Commits)
-			return nil
+			o.Ctx, o.ID = cmd.Context(), args[0]
+			return runOr(o, runF, pushRun)
 		},
 	}
-	g.add(cmd, "remote URL to push to (http or https, no credentials in it; default: the URL the repo was created from)")
-	cmd.Flags().StringVar(&session, "session", "", "session id (default: the sandbox's session label)")
+	o.Git.add(cmd, "remote URL to push to (http or https, no credentials in it; default: the URL the repo was created from)")
+	cmd.Flags().StringVar(&o.Session, "session", "", "session id (default: the sandbox's session label)")
 	return cmd
 }
 
-func newCmdSync(a *Factory) *cobra.Command {
-	var g gitFlags
+func pushRun(o *PushOptions) error {
+	a, ctx, session := o.Factory, o.Ctx, o.Session
+	b, err := a.open(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	if session == "" {
+		info, err := b.Engine.Get(ctx, o.ID)
+		if err != nil {
+			return err
+		}
+		if session = info.Labels["session"]; session == "" {
+			return usageError{errorf("sandbox %s has no session label: give --session", o.ID)}
+		}
+	}
+	t, err := a.gitTarget(ctx, b, o.ID, o.Git)
+	if err != nil {
+		return err
+	}
+	res, err := t.mirrors.PushSandbox(ctx, t.sc, t.repo.ID, gitpush.Remote{URL: t.remote, Token: t.token}, session)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(res)
+	}
+	if res.UpToDate {
+		fmt.Fprintf(a.stdout, "%s is up to date\n", res.Ref)
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "pushed %s to %s (%d new commits)\n", res.SHA, res.Ref, res.Commits)
+	return nil
+}
+
+// NewCmdSync builds `sync`.
+func NewCmdSync(f *Factory, runF func(*PushOptions) error) *cobra.Command {
+	o := &PushOptions{Factory: f}
 	cmd := &cobra.Command{
 		Use:   "sync ID [--remote URL] [--token-env VAR] [--repo PATH]",
 		Short: "Bring a sandbox's origin/<branch> up to date, fetching on the host",
@@ -167,33 +187,40 @@ func newCmdSync(a *Factory) *cobra.Command {
 			"branches and work tree do not move; it merges or rebases itself. The remote is\n" +
 			"--remote, else the URL the repo was created from (the host's record, never the\n" +
 			"sandbox's origin).",
+		Example: "  GITHUB_TOKEN=… sandboxctl sync \"$ID\" --token-env GITHUB_TOKEN\n" +
+			"  sandboxctl exec \"$ID\" -- git -C workspace/web rebase origin/main",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			b, err := a.open(ctx, "")
-			if err != nil {
-				return err
-			}
-			defer b.close()
-			t, err := a.gitTarget(ctx, b, args[0], g)
-			if err != nil {
-				return err
-			}
-			res, err := t.mirrors.SyncSandbox(ctx, t.sc, t.repo.ID, gitpush.Remote{URL: t.remote, Token: t.token})
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(res)
-			}
-			if res.UpToDate {
-				fmt.Fprintf(a.stdout, "origin/%s is up to date at %s\n", res.Branch, res.SHA)
-				return nil
-			}
-			fmt.Fprintf(a.stdout, "origin/%s is now %s\n", res.Branch, res.SHA)
-			return nil
+			o.Ctx, o.ID = cmd.Context(), args[0]
+			return runOr(o, runF, syncRun)
 		},
 	}
-	g.add(cmd, "remote URL to fetch (default: the URL the repo was created from; never the sandbox's origin)")
+	o.Git.add(cmd, "remote URL to fetch (default: the URL the repo was created from; never the sandbox's origin)")
 	return cmd
+}
+
+func syncRun(o *PushOptions) error {
+	a, ctx := o.Factory, o.Ctx
+	b, err := a.open(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	t, err := a.gitTarget(ctx, b, o.ID, o.Git)
+	if err != nil {
+		return err
+	}
+	res, err := t.mirrors.SyncSandbox(ctx, t.sc, t.repo.ID, gitpush.Remote{URL: t.remote, Token: t.token})
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(res)
+	}
+	if res.UpToDate {
+		fmt.Fprintf(a.stdout, "origin/%s is up to date at %s\n", res.Branch, res.SHA)
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "origin/%s is now %s\n", res.Branch, res.SHA)
+	return nil
 }

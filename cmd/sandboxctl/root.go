@@ -17,6 +17,9 @@ func newCmdRoot(f *Factory) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "sandboxctl",
 		Short: "Create and drive sandboxes on any provider (local, modal, e2b)",
+		Example: "  ID=$(sudo sandboxctl create --repo https://github.com/org/web.git)\n" +
+			"  sudo sandboxctl exec \"$ID\" -- proliferate services list\n" +
+			"  sudo sandboxctl terminate \"$ID\"",
 		Long: "sandboxctl creates sandboxes with the platform's boot plan and drives them:\n" +
 			"exec, cp, snapshot, pause/resume, terminate, tunnels and an interactive terminal.\n" +
 			"The local provider runs each sandbox in its own Linux namespaces on this machine.",
@@ -35,8 +38,8 @@ func newCmdRoot(f *Factory) *cobra.Command {
 	pf.BoolVarP(&f.verbose, "verbose", "v", false, "log what happens on stderr")
 	root.AddCommand(NewCmdCreate(f, nil), NewCmdList(f, nil), NewCmdExec(f, nil), NewCmdCp(f, nil),
 		NewCmdSnapshot(f, nil), NewCmdPause(f, true, nil), NewCmdPause(f, false, nil), NewCmdTerminate(f, nil),
-		NewCmdTunnels(f, nil), NewCmdTerminal(f, nil), newCmdServe(f), newCmdPush(f), newCmdSync(f),
-		NewCmdVolume(f, nil), newCmdCode(f), newCmdImage(f))
+		NewCmdTunnels(f, nil), NewCmdTerminal(f, nil), NewCmdServe(f, nil), NewCmdPush(f, nil), NewCmdSync(f, nil),
+		NewCmdVolume(f, nil), NewCmdCode(f, nil), NewCmdImage(f))
 	return root
 }
 
@@ -56,7 +59,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	fmt.Fprintln(stderr, "Error:", err)
+	fmt.Fprintln(stderr, "Error:", errorText(err))
 	var ue usageError
 	if errors.As(err, &ue) || isCobraUsage(err) {
 		return 2

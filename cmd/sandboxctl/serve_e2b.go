@@ -17,12 +17,6 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bserver"
 )
 
-func init() {
-	serveProtocols["e2b"] = serveE2B
-	serveImage["e2b"] = true
-	backends["e2b"] = newE2BBackend
-}
-
 // serveE2B serves until ctx ends. The API key is E2B_API_KEY, else a fresh one; the
 // environment the SDKs and `--provider e2b` need is printed on stdout. With --image,
 // the template base boots that image of the data dir's store.
@@ -76,7 +70,7 @@ func e2bTemplates(ctx context.Context, o serveOptions) (map[string]string, error
 	}
 	in, err := o.Images.Get(ctx, o.Image)
 	if err != nil {
-		return nil, fmt.Errorf("--image %s: %w", o.Image, err)
+		return nil, fmt.Errorf("--image: %w", imageError(o.Image, err))
 	}
 	o.Logger.Info("template base boots an image", "image", in.ID, "ref", o.Image)
 	return map[string]string{"base": in.ID}, nil

@@ -22,11 +22,6 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-func init() {
-	serveProtocols["modal"] = serveModal
-	backends["modal"] = newModalBackend
-}
-
 // serveModal serves Modal's gRPC protocol over the local engine until ctx is done. It
 // prints the `export` lines a Modal SDK needs. The server accepts one token pair, kept
 // in <data-dir>/modal-token (0600, made on the first serve); the tunnels' CA

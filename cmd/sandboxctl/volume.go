@@ -27,6 +27,9 @@ func NewCmdVolume(f *Factory, runF func(*VolumeOptions) error) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "volume",
 		Short: "Create, list and remove named volumes that outlive every sandbox",
+		Example: "  sandboxctl volume create data --capacity 2G\n" +
+			"  sandboxctl create --volume data:/home/user/data\n" +
+			"  sandboxctl volume rm data",
 		Long: "A volume is storage of its own with a capacity that holds (writes past it get ENOSPC\n" +
 			"inside). `create --volume NAME:/path[:ro]` mounts it; several sandboxes may mount one\n" +
 			"volume at once, read-write or read-only, and its data outlives them all.",

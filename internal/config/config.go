@@ -24,6 +24,7 @@ var (
 	DefaultAddr        = "0.0.0.0:" + strconv.Itoa(rules.PortSidecar)
 	DefaultPreviewAddr = "127.0.0.1:" + strconv.Itoa(rules.PortPreviewProxy)
 	DefaultSidecarURL  = "http://127.0.0.1:" + strconv.Itoa(rules.PortSidecar)
+	DefaultCaddyAdmin  = "localhost:" + strconv.Itoa(rules.PortCaddyAdmin)
 )
 
 // Paths and other defaults.
@@ -31,7 +32,6 @@ const (
 	DefaultWorkspaceDir   = rules.WorkspaceDir
 	DefaultStateDir       = rules.StateDir
 	DefaultCaddySnippet   = rules.CaddySnippet
-	DefaultCaddyAdmin     = "localhost:2019"
 	DefaultCaddyfile      = rules.Caddyfile
 	DefaultPreviewURLFile = rules.PreviewURLFile
 	DefaultEnvOverrides   = rules.EnvOverridesFile

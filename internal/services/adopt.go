@@ -14,17 +14,16 @@ import (
 )
 
 // adopt takes over the runs recorded in the state file: live ones are
-// watched again, ended ones get their exit recorded, pending restarts are scheduled.
+// watched again, ended ones get their exit recorded, pending restarts are
+// scheduled. New calls it holding launch.lock exclusively.
 func (m *Manager) adopt() error {
 	type pending struct {
-		in     *instance
-		delay  time.Duration
-		code   int
-		known  bool
-		exited bool
+		in    *instance
+		delay time.Duration
 	}
 	var watch []*instance
 	var restarts []pending
+	var events []apitype.Event
 	now := m.now()
 	err := m.update(func(st *stateFile) error {
 		for name, r := range st.Services {
@@ -42,6 +41,9 @@ func (m *Manager) adopt() error {
 			}
 			in := m.newInstance(name, r.Instance, r.spec(), r.target(), time.UnixMilli(r.StartedAt))
 			if waiting {
+				// New holds launch.lock exclusively: a claim found now is
+				// that of a launch that never finished (its process died).
+				r.RestartClaimed = ""
 				close(in.exited)
 				close(in.gone)
 				restarts = append(restarts, pending{in: in, delay: time.UnixMilli(*r.NextRestartAt).Sub(now)})
@@ -57,9 +59,13 @@ func (m *Manager) adopt() error {
 			}
 			r.ExitedInstance = r.Instance
 			applyExit(r, code, known, nil, now)
+			next := m.applyPolicy(r, code, known, now.Sub(time.UnixMilli(r.StartedAt)), now)
 			close(in.exited)
 			close(in.gone)
-			restarts = append(restarts, pending{in: in, code: code, known: known, exited: true})
+			if next != nil {
+				events = append(events, apitype.Event{Type: apitype.EventRestarting, Service: name, Time: now.UnixMilli(), NextRestartAt: next})
+				restarts = append(restarts, pending{in: in, delay: time.UnixMilli(*next).Sub(now)})
+			}
 		}
 		return nil
 	})
@@ -77,12 +83,11 @@ func (m *Manager) adopt() error {
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			if p.exited {
-				m.afterExit(p.in, p.code, p.known)
-				return
-			}
 			m.relaunchAfter(p.in, max(p.delay, 0))
 		}()
+	}
+	for _, ev := range events {
+		m.emit(ev)
 	}
 	return nil
 }

@@ -39,8 +39,14 @@
 // to swap the cached copy st. Start, Stop, Restart and
 // the restart path hold lockName(name) around it; that lock is per process,
 // so each write also checks that the record's Instance is still the run it
-// acts on. A launch holds <StateDir>/launch.lock shared; the orphan sweep in
-// New holds it exclusive.
+// acts on. A launch holds <StateDir>/launch.lock shared (a restart from
+// before its claim); New holds it exclusive around the orphan sweep and adopt.
+//
+// An exit moves a record from running to its next state in one update:
+// waiting to restart (error with NextRestartAt) or ended (stopped, error, or
+// error with "gave up" once the restarts are spent). A restart being launched
+// keeps NextRestartAt until the new run's record replaces it, so no reader
+// ever sees a service that looks as if it gave up and then runs again.
 //
 // Who writes which record field (all inside update, so under writeMu and the
 // flock; "name" means lockName is held too):
@@ -51,17 +57,19 @@
 //	  Status=running StartedAt LogFile
 //	  Ready Restarts Consecutive, options
 //	  NextRestartAt StoppedAt Reason
-//	  StopRequested (cleared)
+//	  StopRequested RestartClaimed (cleared)
 //	Order                                   launch, a name's first run  name   -
 //	StopRequested                           stopLocked (stop.go)        name   Instance is the stopped run
 //	Status=stopped StoppedAt Ready          stopLocked                  name   Instance is the stopped run
 //	  NextRestartAt=nil
 //	ExitedInstance                          recordExit (supervise.go)   -      Instance is the run, exit not yet recorded
 //	Status ExitCode LastExitAt Ready Reason recordExit via applyExit    -      as above, and no stop requested
-//	Consecutive Restarts NextRestartAt      afterExit (supervise.go)    name   run is current here, no stop requested
-//	  Status=error Reason
-//	NextRestartAt=nil (claims the restart)  relaunchAfter               name   NextRestartAt set, Instance is the run
-//	Status=error Reason                     relaunchAfter, launch fails name   Instance is the run
+//	Consecutive Restarts NextRestartAt      recordExit via applyPolicy  -      as above, in the same update
+//	  Status=error Reason RestartClaimed=""
+//	RestartClaimed (claims the restart)     relaunchAfter               name   NextRestartAt set, unclaimed, Instance is the run
+//	Status=error Reason NextRestartAt=nil   relaunchAfter, launch fails name   Instance is the run
+//	  RestartClaimed=""
+//	RestartClaimed="" (stale claim)         adopt (adopt.go)            -      in New, launch.lock held exclusively
 //	Ready=true                              markReady (probe.go)        -      Status running, Instance is the run
 //	StartTime PGID (entries without them)   adopt (adopt.go)            -      in New, before any watcher runs
 //	ExitedInstance Status ExitCode ...      adopt via applyExit         -      run ended while no sidecar watched

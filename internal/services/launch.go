@@ -84,7 +84,7 @@ func (m *Manager) launch(ctx context.Context, sp spec, restarts, consecutive int
 	}
 	// Shared with other launches; the start-up orphan sweep takes it
 	// exclusively, so it never takes a run being launched for an orphan.
-	unlockLaunch, err := m.lockLaunch(syscall.LOCK_SH)
+	unlockLaunch, err := m.lockLaunch(false)
 	if err != nil {
 		return fail(err)
 	}
@@ -244,7 +244,7 @@ func (m *Manager) recordRun(sp spec, l *monitorLaunch, msg monitorMsg, now time.
 		r.LogFile = logPath
 		r.Ready = sp.Readiness == nil
 		r.Restarts, r.Consecutive = restarts, consecutive
-		r.NextRestartAt, r.StoppedAt, r.Reason, r.StopRequested = nil, nil, "", ""
+		r.NextRestartAt, r.StoppedAt, r.Reason, r.StopRequested, r.RestartClaimed = nil, nil, "", "", ""
 		info = r.ServiceInfo
 		return nil
 	})

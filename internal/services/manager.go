@@ -197,8 +197,19 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.prefix = statePrefix(cfg.StateDir)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	m.sweepOrphans()
-	if err := m.adopt(); err != nil {
+	// No launch runs anywhere while launch.lock is held exclusively: the
+	// sweep sees no run half-recorded, and adopt no live restart claim.
+	unlockLaunch, lerr := m.lockLaunch(true)
+	if lerr != nil {
+		m.log.Warn("orphan sweep skipped", "err", lerr)
+	} else {
+		m.sweepOrphans()
+	}
+	err = m.adopt()
+	if unlockLaunch != nil {
+		unlockLaunch()
+	}
+	if err != nil {
 		m.cancel()
 		m.wg.Wait()
 		return nil, err

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rogpeppe/go-internal/lockedfile"
+
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 )
@@ -34,31 +36,28 @@ func statePrefix(dir string) string {
 	return hex.EncodeToString(sum[:4])
 }
 
-// lockLaunch takes <StateDir>/launch.lock: shared (LOCK_SH) by every launch
-// from the monitor's start until its ack, exclusive (LOCK_EX) by the orphan
-// sweep, which so never sees a run that is being recorded.
-func (m *Manager) lockLaunch(how int) (func(), error) {
+// lockLaunch takes <StateDir>/launch.lock: shared by every launch from the
+// monitor's start until its ack (and by a restart from its claim), exclusive
+// by New around the orphan sweep and adopt, which so never see a run that is
+// being recorded.
+func (m *Manager) lockLaunch(exclusive bool) (func(), error) {
 	path := filepath.Join(m.cfg.StateDir, "launch.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
-	if os.IsNotExist(err) {
+	// lockedfile write-locks a file opened for writing, read-locks one opened
+	// read-only.
+	flag := os.O_RDONLY | os.O_CREATE
+	if exclusive {
+		flag = os.O_RDWR | os.O_CREATE
+	}
+	f, err := lockedfile.OpenFile(path, flag, 0o644)
+	if errors.Is(err, os.ErrNotExist) {
 		if derr := m.makeDirs(); derr == nil {
-			f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
+			f, err = lockedfile.OpenFile(path, flag, 0o644)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open launch lock: %w", err)
-	}
-	for {
-		err = syscall.Flock(int(f.Fd()), how)
-		if err != syscall.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
 		return nil, fmt.Errorf("lock launch: %w", err)
 	}
-	return func() { f.Close() }, nil
+	return func() { _ = f.Close() }, nil
 }
 
 // orphanProc is a process that carries an instance marker of this state dir.
@@ -120,13 +119,8 @@ const sweepGrace = 500 * time.Millisecond
 // state dir while no running record claims its instance: the leftovers of a
 // sidecar killed in the middle of a start, or of a run whose record was
 // lost. It logs what it stopped.
+// The caller holds launch.lock exclusively.
 func (m *Manager) sweepOrphans() {
-	unlock, err := m.lockLaunch(syscall.LOCK_EX)
-	if err != nil {
-		m.log.Warn("orphan sweep skipped", "err", err)
-		return
-	}
-	defer unlock()
 	st, _, err := readState(m.statePath)
 	switch {
 	case err == nil:

@@ -34,6 +34,9 @@ type record struct {
 	StopRequested string `json:"stopRequested,omitempty"`
 	// ExitedInstance is the last instance whose exit was recorded.
 	ExitedInstance string `json:"exitedInstance,omitempty"`
+	// RestartClaimed is the run whose pending restart a process is
+	// launching; NextRestartAt stays set until the new run replaces the record.
+	RestartClaimed string `json:"restartClaimed,omitempty"`
 }
 
 func (r *record) target() target {
@@ -206,7 +209,7 @@ func sanitizeState(st *stateFile) []string {
 			r.Status = apitype.StatusError
 			r.Reason = "state entry refused: untrusted process ids"
 			r.Ready = false
-			r.NextRestartAt = nil
+			r.NextRestartAt, r.RestartClaimed = nil, ""
 			r.ExitedInstance = r.Instance
 		}
 	}

@@ -77,7 +77,7 @@ func (m *Manager) stopLocked(ctx context.Context, name string) error {
 			x.Reason = ""
 		}
 		x.Ready = false
-		x.NextRestartAt = nil
+		x.NextRestartAt, x.RestartClaimed = nil, ""
 		x.StopRequested = x.Instance
 		return nil
 	})

@@ -38,14 +38,14 @@ func (m *Manager) watch(in *instance) {
 		m.log.Warn("service monitor died; stopped the run", "service", in.name, "instance", in.id)
 	}
 	close(in.exited)
-	claimed := m.recordExit(in, code, known)
+	next := m.recordExit(in, code, known)
 	if !m.waitGone(in) {
 		return
 	}
 	close(in.gone)
 	os.Remove(m.exitFile(in.id))
-	if claimed {
-		m.afterExit(in, code, known)
+	if next != nil {
+		m.afterExit(in, *next)
 	}
 }
 
@@ -126,10 +126,15 @@ func (m *Manager) readExitFile(id string) (int, bool) {
 	return code, err == nil
 }
 
-// recordExit writes the exit of in into the state and emits "exited". It
-// reports whether this process claimed the exit (and so owns the restart).
-func (m *Manager) recordExit(in *instance, code int, known bool) bool {
+// recordExit writes the exit of in into the state together with what the
+// restart policy makes of it, and emits "exited" (and "restarting"). One
+// update takes the record from running to its next state, waiting to restart
+// or ended: a reader never sees an exit whose restart is not decided yet,
+// which would read as a service that gave up. It returns when the restart is
+// due, or nil when this process did not claim the exit or no restart follows.
+func (m *Manager) recordExit(in *instance, code int, known bool) *int64 {
 	claimed := false
+	var next *int64
 	now := m.now()
 	_ = m.update(func(st *stateFile) error {
 		r := st.Services[in.name]
@@ -142,20 +147,27 @@ func (m *Manager) recordExit(in *instance, code int, known bool) bool {
 		}
 		claimed = true
 		applyExit(r, code, known, in.failReason.Load(), now)
+		next = m.applyPolicy(r, code, known, now.Sub(in.startedAt), now)
 		return nil
 	})
-	if claimed {
-		ev := apitype.Event{Type: apitype.EventExited, Service: in.name}
-		if known {
-			ev.ExitCode = &code
-		}
-		if p := in.failReason.Load(); p != nil {
-			ev.Reason = *p
-		}
-		m.emit(ev)
-		m.log.Info("service exited", "service", in.name, "exit_code", code, "known", known)
+	if !claimed {
+		return nil
 	}
-	return claimed
+	// Both events carry the time of the one update that recorded them.
+	ev := apitype.Event{Type: apitype.EventExited, Service: in.name, Time: now.UnixMilli()}
+	if known {
+		ev.ExitCode = &code
+	}
+	if p := in.failReason.Load(); p != nil {
+		ev.Reason = *p
+	}
+	m.emit(ev)
+	m.log.Info("service exited", "service", in.name, "exit_code", code, "known", known)
+	if next != nil {
+		m.emit(apitype.Event{Type: apitype.EventRestarting, Service: in.name, Time: now.UnixMilli(), NextRestartAt: next})
+		m.log.Info("service restarting", "service", in.name, "delay", time.UnixMilli(*next).Sub(now))
+	}
+	return next
 }
 
 // applyExit sets the status of r after its main process ended: stopped on
@@ -179,6 +191,34 @@ func applyExit(r *record, code int, known bool, reason *string, now time.Time) {
 		r.Reason = *reason
 		r.Status = apitype.StatusError
 	}
+}
+
+// applyPolicy applies the restart policy of r to the exit applyExit just
+// recorded: it either schedules a restart (error with NextRestartAt, the
+// counters raised) or, past maxRestarts, records that the service gave up.
+// It returns NextRestartAt, or nil when no restart follows.
+func (m *Manager) applyPolicy(r *record, code int, known bool, ranFor time.Duration, now time.Time) *int64 {
+	delay, restart, giveUp := m.decide(r, code, known, ranFor)
+	if giveUp != "" {
+		r.Status = apitype.StatusError
+		if r.Reason != "" {
+			r.Reason += "; "
+		}
+		r.Reason += giveUp
+	}
+	if !restart {
+		return nil
+	}
+	if ranFor >= m.cfg.BackoffReset {
+		r.Consecutive = 0
+	}
+	r.Consecutive++
+	r.Restarts++
+	at := now.Add(delay).UnixMilli()
+	r.NextRestartAt = &at
+	r.RestartClaimed = ""
+	r.Status = apitype.StatusError
+	return &at
 }
 
 // decide applies the restart policy of r to an exit.
@@ -210,51 +250,17 @@ func (m *Manager) decide(r *record, code int, known bool, ranFor time.Duration) 
 	return min(delay, m.cfg.BackoffMax), true, ""
 }
 
-// afterExit schedules a restart when the policy asks for one.
-func (m *Manager) afterExit(in *instance, code int, known bool) {
+// afterExit relaunches the run's service at next (epoch ms), the time
+// recordExit scheduled, once nothing of the run is left, unless the run was
+// stopped or replaced meanwhile.
+func (m *Manager) afterExit(in *instance, next int64) {
 	unlock := m.lockName(in.name)
-	if m.current(in.name) != in || in.stopping.Load() {
-		unlock()
-		return
-	}
-	now := m.now()
-	var delay time.Duration
-	var restart bool
-	var at int64
-	_ = m.update(func(st *stateFile) error {
-		r := st.Services[in.name]
-		if r == nil || r.Instance != in.id || r.StopRequested == in.id {
-			return nil
-		}
-		var giveUp string
-		delay, restart, giveUp = m.decide(r, code, known, now.Sub(in.startedAt))
-		if giveUp != "" {
-			r.Status = apitype.StatusError
-			if r.Reason != "" {
-				r.Reason += "; "
-			}
-			r.Reason += giveUp
-		}
-		if !restart {
-			return nil
-		}
-		if now.Sub(in.startedAt) >= m.cfg.BackoffReset {
-			r.Consecutive = 0
-		}
-		r.Consecutive++
-		r.Restarts++
-		at = now.Add(delay).UnixMilli()
-		r.NextRestartAt = &at
-		r.Status = apitype.StatusError
-		return nil
-	})
+	current := m.current(in.name) == in && !in.stopping.Load()
 	unlock()
-	if !restart {
+	if !current {
 		return
 	}
-	m.emit(apitype.Event{Type: apitype.EventRestarting, Service: in.name, Time: now.UnixMilli(), NextRestartAt: &at})
-	m.log.Info("service restarting", "service", in.name, "delay", delay)
-	m.relaunchAfter(in, delay)
+	m.relaunchAfter(in, max(time.UnixMilli(next).Sub(m.now()), 0))
 }
 
 // relaunchAfter starts the run's service again after delay unless it is stopped first.
@@ -272,14 +278,24 @@ func (m *Manager) relaunchAfter(in *instance, delay time.Duration) {
 	if m.current(in.name) != in || in.stopping.Load() {
 		return
 	}
+	// Held from the claim until the new run is recorded, so a claim found
+	// while New holds it exclusively belongs to a launch that never finished.
+	unlockLaunch, err := m.lockLaunch(false)
+	if err != nil {
+		m.log.Warn("restart service", "service", in.name, "err", err)
+		return
+	}
+	defer unlockLaunch()
 	// Claim the restart under the state lock: another process sharing the
-	// state may have scheduled the same one.
+	// state may have scheduled the same one. The record keeps NextRestartAt
+	// until the new run replaces it, so it reads as waiting to restart, not
+	// as given up, while the run starts.
 	var r record
 	claimed := false
 	_ = m.update(func(st *stateFile) error {
 		x := st.Services[in.name]
-		if x != nil && x.Instance == in.id && x.NextRestartAt != nil && x.StopRequested != in.id {
-			x.NextRestartAt = nil
+		if x != nil && x.Instance == in.id && x.NextRestartAt != nil && x.StopRequested != in.id && x.RestartClaimed == "" {
+			x.RestartClaimed = in.id
 			r, claimed = *x, true
 		}
 		return nil
@@ -301,6 +317,7 @@ func (m *Manager) relaunchAfter(in *instance, delay time.Duration) {
 			if x := st.Services[in.name]; x != nil && x.Instance == in.id {
 				x.Status = apitype.StatusError
 				x.Reason = "restart: " + msg
+				x.NextRestartAt, x.RestartClaimed = nil, ""
 			}
 			return nil
 		})

@@ -363,3 +363,48 @@ func TestSharedStateDir(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartCycleNeverLooksGivenUp polls a crashing service through its
+// whole restart cycle, many times over: every state it shows is running,
+// waiting to restart (error with nextRestartAt) or, once its last restart
+// ended, given up — and given up never comes before that last restart.
+func TestRestartCycleNeverLooksGivenUp(t *testing.T) {
+	const rounds, maxRestarts = 12, 2
+	m := newTestManager(t, Config{BackoffBase: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
+	for round := range rounds {
+		name := fmt.Sprintf("crash-%d", round)
+		start(t, m, apitype.StartServiceRequest{Name: name, Command: "exit 1", Restart: apitype.RestartOnFailure, MaxRestarts: intp(maxRestarts)})
+		var (
+			seen     = map[string]bool{}
+			restarts = 0
+			finalAt  = -1
+			deadline = time.Now().Add(30 * time.Second)
+		)
+		for poll := 0; finalAt < 0 || poll < finalAt+200; poll++ {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %s did not give up within 30s; states seen: %v", round, name, seen)
+			}
+			s := get(t, m, name)
+			waiting := s.NextRestartAt != nil
+			state := fmt.Sprintf("%s restarts=%d waiting=%v", s.Status, s.Restarts, waiting)
+			seen[state] = true
+			if s.Restarts < restarts {
+				t.Fatalf("round %d poll %d: restarts went from %d to %d", round, poll, restarts, s.Restarts)
+			}
+			restarts = s.Restarts
+			switch {
+			case s.Status == apitype.StatusRunning && !waiting && finalAt < 0:
+			case s.Status == apitype.StatusError && waiting && finalAt < 0:
+			case s.Status == apitype.StatusError && !waiting && s.Restarts == maxRestarts && strings.Contains(s.Reason, "gave up after 2 restarts"):
+				if finalAt < 0 {
+					finalAt = poll
+				}
+			default:
+				t.Fatalf("round %d poll %d: state %+v (%s), want running, waiting to restart, or given up after its last restart", round, poll, s, state)
+			}
+		}
+		if !seen["error restarts=1 waiting=true"] && !seen["error restarts=2 waiting=true"] {
+			t.Logf("round %d: no waiting state observed (states %v)", round, seen)
+		}
+	}
+}

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/rogpeppe/go-internal/lockedfile"
+
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
@@ -31,21 +33,11 @@ func Path(dir string) string { return filepath.Join(dir, rules.StateFileName) }
 // sharing the state dir takes to change the state file; unlock releases it.
 // The error matches os.ErrNotExist when dir is gone.
 func Lock(dir string) (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(dir, rules.StateLockName), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := lockedfile.OpenFile(filepath.Join(dir, rules.StateLockName), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("open state lock: %w", err)
-	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if err != syscall.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
 		return nil, fmt.Errorf("lock state: %w", err)
 	}
-	return func() { f.Close() }, nil // closing releases the lock
+	return func() { _ = f.Close() }, nil
 }
 
 // ErrUnusable marks a state file that exists but cannot be read as the state

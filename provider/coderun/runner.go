@@ -15,8 +15,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/rogpeppe/go-internal/lockedfile"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -261,16 +262,14 @@ func (r *Runner) withState(f func(m map[string]*sessionState) error) error {
 	})
 }
 
-// locked runs f holding DataDir/<name>.lock (flock).
+// locked runs f holding DataDir/<name>.lock (lockedfile: a write lock, across
+// processes).
 func (r *Runner) locked(name string, f func() error) error {
-	fd, err := syscall.Open(filepath.Join(r.o.DataDir, name+".lock"), syscall.O_CREAT|syscall.O_RDWR|syscall.O_CLOEXEC, 0o600)
+	lf, err := lockedfile.OpenFile(filepath.Join(r.o.DataDir, name+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("lock %s: %w", name, err)
 	}
-	defer syscall.Close(fd)
-	if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("lock %s: %w", name, err)
-	}
+	defer lf.Close()
 	return f()
 }
 

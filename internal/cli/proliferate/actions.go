@@ -14,9 +14,12 @@ func NewCmdActions(f *Factory) *cobra.Command {
 	cmd := newGroup("actions <command>", "Run platform actions and manage grants through the gateway")
 	cmd.Long = `Run platform actions through the gateway at
 $PROLIFERATE_GATEWAY_URL/proliferate/$PROLIFERATE_SESSION_ID/actions.`
+	cmd.Example = "  proliferate actions list\n  proliferate actions run --integration github --action list_issues"
 	grant := newGroup("grant <command>", "Request a grant")
+	grant.Example = "  proliferate actions grant request --integration github --action list_issues"
 	grant.AddCommand(NewCmdGrantRequest(f, nil))
 	grantsCmd := newGroup("grants <command>", "List grants")
+	grantsCmd.Example = "  proliferate actions grants list"
 	grantsCmd.AddCommand(NewCmdGrantsList(f, nil))
 	cmd.AddCommand(NewCmdActionsList(f, nil), NewCmdActionsGuide(f, nil), NewCmdActionsRun(f, nil), grant, grantsCmd)
 	return cmd

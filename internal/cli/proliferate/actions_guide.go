@@ -14,6 +14,7 @@ func NewCmdActionsGuide(f *Factory, runF func(*GatewayOptions) error) *cobra.Com
 		Use:         "guide --integration I",
 		Annotations: required("integration"),
 		Short:       "Print an integration's usage guide",
+		Example:     "  proliferate actions guide --integration github",
 		Args:        noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := requireFlags(cmd); err != nil {

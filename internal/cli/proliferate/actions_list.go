@@ -11,9 +11,10 @@ import (
 // NewCmdActionsList builds `actions list`.
 func NewCmdActionsList(f *Factory, runF func(*GatewayOptions) error) *cobra.Command {
 	return &cobra.Command{
-		Use:   "list",
-		Short: "List the actions available to this session",
-		Args:  noArgs,
+		Use:     "list",
+		Short:   "List the actions available to this session",
+		Example: "  proliferate actions list",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := &GatewayOptions{Ctx: cmd.Context(), Factory: f}
 			if runF != nil {

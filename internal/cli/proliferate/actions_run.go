@@ -18,6 +18,8 @@ func NewCmdActionsRun(f *Factory, runF func(*GatewayOptions) error) *cobra.Comma
 		Use:         "run --integration I --action A [--params JSON]",
 		Annotations: required("integration", "action"),
 		Short:       "Run an action, waiting for approval when the gateway asks for it",
+		Example: `  proliferate actions run --integration github --action list_issues
+  proliferate actions run --integration slack --action post_message --params '{"channel":"#dev","text":"deployed"}'`,
 		Long: `Run an action and print its result. When the action needs a human's approval,
 "Waiting for approval..." and the time waited go to stderr while the gateway is
 polled every 2 s; Ctrl-C stops waiting (exit 130). A denied, failed or expired

@@ -16,6 +16,7 @@ import (
 // NewCmdEnv builds `proliferate env`.
 func NewCmdEnv(f *Factory) *cobra.Command {
 	cmd := newGroup("env <command>", "Write or remove the workspace's env files")
+	cmd.Example = "  proliferate env apply --spec '[{\"path\":\".env.local\",\"format\":\"dotenv\",\"mode\":\"secret\",\"keys\":[{\"key\":\"API_KEY\"}]}]'"
 	cmd.AddCommand(NewCmdEnvApply(f, nil), NewCmdEnvScrub(f, nil))
 	return cmd
 }

@@ -9,7 +9,7 @@ import (
 
 // NewCmdEnvApply builds `env apply`.
 func NewCmdEnvApply(f *Factory, runF func(*EnvOptions) error) *cobra.Command {
-	return envCommand(f, "apply --spec JSON", "Write env files from the overrides file and the environment",
+	cmd := envCommand(f, "apply --spec JSON", "Write env files from the overrides file and the environment",
 		`Write each entry's env file as KEY=value lines (mode 0600, written atomically;
 values with newlines, quotes, '#' or outer spaces are double-quoted and
 escaped). Values come from `+config.DefaultEnvOverrides+` (string values) and then
@@ -18,6 +18,8 @@ exit code is 1. Each path is added once to the repo's .git/info/exclude.
 Prints {"applied":[{"path","keyCount"}]}, each path as the spec gave it.
 
 `+specHelp, runF, envApplyRun)
+	cmd.Example = `  proliferate env apply --spec '[{"path":".env.local","format":"dotenv","mode":"secret","keys":[{"key":"API_KEY","required":true}]}]'`
+	return cmd
 }
 
 func envApplyRun(o *EnvOptions) error {

@@ -8,12 +8,14 @@ import (
 
 // NewCmdEnvScrub builds `env scrub`.
 func NewCmdEnvScrub(f *Factory, runF func(*EnvOptions) error) *cobra.Command {
-	return envCommand(f, "scrub --spec JSON", "Delete secret env files and the overrides file",
+	cmd := envCommand(f, "scrub --spec JSON", "Delete secret env files and the overrides file",
 		`Delete the files of entries whose mode is "secret" (missing files are fine),
 then the overrides file. Prints {"scrubbed":[paths]}: the spec's path of each
 file actually deleted, then the overrides file's path if it was deleted.
 
 `+specHelp, runF, envScrubRun)
+	cmd.Example = `  proliferate env scrub --spec '[{"path":".env.local","format":"dotenv","mode":"secret","keys":[{"key":"API_KEY"}]}]'`
+	return cmd
 }
 
 func envScrubRun(o *EnvOptions) error {

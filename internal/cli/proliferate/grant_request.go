@@ -16,7 +16,9 @@ func NewCmdGrantRequest(f *Factory, runF func(*GatewayOptions) error) *cobra.Com
 		Use:         "request --integration I --action A [--scope session|org] [--max-calls N]",
 		Annotations: required("integration", "action"),
 		Short:       "Ask for a grant to run an action without approval each time",
-		Args:        noArgs,
+		Example: "  proliferate actions grant request --integration github --action list_issues\n" +
+			"  proliferate actions grant request --integration slack --action post_message --scope org --max-calls 10",
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := requireFlags(cmd); err != nil {
 				return err

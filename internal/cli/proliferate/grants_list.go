@@ -11,9 +11,10 @@ import (
 // NewCmdGrantsList builds `actions grants list`.
 func NewCmdGrantsList(f *Factory, runF func(*GatewayOptions) error) *cobra.Command {
 	return &cobra.Command{
-		Use:   "list",
-		Short: "List this session's grants",
-		Args:  noArgs,
+		Use:     "list",
+		Short:   "List this session's grants",
+		Example: "  proliferate actions grants list",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := &GatewayOptions{Ctx: cmd.Context(), Factory: f}
 			if runF != nil {

@@ -85,3 +85,30 @@ func TestRequiredFlags(t *testing.T) {
 		t.Errorf("required flags (-want +got):\n%s", d)
 	}
 }
+
+// TestEveryCommandHasAnExample walks the command tree: every command, groups
+// and the root included, shows an example that runs proliferate. Cobra's own
+// completion commands are left as cobra writes them.
+func TestEveryCommandHasAnExample(t *testing.T) {
+	root := NewCmdRoot(newFactory(func(string) string { return "" }, nil, nil, nil))
+	paths := clitest.CommandPaths(root, nil)
+	if len(paths) < 20 {
+		t.Fatalf("found %d commands, want every command of the tree", len(paths))
+	}
+	for _, p := range paths {
+		cmd, _, err := root.Find(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.Join(append([]string{"proliferate"}, p...), " ")
+		if cmd.Example == "" {
+			t.Errorf("%s has no example in its help", name)
+			continue
+		}
+		for _, line := range strings.Split(cmd.Example, "\n") {
+			if !strings.HasPrefix(line, "  proliferate ") {
+				t.Errorf("%s: example line %q, want it indented and running proliferate", name, line)
+			}
+		}
+	}
+}

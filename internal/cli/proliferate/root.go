@@ -18,6 +18,9 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "proliferate <command> <subcommand> [flags]",
 		Short: "Manage sandbox services, env files and platform actions",
+		Example: `  proliferate services start --name web --command "npm run dev" --ready-tcp 3000 --wait
+  proliferate services list
+  proliferate actions run --integration github --action list_issues --params '{"repo":"org/web"}'`,
 		Long: `proliferate manages the sandbox's services through the sidecar API, writes the
 workspace's env files, and runs platform actions through the gateway.
 

@@ -14,6 +14,7 @@ import (
 // NewCmdServices builds `proliferate services`.
 func NewCmdServices(f *Factory) *cobra.Command {
 	cmd := newGroup("services <command>", "Start, stop, expose and follow the sandbox's services")
+	cmd.Example = "  proliferate services list\n  proliferate services logs --name web --tail 20"
 	cmd.AddCommand(
 		NewCmdServicesList(f, nil),
 		NewCmdServicesStart(f, nil),

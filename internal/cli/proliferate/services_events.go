@@ -9,8 +9,9 @@ import (
 // NewCmdServicesEvents builds `services events`.
 func NewCmdServicesEvents(f *Factory, runF func(*ListOptions) error) *cobra.Command {
 	return &cobra.Command{
-		Use:   "events",
-		Short: "Follow service state changes",
+		Use:     "events",
+		Short:   "Follow service state changes",
+		Example: "  proliferate services events",
 		Long: `Print each service state change as the sidecar streams it (GET /api/events),
 one JSON object per line: started, ready, exited (with exitCode), restarting
 (with nextRestartAt), stopped, exposed (with port). Runs until Ctrl-C (exit 130).`,

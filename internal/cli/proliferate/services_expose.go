@@ -25,6 +25,7 @@ func NewCmdServicesExpose(f *Factory, runF func(*ExposeOptions) error) *cobra.Co
 		Use:         "expose --port P",
 		Annotations: required("port"),
 		Short:       "Route the preview site to a local port",
+		Example:     "  proliferate services expose --port 3000",
 		Args:        noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := requireFlags(cmd); err != nil {

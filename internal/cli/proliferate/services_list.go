@@ -18,9 +18,10 @@ type ListOptions struct {
 // NewCmdServicesList builds `services list`.
 func NewCmdServicesList(f *Factory, runF func(*ListOptions) error) *cobra.Command {
 	return &cobra.Command{
-		Use:   "list",
-		Short: "List services and the exposed port",
-		Args:  noArgs,
+		Use:     "list",
+		Short:   "List services and the exposed port",
+		Example: "  proliferate services list",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := &ListOptions{Ctx: cmd.Context(), Factory: f}
 			if runF != nil {

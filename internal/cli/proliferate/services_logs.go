@@ -33,6 +33,7 @@ func NewCmdServicesLogs(f *Factory, runF func(*LogsOptions) error) *cobra.Comman
 		Use:         "logs --name N [--follow] [--raw] [--tail N]",
 		Annotations: required("name"),
 		Short:       "Print a service's log",
+		Example:     "  proliferate services logs --name web --tail 50\n  proliferate services logs --name web --follow --raw",
 		Long: `Print a service's log as the sidecar streams it: each SSE payload
 ({"type":"initial"|"append"|"error",…}) on its own line. Without --follow it
 stops after the first payload (an empty log, which the sidecar announces with

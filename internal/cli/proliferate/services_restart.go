@@ -13,7 +13,9 @@ import (
 
 // NewCmdServicesRestart builds `services restart`.
 func NewCmdServicesRestart(f *Factory, runF func(*NameOptions) error) *cobra.Command {
-	return nameCommand(f, "restart --name N", "Restart a service with the same command, cwd and options", runF, restartRun)
+	cmd := nameCommand(f, "restart --name N", "Restart a service with the same command, cwd and options", runF, restartRun)
+	cmd.Example = "  proliferate services restart --name web"
+	return cmd
 }
 
 func restartRun(o *NameOptions) error {

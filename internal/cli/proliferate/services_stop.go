@@ -18,7 +18,9 @@ type NameOptions struct {
 
 // NewCmdServicesStop builds `services stop`.
 func NewCmdServicesStop(f *Factory, runF func(*NameOptions) error) *cobra.Command {
-	return nameCommand(f, "stop --name N", "Stop a service and its whole process group", runF, stopRun)
+	cmd := nameCommand(f, "stop --name N", "Stop a service and its whole process group", runF, stopRun)
+	cmd.Example = "  proliferate services stop --name web"
+	return cmd
 }
 
 func nameCommand(f *Factory, use, short string, runF, def func(*NameOptions) error) *cobra.Command {

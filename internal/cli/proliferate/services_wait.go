@@ -30,6 +30,7 @@ func NewCmdServicesWait(f *Factory, runF func(*WaitOptions) error) *cobra.Comman
 		Use:         "wait --name N [--timeout D]",
 		Annotations: required("name"),
 		Short:       "Wait until a service is ready",
+		Example:     "  proliferate services wait --name web --timeout 30s",
 		Long: `Wait until a service is ready and print it. A service waiting to be restarted
 is waited for; one that stopped or gave up fails the command: the last 20 log
 lines go to stderr and the exit code is 1.`,

@@ -9,9 +9,10 @@ import (
 // NewCmdVersion builds `proliferate version`.
 func NewCmdVersion(f *Factory, runF func() error) *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the CLI version (also --version)",
-		Args:  noArgs,
+		Use:     "version",
+		Short:   "Print the CLI version (also --version)",
+		Example: "  proliferate version",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if runF != nil {
 				return runF()

@@ -3,7 +3,10 @@
 // named by a baton), and a database/sql driver on top of it, so provider/docsearch runs
 // the same SQL on a libSQL server or Turso as on its embedded SQLite file.
 //
-// It is our own code on net/http: there is no pure-Go libSQL module to depend on. A
+// It is our own code on net/http. A pure-Go client exists (Turso's
+// libsql-client-go, a database/sql driver over Hrana, since deprecated in favour of
+// the cgo-based go-libsql), but it is not among the project's dependencies, and the
+// part of Hrana used here, the HTTP pipeline, is small enough to keep in view. A
 // statement outside a transaction is one request on a fresh stream (execute, then
 // close), so no stream can expire between calls; a transaction holds one stream from
 // BEGIN to COMMIT or ROLLBACK. Responses are bounded in size and time, every field of
