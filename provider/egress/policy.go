@@ -11,10 +11,13 @@ package egress
 //
 //   - never the host's loopback, unspecified (0.0.0.0 and :: reach the
 //     host's loopback) or multicast addresses, whatever the allow-list says;
-//   - not the host's own interface addresses, the private (RFC 1918, ULA),
-//     link-local, carrier-grade NAT and other special ranges, where cloud
-//     metadata services and the host's neighbours live, unless an
-//     EgressHosts entry (an IP address or CIDR prefix) names them;
+//   - not the host's own interface addresses, the subnets its interfaces
+//     are directly connected to (its neighbours and gateway), nor any range
+//     of the IANA special-purpose registries (private, link-local, carrier-
+//     grade NAT, documentation, benchmarking, AS112, ...) nor IPv6 outside
+//     global unicast, where cloud metadata services and the host's
+//     neighbours live, unless an EgressHosts entry (an IP address or CIDR
+//     prefix) names them;
 //   - IPv4 addresses carried in IPv6 (v4-mapped, v4-compatible, SIIT,
 //     NAT64, 6to4) are judged as the IPv4 address; Teredo and local-use
 //     NAT64 are refused outright;
@@ -30,6 +33,7 @@ package egress
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -50,6 +54,10 @@ type addrRange struct {
 	hard bool
 }
 
+// refusedRanges are the IANA special-purpose registries (IPv4 and IPv6, RFC
+// 6890 and its updates) with multicast and the limited broadcast: none is an
+// ordinary public host, and several are where a host's own services, its
+// neighbours and cloud metadata live. The hard ones reach the host itself.
 var refusedRanges = func() []addrRange {
 	rs := []struct {
 		p, why string
@@ -68,13 +76,26 @@ var refusedRanges = func() []addrRange {
 		{"100.64.0.0/10", "carrier-grade NAT", false},
 		{"169.254.0.0/16", "link-local (cloud metadata)", false},
 		{"192.0.0.0/24", "IETF protocol assignments", false},
+		{"192.0.2.0/24", "documentation (TEST-NET-1)", false},
+		{"192.31.196.0/24", "AS112", false},
+		{"192.52.193.0/24", "AMT", false},
+		{"192.88.99.0/24", "6to4 relay anycast", false},
+		{"192.175.48.0/24", "AS112 direct delegation", false},
 		{"198.18.0.0/15", "benchmarking", false},
+		{"198.51.100.0/24", "documentation (TEST-NET-2)", false},
+		{"203.0.113.0/24", "documentation (TEST-NET-3)", false},
 		{"240.0.0.0/4", "reserved", false},
 		{"fc00::/7", "unique local", false},
 		{"fe80::/10", "link-local", false},
 		{"fec0::/10", "site-local", false},
 		{"100::/64", "discard-only", false},
+		{"100:0:0:1::/64", "dummy prefix", false},
 		{"2001::/32", "Teredo", false},
+		{"2001::/23", "IETF protocol assignments", false},
+		{"2001:db8::/32", "documentation", false},
+		{"3fff::/20", "documentation", false},
+		{"2620:4f:8000::/48", "AS112 direct delegation", false},
+		{"5f00::/16", "segment routing (SRv6) SIDs", false},
 		{"64:ff9b:1::/48", "local-use NAT64", false},
 	}
 	out := make([]addrRange, len(rs))
@@ -133,8 +154,18 @@ func classify(ip netip.Addr) (why string, hard bool) {
 		}
 		return "", false
 	}
-	return refusedRange(ip)
+	if why, hard := refusedRange(ip); why != "" {
+		return why, hard
+	}
+	if ip.Is6() && !globalUnicast6.Contains(ip) {
+		return "outside IPv6 global unicast (2000::/3)", false
+	}
+	return "", false
 }
+
+// globalUnicast6 is where every public IPv6 host is; the rest of the space
+// is special (above) or unallocated.
+var globalUnicast6 = netip.MustParsePrefix("2000::/3")
 
 func refusedRange(ip netip.Addr) (string, bool) {
 	for _, r := range refusedRanges {
@@ -211,20 +242,89 @@ func (p *Policy) listed(ip netip.Addr) bool {
 }
 
 // CheckAddr checks an address about to be dialed; host holds the host's own
-// interface addresses (unmapped, without zones).
+// interface addresses (unmapped, without zones). It is CheckAddrNets without
+// the host's subnets.
 func (p *Policy) CheckAddr(ip netip.Addr, host map[netip.Addr]bool) error {
+	return p.CheckAddrNets(ip, addrPrefixes(host))
+}
+
+// addrPrefixes are addrs, each a prefix of its own (no subnet).
+func addrPrefixes(addrs map[netip.Addr]bool) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(addrs))
+	for a := range addrs {
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out
+}
+
+// CheckAddrNets checks an address about to be dialed against the policy, the
+// special-purpose ranges and the host's interfaces, ifaces (LocalNets: each
+// interface address with its prefix length): neither the host's own addresses
+// nor the subnets it is directly connected to (its neighbours, its gateway,
+// the subnet's broadcast address) are reachable unless an EgressHosts address
+// or prefix names them.
+func (p *Policy) CheckAddrNets(ip netip.Addr, ifaces []netip.Prefix) error {
 	ip = ip.WithZone("")
 	why, hard := classify(ip)
 	if why == "" {
-		v4, ok := embeddedV4(ip)
-		if host[ip.Unmap()] || (ok && host[v4]) {
-			why = "an address of the host"
+		why = hostNet(ip, ifaces)
+		if v4, ok := embeddedV4(ip); ok && why == "" {
+			why = hostNet(v4, ifaces)
 		}
 	}
 	if why == "" || (!hard && p.listed(ip)) {
 		return nil
 	}
 	return fmt.Errorf("%s is %s: %w", ip, why, ErrRefused)
+}
+
+// hostNet says whether ip is one of the host's interface addresses or in a
+// subnet an interface is directly connected to ("" when neither).
+func hostNet(ip netip.Addr, ifaces []netip.Prefix) string {
+	ip = ip.Unmap()
+	for _, f := range ifaces {
+		a := f.Addr().WithZone("").Unmap()
+		bits := f.Bits()
+		if f.Addr().Is4In6() && bits >= 96 {
+			bits -= 96
+		}
+		switch {
+		case a == ip:
+			return "an address of the host"
+		case bits >= 0 && a.BitLen() == ip.BitLen() && netip.PrefixFrom(a, bits).Contains(ip):
+			return "in a subnet the host is directly connected to (" + netip.PrefixFrom(a, bits).Masked().String() + ")"
+		}
+	}
+	return ""
+}
+
+// LocalNets are the current network namespace's interface addresses, each
+// with the prefix length of the subnet it is directly connected to.
+func LocalNets() ([]netip.Prefix, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("list the host's interface addresses: %w", err)
+	}
+	out := make([]netip.Prefix, 0, len(addrs))
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		ones, _ := n.Mask.Size()
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		if ip.Is4() && ones > 32 {
+			ones -= 96
+		}
+		if p := netip.PrefixFrom(ip, ones); p.IsValid() {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // ParseAuthority parses host:port as a proxy request names it. host is a
