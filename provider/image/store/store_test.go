@@ -284,7 +284,7 @@ func FuzzImport(f *testing.F) {
 				t.Fatalf("ResolveImage(%s) of an imported image = %v", id, err)
 			}
 			for _, l := range fs.Layers {
-				if !strings.HasPrefix(l, filepath.Join(root, "store", "layers")+"/") {
+				if !strings.HasPrefix(l, filepath.Join(root, "store", layersDir)+"/") {
 					t.Fatalf("layer %s is outside the store", l)
 				}
 			}
