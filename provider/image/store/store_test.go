@@ -230,8 +230,8 @@ func TestBuildChainAndRemove(t *testing.T) {
 	if _, err := s.Remove(ctx, "base:1"); err != nil {
 		t.Fatalf("Remove(base) = %v", err)
 	}
-	for _, sub := range []string{"layers", "oci/blobs/sha256", "cache"} {
-		if ents, _ := os.ReadDir(filepath.Join(s.Dir(), sub)); len(ents) != 0 {
+	for _, sub := range []string{layersDir, "oci/blobs/sha256", "cache"} {
+		if ents, err := os.ReadDir(filepath.Join(s.Dir(), sub)); err != nil || len(ents) != 0 {
 			t.Errorf("%s is not empty after removing every image: %v", sub, ents)
 		}
 	}
