@@ -52,6 +52,13 @@ type addrRange struct {
 	why    string
 	// hard ranges are refused even when an EgressHosts entry covers them.
 	hard bool
+	// named ranges are not routed on the internet and hold no host's own
+	// services or neighbours by definition (documentation, benchmarking,
+	// anycast services, unallocated space): a name EgressHosts lists exactly
+	// may resolve into one (some networks answer every name with such an
+	// address and route it to the internet). The others (private, link-local,
+	// the host's own) only an address or prefix entry opens.
+	named bool
 }
 
 // refusedRanges are the IANA special-purpose registries (IPv4 and IPv6, RFC
@@ -59,48 +66,49 @@ type addrRange struct {
 // ordinary public host, and several are where a host's own services, its
 // neighbours and cloud metadata live. The hard ones reach the host itself.
 var refusedRanges = func() []addrRange {
+	const named = true
 	rs := []struct {
-		p, why string
-		hard   bool
+		p, why      string
+		hard, named bool
 	}{
-		{"0.0.0.0/8", "this-network (reaches the host's loopback)", true},
-		{"127.0.0.0/8", "loopback", true},
-		{"224.0.0.0/4", "multicast", true},
-		{"255.255.255.255/32", "broadcast", true},
-		{"::/128", "unspecified (reaches the host's loopback)", true},
-		{"::1/128", "loopback", true},
-		{"ff00::/8", "multicast", true},
-		{"10.0.0.0/8", "private", false},
-		{"172.16.0.0/12", "private", false},
-		{"192.168.0.0/16", "private", false},
-		{"100.64.0.0/10", "carrier-grade NAT", false},
-		{"169.254.0.0/16", "link-local (cloud metadata)", false},
-		{"192.0.0.0/24", "IETF protocol assignments", false},
-		{"192.0.2.0/24", "documentation (TEST-NET-1)", false},
-		{"192.31.196.0/24", "AS112", false},
-		{"192.52.193.0/24", "AMT", false},
-		{"192.88.99.0/24", "6to4 relay anycast", false},
-		{"192.175.48.0/24", "AS112 direct delegation", false},
-		{"198.18.0.0/15", "benchmarking", false},
-		{"198.51.100.0/24", "documentation (TEST-NET-2)", false},
-		{"203.0.113.0/24", "documentation (TEST-NET-3)", false},
-		{"240.0.0.0/4", "reserved", false},
-		{"fc00::/7", "unique local", false},
-		{"fe80::/10", "link-local", false},
-		{"fec0::/10", "site-local", false},
-		{"100::/64", "discard-only", false},
-		{"100:0:0:1::/64", "dummy prefix", false},
-		{"2001::/32", "Teredo", false},
-		{"2001::/23", "IETF protocol assignments", false},
-		{"2001:db8::/32", "documentation", false},
-		{"3fff::/20", "documentation", false},
-		{"2620:4f:8000::/48", "AS112 direct delegation", false},
-		{"5f00::/16", "segment routing (SRv6) SIDs", false},
-		{"64:ff9b:1::/48", "local-use NAT64", false},
+		{"0.0.0.0/8", "this-network (reaches the host's loopback)", true, false},
+		{"127.0.0.0/8", "loopback", true, false},
+		{"224.0.0.0/4", "multicast", true, false},
+		{"255.255.255.255/32", "broadcast", true, false},
+		{"::/128", "unspecified (reaches the host's loopback)", true, false},
+		{"::1/128", "loopback", true, false},
+		{"ff00::/8", "multicast", true, false},
+		{"10.0.0.0/8", "private", false, false},
+		{"172.16.0.0/12", "private", false, false},
+		{"192.168.0.0/16", "private", false, false},
+		{"100.64.0.0/10", "carrier-grade NAT", false, false},
+		{"169.254.0.0/16", "link-local (cloud metadata)", false, false},
+		{"192.0.0.0/24", "IETF protocol assignments", false, false},
+		{"192.0.2.0/24", "documentation (TEST-NET-1)", false, named},
+		{"192.31.196.0/24", "AS112", false, named},
+		{"192.52.193.0/24", "AMT", false, named},
+		{"192.88.99.0/24", "6to4 relay anycast", false, named},
+		{"192.175.48.0/24", "AS112 direct delegation", false, named},
+		{"198.18.0.0/15", "benchmarking", false, named},
+		{"198.51.100.0/24", "documentation (TEST-NET-2)", false, named},
+		{"203.0.113.0/24", "documentation (TEST-NET-3)", false, named},
+		{"240.0.0.0/4", "reserved", false, named},
+		{"fc00::/7", "unique local", false, false},
+		{"fe80::/10", "link-local", false, false},
+		{"fec0::/10", "site-local", false, false},
+		{"100::/64", "discard-only", false, false},
+		{"100:0:0:1::/64", "dummy prefix", false, named},
+		{"2001::/32", "Teredo", false, false},
+		{"2001::/23", "IETF protocol assignments", false, named},
+		{"2001:db8::/32", "documentation", false, named},
+		{"3fff::/20", "documentation", false, named},
+		{"2620:4f:8000::/48", "AS112 direct delegation", false, named},
+		{"5f00::/16", "segment routing (SRv6) SIDs", false, named},
+		{"64:ff9b:1::/48", "local-use NAT64", false, false},
 	}
 	out := make([]addrRange, len(rs))
 	for i, r := range rs {
-		out[i] = addrRange{netip.MustParsePrefix(r.p), r.why, r.hard}
+		out[i] = addrRange{netip.MustParsePrefix(r.p), r.why, r.hard, r.named}
 	}
 	return out
 }()
@@ -141,39 +149,46 @@ func embeddedV4(ip netip.Addr) (netip.Addr, bool) {
 // classify says why no sandbox may reach ip ("" when it is a public
 // address) and whether even an allow-list entry cannot change that.
 func classify(ip netip.Addr) (why string, hard bool) {
+	r := classifyRange(ip)
+	return r.why, r.hard
+}
+
+// classifyRange is the refused range ip is in (a zero why when none).
+func classifyRange(ip netip.Addr) addrRange {
 	ip = ip.WithZone("")
 	if !ip.IsValid() {
-		return "not an address", true
+		return addrRange{why: "not an address", hard: true}
 	}
 	if ip == netip.IPv6Unspecified() || ip == netip.IPv6Loopback() {
 		return refusedRange(ip)
 	}
 	if v4, ok := embeddedV4(ip); ok {
-		if why, hard := refusedRange(v4); why != "" {
-			return why + " (IPv4 in IPv6)", hard
+		r := refusedRange(v4)
+		if r.why != "" {
+			r.why += " (IPv4 in IPv6)"
 		}
-		return "", false
+		return r
 	}
-	if why, hard := refusedRange(ip); why != "" {
-		return why, hard
+	if r := refusedRange(ip); r.why != "" {
+		return r
 	}
 	if ip.Is6() && !globalUnicast6.Contains(ip) {
-		return "outside IPv6 global unicast (2000::/3)", false
+		return addrRange{why: "outside IPv6 global unicast (2000::/3)", named: true}
 	}
-	return "", false
+	return addrRange{}
 }
 
 // globalUnicast6 is where every public IPv6 host is; the rest of the space
 // is special (above) or unallocated.
 var globalUnicast6 = netip.MustParsePrefix("2000::/3")
 
-func refusedRange(ip netip.Addr) (string, bool) {
+func refusedRange(ip netip.Addr) addrRange {
 	for _, r := range refusedRanges {
 		if r.prefix.Contains(ip) {
-			return r.why, r.hard
+			return r
 		}
 	}
-	return "", false
+	return addrRange{}
 }
 
 // Policy is a sandbox's Spec.EgressHosts, parsed.
@@ -264,15 +279,32 @@ func addrPrefixes(addrs map[netip.Addr]bool) []netip.Prefix {
 // the subnet's broadcast address) are reachable unless an EgressHosts address
 // or prefix names them.
 func (p *Policy) CheckAddrNets(ip netip.Addr, ifaces []netip.Prefix) error {
+	return p.CheckResolved("", ip, ifaces)
+}
+
+// CheckResolved is CheckAddrNets for ip, an address the host's resolver gave
+// for host (the name the sandbox asked for; "" or the address's text for an
+// IP literal). A name EgressHosts lists exactly may resolve into the ranges
+// that are not routed on the internet (documentation, benchmarking, ...: see
+// addrRange.named); never into the others.
+func (p *Policy) CheckResolved(host string, ip netip.Addr, ifaces []netip.Prefix) error {
 	ip = ip.WithZone("")
-	why, hard := classify(ip)
-	if why == "" {
-		why = hostNet(ip, ifaces)
-		if v4, ok := embeddedV4(ip); ok && why == "" {
-			why = hostNet(v4, ifaces)
-		}
+	r := classifyRange(ip)
+	// The host's own network first: a name never opens it, whatever range it is in.
+	why := hostNet(ip, ifaces)
+	if v4, ok := embeddedV4(ip); ok && why == "" {
+		why = hostNet(v4, ifaces)
 	}
-	if why == "" || (!hard && p.listed(ip)) {
+	switch {
+	case r.hard:
+		why = r.why
+	case why == "" && r.why != "":
+		if r.named && host != "" && p.names[host] {
+			return nil
+		}
+		why = r.why
+	}
+	if why == "" || (!r.hard && p.listed(ip)) {
 		return nil
 	}
 	return fmt.Errorf("%s is %s: %w", ip, why, ErrRefused)

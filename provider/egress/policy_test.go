@@ -288,6 +288,49 @@ func TestEgressPolicyHostSubnets(t *testing.T) {
 	}
 }
 
+// Some networks answer every name with an address of a documentation range and
+// route it out (this one: deb.debian.org is 203.0.113.80). A name EgressHosts
+// lists exactly may resolve there; a wildcard, "*" or no list may not, and no
+// name opens private ranges, the host's own subnets or loopback.
+func TestEgressPolicyResolvedNames(t *testing.T) {
+	ifaces := []netip.Prefix{netip.MustParsePrefix("192.0.2.2/24"), netip.MustParsePrefix("127.0.0.1/8")}
+	tests := []struct {
+		name  string
+		hosts []string
+		host  string // as the sandbox named it
+		addr  string // what the host's resolver gave
+		ok    bool
+	}{
+		{"listed name into TEST-NET-3", []string{"deb.debian.org"}, "deb.debian.org", "203.0.113.80", true},
+		{"listed name into benchmarking", []string{"deb.debian.org"}, "deb.debian.org", "198.18.0.9", true},
+		{"listed name into IPv6 documentation", []string{"deb.debian.org"}, "deb.debian.org", "2001:db8::80", true},
+		{"listed name into a public address", []string{"deb.debian.org"}, "deb.debian.org", "93.184.216.34", true},
+		{"wildcard name into TEST-NET-3", []string{"*.debian.org"}, "deb.debian.org", "203.0.113.80", false},
+		{"star into TEST-NET-3", []string{"*"}, "deb.debian.org", "203.0.113.80", false},
+		{"no list into TEST-NET-3", nil, "deb.debian.org", "203.0.113.80", false},
+		{"listed name's literal address", []string{"deb.debian.org"}, "203.0.113.80", "203.0.113.80", false},
+		{"literal address, no name", []string{"deb.debian.org"}, "", "203.0.113.80", false},
+		{"listed name into private", []string{"deb.debian.org"}, "deb.debian.org", "10.0.0.5", false},
+		{"listed name into link-local", []string{"deb.debian.org"}, "deb.debian.org", "169.254.169.254", false},
+		{"listed name into the host's TEST-NET-1 subnet", []string{"deb.debian.org"}, "deb.debian.org", "192.0.2.1", false},
+		{"listed name into the host's own address", []string{"deb.debian.org"}, "deb.debian.org", "192.0.2.2", false},
+		{"listed name into loopback", []string{"deb.debian.org"}, "deb.debian.org", "127.0.0.1", false},
+		{"listed name into multicast", []string{"deb.debian.org"}, "deb.debian.org", "224.0.0.1", false},
+		{"listed name into Teredo", []string{"deb.debian.org"}, "deb.debian.org", "2001::1", false},
+		{"listed prefix opens the host's subnet", []string{"192.0.2.0/24"}, "192.0.2.1", "192.0.2.1", true},
+	}
+	for _, tc := range tests {
+		p, err := NewPolicy(tc.hosts)
+		if err != nil {
+			t.Fatalf("%s: NewPolicy(%q): %v", tc.name, tc.hosts, err)
+		}
+		err = p.CheckResolved(tc.host, netip.MustParseAddr(tc.addr), ifaces)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrRefused)) {
+			t.Errorf("%s: CheckResolved(%q, %s) with EgressHosts %q = %v, want allowed %v", tc.name, tc.host, tc.addr, tc.hosts, err, tc.ok)
+		}
+	}
+}
+
 // LocalNets lists this namespace's loopback with its prefix.
 func TestEgressLocalNets(t *testing.T) {
 	nets, err := LocalNets()

@@ -104,7 +104,7 @@ func (g *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 	}
 	var last error = fmt.Errorf("%s: no address: %w", host, ErrRefused)
 	for _, ip := range ips {
-		if err := g.policy.CheckAddrNets(ip, own); err != nil {
+		if err := g.policy.CheckResolved(host, ip, own); err != nil {
 			last = err
 			continue
 		}
