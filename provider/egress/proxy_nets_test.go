@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +34,10 @@ func netsProxy(t *testing.T, c Config, target string) (proxy *url.URL, dialed fu
 		return d.DialContext(ctx, network, target)
 	}
 	c.Lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+		// Every name is where some networks' resolvers put every name.
+		if strings.HasSuffix(host, ".test") {
+			return []netip.Addr{netip.MustParseAddr("203.0.113.80")}, nil
+		}
 		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 	}
 	g, err := New(c)
@@ -110,6 +115,30 @@ func TestEgressProxyRefusesHostSubnets(t *testing.T) {
 	}
 	if got := dialed(); len(got) != 1 {
 		t.Errorf("the proxy dialed %q, want only the listed neighbour", got)
+	}
+}
+
+// A name EgressHosts lists exactly reaches the documentation address the host's
+// resolver gives for it; a wildcard name and the address itself do not.
+func TestEgressProxyListedNameIntoDocumentationRange(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(upstream.Close)
+	proxy, dialed := netsProxy(t, Config{Hosts: []string{"mirror.test", "*.wild.test"}, LocalNets: func() ([]netip.Prefix, error) { return nil, nil }},
+		upstream.Listener.Addr().String())
+	for _, tc := range []struct {
+		target string
+		status int
+	}{
+		{"http://mirror.test/", 200},
+		{"http://a.wild.test/", 403},
+		{"http://203.0.113.80/", 403},
+	} {
+		if got := getThrough(t, proxy, tc.target); got != tc.status {
+			t.Errorf("GET %s = %d, want %d", tc.target, got, tc.status)
+		}
+	}
+	if got := dialed(); len(got) != 1 || got[0] != "203.0.113.80:80" {
+		t.Errorf("the proxy dialed %q, want only 203.0.113.80:80 for mirror.test", got)
 	}
 }
 
