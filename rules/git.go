@@ -31,13 +31,21 @@ const (
 )
 
 // GitPushDenyGlobs are the file names a push refuses by default, matched
-// case-insensitively against each file's base name ("* " is a name with a
-// trailing space, which hides a name from a reader).
+// against each file's base name (a glob starting with "**/" against the path's
+// trailing components, at any depth) after folding both (NFKC, zero-width and
+// other invisible characters removed, lower case): a fullwidth ".ｅｎｖ" or
+// ".env" followed by a zero-width space is ".env" to a reader. "* " is a name
+// with a trailing space, which hides a name from a reader.
 func GitPushDenyGlobs() []string {
 	return []string{
 		".env", ".env.*", ".envrc", "*.pem*", "*.key",
 		"id_rsa*", "id_ed25519*", "id_ecdsa*", "id_dsa*",
 		".npmrc", ".netrc", ".git-credentials", "credentials.json",
+		".pgpass", ".htpasswd", "secrets.yaml", "secrets.yml", "secrets.json",
+		"service-account*.json", "*.p12", "*.pfx", "*.jks", "*.keystore",
+		"*.tfstate", "*.tfstate.backup",
+		"**/.aws/credentials", "**/.kube/config",
+		"**/.docker/config.json", "kubeconfig",
 		"* ",
 	}
 }

@@ -24,8 +24,16 @@ import (
 func imageStoreDir(dataDir string) string { return filepath.Join(dataDir, "images") }
 
 // openImageStore opens the data dir's image store; Remove asks the local engine which
-// live sandboxes boot from an image.
+// live sandboxes boot from an image. An image command may be the first to use the data
+// dir: it makes it private (0700) as the engine does, also when it exists with a laxer
+// mode.
 func (a *Factory) openImageStore() (*store.Store, error) {
+	if err := os.MkdirAll(a.dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the data dir: %w", err)
+	}
+	if err := os.Chmod(a.dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("make the data dir %s private: %w", a.dataDir, err)
+	}
 	return store.Open(store.Options{Dir: imageStoreDir(a.dataDir), InUse: a.imageUsers})
 }
 

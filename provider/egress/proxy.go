@@ -30,6 +30,11 @@ type Config struct {
 	// LocalAddrs lists the addresses of the host's interfaces, which no sandbox may
 	// reach unless Hosts names them; nil uses LocalAddrs.
 	LocalAddrs func() (map[netip.Addr]bool, error)
+	// LocalNets lists the host's interface addresses with their prefix lengths
+	// (LocalNets's form): no sandbox may reach them, nor the subnets they are
+	// directly connected to, unless Hosts names them. nil uses LocalAddrs when
+	// it is set (addresses only), LocalNets otherwise.
+	LocalNets func() ([]netip.Prefix, error)
 	// Lookup resolves a host name with the host's resolver; nil uses a pure-Go
 	// resolver that dials its name servers through Dial.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -41,7 +46,7 @@ type Config struct {
 type Proxy struct {
 	policy    *Policy
 	dialRaw   func(ctx context.Context, network, addr string) (net.Conn, error)
-	addrs     func() (map[netip.Addr]bool, error)
+	nets      func() ([]netip.Prefix, error)
 	lookup    func(ctx context.Context, host string) ([]netip.Addr, error)
 	transport *http.Transport
 }
@@ -52,13 +57,16 @@ func New(c Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Proxy{policy: policy, dialRaw: c.Dial, addrs: c.LocalAddrs, lookup: c.Lookup}
+	g := &Proxy{policy: policy, dialRaw: c.Dial, nets: c.LocalNets, lookup: c.Lookup}
 	if g.dialRaw == nil {
 		d := &net.Dialer{Timeout: 30 * time.Second}
 		g.dialRaw = d.DialContext
 	}
-	if g.addrs == nil {
-		g.addrs = LocalAddrs
+	if g.nets == nil && c.LocalAddrs != nil {
+		g.nets = addrsAsNets(c.LocalAddrs)
+	}
+	if g.nets == nil {
+		g.nets = LocalNets
 	}
 	if g.lookup == nil {
 		r := &net.Resolver{PreferGo: true, Dial: g.dialRaw}
@@ -90,13 +98,13 @@ func (g *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 			return nil, err
 		}
 	}
-	own, err := g.addrs()
+	own, err := g.nets()
 	if err != nil {
 		return nil, fmt.Errorf("list the host's addresses: %w", err)
 	}
 	var last error = fmt.Errorf("%s: no address: %w", host, ErrRefused)
 	for _, ip := range ips {
-		if err := g.policy.CheckAddr(ip, own); err != nil {
+		if err := g.policy.CheckResolved(host, ip, own); err != nil {
 			last = err
 			continue
 		}
@@ -107,6 +115,18 @@ func (g *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 		last = err
 	}
 	return nil, last
+}
+
+// addrsAsNets turns a LocalAddrs hook into a LocalNets one: each address a
+// prefix of its own.
+func addrsAsNets(addrs func() (map[netip.Addr]bool, error)) func() ([]netip.Prefix, error) {
+	return func() ([]netip.Prefix, error) {
+		m, err := addrs()
+		if err != nil {
+			return nil, err
+		}
+		return addrPrefixes(m), nil
+	}
 }
 
 // LocalAddrs are the addresses of the current network namespace's interfaces.

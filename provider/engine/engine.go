@@ -230,7 +230,9 @@ type Capabilities struct {
 
 // RootFS is an image unpacked for booting: read-only layer directories on the host,
 // lowest first, and the image's configuration. An engine that boots images gets it from
-// an ImageResolver.
+// an ImageResolver. The layers' files are owned by the sandboxes' host ids (id n inside
+// is rules.HostIDBase+n on the host), never by the host's root: an engine whose user
+// namespace maps 0 to rules.HostIDBase mounts them as they are, not id-mapped.
 type RootFS struct {
 	ID     string   `json:"id"`
 	Layers []string `json:"layers"`

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
 	"github.com/proliferate-ai/sandbox-mcp/internal/sidecartest"
@@ -440,6 +441,44 @@ func TestPolicyDenied(t *testing.T) {
 		{".git-credentials", ".git-credentials"},
 		{"gcp/credentials.json", "credentials.json"},
 		{"notes.txt ", "* "},
+		{"config/secrets.yaml", "secrets.yaml"},
+		{"Secrets.YML", "secrets.yml"},
+		{"home/.aws/credentials", "**/.aws/credentials"},
+		{".aws/credentials", "**/.aws/credentials"},
+		{".AWS/Credentials", "**/.aws/credentials"},
+		{"aws/credentials", ""},
+		{".pgpass", ".pgpass"},
+		{"u/.docker/config.json", "**/.docker/config.json"},
+		{".docker/config.json", "**/.docker/config.json"},
+		{"config.json", ""},
+		{"infra/terraform.tfstate", "*.tfstate"},
+		{"terraform.tfstate.backup", "*.tfstate.backup"},
+		{"www/.htpasswd", ".htpasswd"},
+		{"service-account.json", "service-account*.json"},
+		{"gcp/service-account-prod.json", "service-account*.json"},
+		{"cert.p12", "*.p12"},
+		{"CERT.P12", "*.p12"},
+		{"store.jks", "*.jks"},
+		{"android/release.keystore", "*.keystore"},
+		{"win.pfx", "*.pfx"},
+		{"home/.kube/config", "**/.kube/config"},
+		{".kube/config", "**/.kube/config"},
+		{"kube/config", ""},
+		{"\uff0e\uff45\uff4e\uff56", ".env"},        // fullwidth ．ｅｎｖ
+		{".\uff45\uff4e\uff56", ".env"},             // fullwidth ｅｎｖ
+		{".env\u200b", ".env"},                      // zero-width space
+		{".e\u200cn\u200dv", ".env"},                // zero-width joiners
+		{"\ufeff.env", ".env"},                      // byte-order mark
+		{".env\u2060", ".env"},                      // word joiner
+		{".env\u00ad", ".env"},                      // soft hyphen
+		{".env\ufe0f", ".env"},                      // variation selector
+		{".\u202eenv", ".env"},                      // bidi override
+		{"id_\u0280sa", ""},                         // a lookalike letter is not folded
+		{"\u2024env", ".env"},                       // one dot leader is NFKC "."
+		{".\U0001d41e\U0001d427\U0001d42f", ".env"}, // mathematical bold env
+		{"server.\u212aey", "*.key"},                // Kelvin sign
+		{".kube\u200b/config", "**/.kube/config"},   // in a directory name
+		{"s/\uff53\uff45\uff43\uff52\uff45\uff54\uff53.yaml", "secrets.yaml"},
 		{"env.txt", ""},
 		{"keys.go", ""},
 		{"README.md", ""},
@@ -457,6 +496,55 @@ func TestPolicyDenied(t *testing.T) {
 	if _, err := (Policy{DenyGlobs: []string{"["}}).withDefaults(); err == nil {
 		t.Error("bad glob accepted")
 	}
+	if _, err := (Policy{DenyGlobs: []string{"**/["}}).withDefaults(); err == nil {
+		t.Error("bad ** glob accepted")
+	}
+}
+
+// FuzzDenied: the deny check never panics, folding is idempotent, and a name
+// the default list denies stays denied in every spelling that reads the same:
+// upper case, invisible characters between its letters, fullwidth letters.
+func FuzzDenied(f *testing.F) {
+	for _, s := range []string{".env", "a/.env", ".aws/credentials", "x/.kube/config", "cert.p12", "README.md",
+		"\uff0e\uff45\uff4e\uff56", ".env\u200b", "id_rsa.pub", "a/b/c", "", "/", "**/x", "\xff\xfe"} {
+		f.Add(s, uint8(1))
+	}
+	p, err := Policy{}.withDefaults()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, name string, at uint8) {
+		folded := FoldName(name)
+		if again := FoldName(folded); again != folded {
+			t.Fatalf("FoldName(FoldName(%q)) = %q, want %q", name, again, folded)
+		}
+		g := p.Denied(name)
+		if g == "" || !utf8.ValidString(name) {
+			return
+		}
+		for _, v := range []string{strings.ToUpper(name), insertAt(name, int(at), "\u200b"), insertAt(name, int(at), "\ufeff"), fullwidth(name)} {
+			if p.Denied(v) == "" {
+				t.Errorf("Denied(%q) = %q but Denied(%q) = \"\"", name, g, v)
+			}
+		}
+	})
+}
+
+// insertAt puts ins before the rune at index i (modulo the name's length) of s.
+func insertAt(s string, i int, ins string) string {
+	r := []rune(s)
+	i %= len(r) + 1
+	return string(r[:i]) + ins + string(r[i:])
+}
+
+// fullwidth spells s's ASCII letters, digits and dots in their fullwidth forms.
+func fullwidth(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= '!' && r <= '~' && r != '/' && r != '*' {
+			return r - '!' + '\uff01'
+		}
+		return r
+	}, s)
 }
 
 // PushSandbox and SyncSandbox drive a sandbox through its sidecar only.

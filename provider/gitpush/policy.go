@@ -5,6 +5,9 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
@@ -20,10 +23,12 @@ const (
 
 // Policy decides what a push may carry.
 type Policy struct {
-	// DenyGlobs are path.Match patterns, matched ignoring case; one without
-	// '/' is matched against each file's base name, one with '/' against its
-	// whole path. nil means
-	// DefaultDenyGlobs; an empty non-nil slice denies nothing.
+	// DenyGlobs are path.Match patterns, matched on folded names (FoldName:
+	// NFKC, invisible characters removed, lower case); one without '/' is
+	// matched against each file's base name, one starting with "**/" against
+	// the path's trailing components at any depth, another with '/' against
+	// the whole path. nil means DefaultDenyGlobs; an empty non-nil slice
+	// denies nothing.
 	DenyGlobs []string
 	// MaxFileBytes caps each new blob; 0 means DefaultMaxFileBytes.
 	MaxFileBytes int64
@@ -39,7 +44,7 @@ func (p Policy) withDefaults() (Policy, error) {
 		if g == "" {
 			return p, fmt.Errorf("gitpush: empty deny glob")
 		}
-		if _, err := path.Match(g, ""); err != nil {
+		if _, err := path.Match(strings.TrimPrefix(g, "**/"), ""); err != nil {
 			return p, fmt.Errorf("gitpush: deny glob %q: %w", g, err)
 		}
 	}
@@ -52,21 +57,75 @@ func (p Policy) withDefaults() (Policy, error) {
 	return p, nil
 }
 
-// Denied returns the first deny glob p matches, or "". Matching ignores
-// case (".ENV" is .env to a case-insensitive checkout).
+// Denied returns the first deny glob p matches, or "". Both sides are folded
+// (FoldName), so a name that reads as a denied one is denied: ".ENV" is .env
+// to a case-insensitive checkout, and so are a fullwidth ".ｅｎｖ" and ".env"
+// followed by a zero-width space to a reader.
 func (p Policy) Denied(file string) string {
-	lower := strings.ToLower(file)
-	base := path.Base(lower)
+	folded := FoldName(file)
+	base := path.Base(folded)
 	for _, g := range p.DenyGlobs {
+		fg := FoldName(g)
 		target := base
-		if strings.Contains(g, "/") {
-			target = lower
+		switch {
+		case strings.HasPrefix(fg, "**/"):
+			fg = fg[len("**/"):]
+			target = trailing(folded, strings.Count(fg, "/")+1)
+		case strings.Contains(fg, "/"):
+			target = folded
 		}
-		if ok, _ := path.Match(strings.ToLower(g), target); ok {
+		if ok, _ := path.Match(fg, target); ok {
 			return g
 		}
 	}
 	return ""
+}
+
+// trailing is the last n slash-separated components of p (all of p when it
+// has fewer).
+func trailing(p string, n int) string {
+	end := len(p)
+	for ; n > 0; n-- {
+		i := strings.LastIndexByte(p[:end], '/')
+		if i < 0 {
+			return p
+		}
+		end = i
+	}
+	return p[end+1:]
+}
+
+// FoldName is how a name reads: its Unicode compatibility form (NFKC, so a
+// fullwidth "ｅｎｖ" is "env"), without the characters a reader does not see
+// (zero-width spaces and joiners, the byte-order mark, bidirectional controls,
+// soft hyphens, variation selectors and the other default-ignorable code
+// points), in lower case.
+func FoldName(s string) string {
+	// Lower-casing can undo the normal form, and NFKC can make a character
+	// that lower-cases: fold until stable, a bounded number of times.
+	for range 4 {
+		t := strings.ToLower(norm.NFKC.String(strings.Map(dropInvisible, s)))
+		if t == s {
+			break
+		}
+		s = t
+	}
+	return s
+}
+
+func dropInvisible(r rune) rune {
+	if invisible(r) {
+		return -1
+	}
+	return r
+}
+
+// invisible reports whether r is drawn as nothing: a format character (Cf:
+// zero-width space, joiners, word joiner, BOM, bidi controls, soft hyphen),
+// a variation selector or another default-ignorable code point.
+func invisible(r rune) bool {
+	return unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Variation_Selector, r) ||
+		unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r)
 }
 
 // Refusal rules.

@@ -23,11 +23,16 @@ type BuildEngine interface {
 	UpperDir(id string) (string, error)
 }
 
-// EngineRunner runs each step in a sandbox of Engine booted from the parent image (with
-// the host's network, for apt), and returns the sandbox's upper layer as the step's
-// layer; the sandbox is terminated once the store has the layer.
+// EngineRunner runs each step in a sandbox of Engine booted from the parent image, in
+// the sandbox's own network namespace with the egress proxy as its only way out (see
+// egress.go), and returns the sandbox's upper layer as the step's layer; the sandbox is
+// terminated once the store has the layer.
 type EngineRunner struct {
 	Engine BuildEngine
+	// EgressHosts are the only hosts a step reaches (through the egress proxy; the
+	// grammar of engine.Spec.EgressHosts); nil means DefaultEgressHosts(), an empty
+	// non-nil list no network at all.
+	EgressHosts []string
 	// IDs maps the upper layer's host ids back to the sandbox's (the engine's user
 	// namespace mapping); nil keeps them.
 	IDs store.IDMap
@@ -41,8 +46,12 @@ func (r EngineRunner) Run(ctx context.Context, req RunRequest) (Layer, error) {
 	if timeout == 0 {
 		timeout = time.Hour
 	}
-	info, err := r.Engine.Create(ctx, engine.Spec{Image: req.Parent.ID, Network: true, Env: req.Parent.Env,
-		Timeout: timeout + time.Minute, Labels: map[string]string{"purpose": "image-build"}})
+	hosts := r.EgressHosts
+	if hosts == nil {
+		hosts = DefaultEgressHosts()
+	}
+	info, err := r.Engine.Create(ctx, engine.Spec{Image: req.Parent.ID, Egress: len(hosts) > 0, EgressHosts: hosts,
+		Env: req.Parent.Env, Timeout: timeout + time.Minute, Labels: map[string]string{"purpose": "image-build"}})
 	if err != nil {
 		return Layer{}, fmt.Errorf("build sandbox: %w", err)
 	}

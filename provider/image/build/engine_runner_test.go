@@ -61,11 +61,13 @@ func TestEngineRunner(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(first, "opt/marker")); err != nil || string(b) != uniq+"\n" {
 		t.Errorf("opt/marker = %q, %v", b, err)
 	}
-	if err := syscall.Lstat(filepath.Join(first, "opt/marker"), &st); err != nil || st.Uid != 0 || st.Gid != 0 {
-		t.Errorf("opt/marker owner = %d:%d, %v; want 0:0 (the sandbox's root, not its host id)", st.Uid, st.Gid, err)
+	// The layer records the sandbox's own ids (root 0, 1001); the store keeps its
+	// folder owned by the sandboxes' host ids (store.LayerID).
+	if err := syscall.Lstat(filepath.Join(first, "opt/marker"), &st); err != nil || int(st.Uid) != store.LayerID(0) || int(st.Gid) != store.LayerID(0) {
+		t.Errorf("opt/marker owner = %d:%d, %v; want %d (the sandbox's root)", st.Uid, st.Gid, err, store.LayerID(0))
 	}
-	if err := syscall.Lstat(filepath.Join(first, "opt/owned"), &st); err != nil || st.Uid != 1001 {
-		t.Errorf("opt/owned owner = %d, %v; want 1001", st.Uid, err)
+	if err := syscall.Lstat(filepath.Join(first, "opt/owned"), &st); err != nil || int(st.Uid) != store.LayerID(1001) {
+		t.Errorf("opt/owned owner = %d, %v; want %d", st.Uid, err, store.LayerID(1001))
 	}
 	if err := syscall.Lstat(filepath.Join(first, "etc/motd"), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFCHR || st.Rdev != 0 {
 		t.Errorf("etc/motd is not a whiteout in the step's layer: %v, mode %o", err, st.Mode)

@@ -110,6 +110,10 @@ func (s *Store) installLayer(dir, diffID string, d descriptor) error {
 // layerDescriptor is the blob descriptor of an unpacked layer.
 func (s *Store) layerDescriptor(diffID string) (descriptor, error) {
 	data, err := os.ReadFile(s.layerDir(diffID) + ".json")
+	if errors.Is(err, os.ErrNotExist) {
+		// Unpacked by an older version only: its descriptor is as good.
+		data, err = os.ReadFile(filepath.Join(s.dir, oldLayersDir, strings.TrimPrefix(diffID, "sha256:")+".json"))
+	}
 	if err != nil {
 		return descriptor{}, fmt.Errorf("layer %s: %w", diffID, err)
 	}
@@ -119,9 +123,9 @@ func (s *Store) layerDescriptor(diffID string) (descriptor, error) {
 
 // CommitOptions say how CommitLayer reads its folder.
 type CommitOptions struct {
-	// Move hands the folder over: it is renamed into the store (files the caller wrote
+	// Move hands the folder over: it is removed once stored (files the caller wrote
 	// for the layer). Otherwise the folder is only read and stays the caller's (a build
-	// sandbox's upper layer), and the store unpacks its own copy.
+	// sandbox's upper layer). Either way the store unpacks its own copy.
 	Move bool
 	// IDs maps the folder's host ids to the layer's; nil keeps them. Not with Move.
 	IDs IDMap
@@ -158,15 +162,16 @@ func (s *Store) CommitLayer(ctx context.Context, dir string, o CommitOptions) (s
 		return "", err
 	}
 	defer unlock()
+	// Every layer folder is unpacked from its blob, so its files are owned by the
+	// sandboxes' host ids (LayerID) whoever wrote dir.
 	d := descriptor{MediaType: mediaLayer, Digest: diffID, Size: hw.n}
-	if !o.Move {
-		_, err := s.unpackBlob(d)
-		return diffID, err
-	}
-	if err := s.installLayer(dir, diffID, d); err != nil {
+	if _, err := s.unpackBlob(d); err != nil {
 		return "", err
 	}
-	return diffID, os.RemoveAll(dir)
+	if o.Move {
+		return diffID, os.RemoveAll(dir)
+	}
+	return diffID, nil
 }
 
 // ImageSpec is a new image: a parent's layers plus more, and a configuration.
@@ -401,7 +406,7 @@ func (s *Store) collect(ctx context.Context) error {
 		st, err := os.Stat(p)
 		return err == nil && time.Since(st.ModTime()) < s.grace
 	}
-	blobDir, layerDir := filepath.Join(s.dir, "oci", "blobs", "sha256"), filepath.Join(s.dir, "layers")
+	blobDir, layerDir := filepath.Join(s.dir, "oci", "blobs", "sha256"), filepath.Join(s.dir, layersDir)
 	remove(blobDir, func(n string) bool { return blobs["sha256:"+n] || recent(filepath.Join(blobDir, n)) })
 	remove(layerDir, func(n string) bool {
 		id := strings.TrimSuffix(n, ".json")

@@ -7,11 +7,22 @@
 //
 //	oci/             an OCI image layout (oci-layout, index.json, blobs/sha256/…);
 //	                 index.json names images (org.opencontainers.image.ref.name)
-//	layers/<diffid>  a layer unpacked, OCI whiteouts turned into overlayfs ones
-//	layers/<diffid>.json  the descriptor of the layer's blob
+//	layers-100000/<diffid>  a layer unpacked, OCI whiteouts turned into overlayfs
+//	                 ones, its files owned from host id 100000 (rules.HostIDBase) on
+//	layers-100000/<diffid>.json  the descriptor of the layer's blob
 //	cache/<key>      the image id a build step with that key made
 //	tmp/             staging; a layer appears under layers/ only complete (rename)
 //	lock             flock held by every change
+//
+// The data dir and everything in it are private to the user who owns it (0700), from
+// the first Open on: an image's files are no other host user's business. The files
+// of an unpacked layer are owned by the sandboxes' host ids (rules.HostIDBase + the
+// id in the image), never by the host's root: a setuid-root program of an image is
+// setuid to an unprivileged host id outside any sandbox, and root's inside one whose
+// user namespace maps 0 to rules.HostIDBase. An engine mounts the layers as they are
+// (no id-mapped mount). The folder's name carries the id base: the layers/ of older
+// versions (owned by the host's root) are never booted; a layer missing from the
+// current folder is unpacked again from its blob when an image needs it.
 //
 // An image's id is the digest of its configuration (hex), so the same layers and
 // configuration are the same id. Imported tarballs and layer tars are untrusted: entries
@@ -26,12 +37,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Options configure a Store.
@@ -76,8 +89,16 @@ func Open(o Options) (*Store, error) {
 	if o.Dir == "" {
 		return nil, errors.New("image store: no data dir")
 	}
-	for _, d := range []string{"oci/blobs/sha256", "layers", "cache", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o755); err != nil {
+	// Private from the first command on, also when Dir (or the data dir above it)
+	// was made before by something else with a laxer mode.
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	if err := os.Chmod(o.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("image store: make %s private: %w", o.Dir, err)
+	}
+	for _, d := range []string{"oci/blobs/sha256", layersDir, "cache", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("image store: %w", err)
 		}
 	}
@@ -96,12 +117,18 @@ func Open(o Options) (*Store, error) {
 	return &Store{dir: o.Dir, inUse: o.InUse, grace: o.GCGrace}, nil
 }
 
+// layersDir is the folder of the unpacked layers, named for the host id their files
+// are owned from (LayerID); oldLayersDir held layers owned by the host's root.
+var layersDir = "layers-" + strconv.Itoa(rules.HostIDBase)
+
+const oldLayersDir = "layers"
+
 // Dir is the store's data dir.
 func (s *Store) Dir() string { return s.dir }
 
 // lock takes the store's lock (flock: held across processes) until unlock.
 func (s *Store) lock() (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(s.dir, "lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(filepath.Join(s.dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -204,8 +231,8 @@ func (s *Store) ResolveImage(ctx context.Context, ref string) (engine.RootFS, er
 	}
 	fs := engine.RootFS{ID: in.ID, Env: in.Config.Env, WorkDir: in.Config.WorkingDir, User: in.Config.User}
 	for _, l := range in.Layers {
-		dir := s.layerDir(l)
-		if _, err := os.Stat(dir); err != nil {
+		dir, err := s.ensureLayer(l)
+		if err != nil {
 			return engine.RootFS{}, fmt.Errorf("image %s: layer %s is not unpacked: %w", in.ID, l, err)
 		}
 		fs.Layers = append(fs.Layers, dir)
@@ -213,8 +240,34 @@ func (s *Store) ResolveImage(ctx context.Context, ref string) (engine.RootFS, er
 	return fs, nil
 }
 
+// ensureLayer returns the unpacked folder of layer diffID, unpacking it from its blob
+// first when it is missing (a store of an older version unpacked it elsewhere).
+func (s *Store) ensureLayer(diffID string) (string, error) {
+	dir := s.layerDir(diffID)
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	d, err := s.layerDescriptor(diffID)
+	if err != nil {
+		return "", err
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	got, err := s.unpackBlob(d)
+	if err != nil {
+		return "", err
+	}
+	if got != diffID {
+		return "", fmt.Errorf("blob %s unpacks to layer %s, not %s", d.Digest, got, diffID)
+	}
+	return dir, nil
+}
+
 func (s *Store) layerDir(diffID string) string {
-	return filepath.Join(s.dir, "layers", strings.TrimPrefix(diffID, "sha256:"))
+	return filepath.Join(s.dir, layersDir, strings.TrimPrefix(diffID, "sha256:"))
 }
 
 // Tag names image id; the name moves from any image that had it.

@@ -230,8 +230,8 @@ func TestBuildChainAndRemove(t *testing.T) {
 	if _, err := s.Remove(ctx, "base:1"); err != nil {
 		t.Fatalf("Remove(base) = %v", err)
 	}
-	for _, sub := range []string{"layers", "oci/blobs/sha256", "cache"} {
-		if ents, _ := os.ReadDir(filepath.Join(s.Dir(), sub)); len(ents) != 0 {
+	for _, sub := range []string{layersDir, "oci/blobs/sha256", "cache"} {
+		if ents, err := os.ReadDir(filepath.Join(s.Dir(), sub)); err != nil || len(ents) != 0 {
 			t.Errorf("%s is not empty after removing every image: %v", sub, ents)
 		}
 	}
@@ -284,7 +284,7 @@ func FuzzImport(f *testing.F) {
 				t.Fatalf("ResolveImage(%s) of an imported image = %v", id, err)
 			}
 			for _, l := range fs.Layers {
-				if !strings.HasPrefix(l, filepath.Join(root, "store", "layers")+"/") {
+				if !strings.HasPrefix(l, filepath.Join(root, "store", layersDir)+"/") {
 					t.Fatalf("layer %s is outside the store", l)
 				}
 			}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // OCI whiteouts (in a layer tar) and their overlayfs form (in an unpacked layer dir).
@@ -46,12 +48,30 @@ func entryPath(name string) (string, error) {
 
 // unpacker writes one layer's tar into dir in overlayfs form. It never follows a
 // symlink it finds in dir: every parent of an entry must be a real directory.
+//
+// Files are owned by the sandbox's host ids (LayerID): the layer's root is host id
+// rules.HostIDBase, root inside a sandbox and nobody on the host. A setuid-root
+// program of an image is setuid to an unprivileged host id, so a copy of the
+// store run on the host gains nothing; a user-namespaced sandbox sees it as root's.
 type unpacker struct {
 	dir string
 	// chown is false when not running as root (tests as a user): ownership is dropped.
 	chown bool
 	dirs  []dirTime
 }
+
+// LayerID is the host id that id, a uid or gid of an image's layer, is stored as:
+// ids 0 … rules.IDCount-1 are shifted into the sandboxes' host range; any other id
+// (which no sandbox maps) is the range's nobody (65534).
+func LayerID(id int) int {
+	if id < 0 || id >= rules.IDCount {
+		id = nobodyID
+	}
+	return rules.HostIDBase + id
+}
+
+// nobodyID is the overflow id inside a sandbox.
+const nobodyID = 65534
 
 type dirTime struct {
 	path string
@@ -63,6 +83,11 @@ type dirTime struct {
 // trusted.overlay.opaque=y xattr).
 func unpackLayer(r io.Reader, dir string) error {
 	u := &unpacker{dir: dir, chown: os.Geteuid() == 0}
+	if u.chown {
+		if err := os.Lchown(dir, LayerID(0), LayerID(0)); err != nil {
+			return err
+		}
+	}
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -98,6 +123,11 @@ func (u *unpacker) parent(rel string) (string, error) {
 		case os.IsNotExist(err):
 			if err := os.Mkdir(cur, 0o755); err != nil {
 				return "", err
+			}
+			if u.chown {
+				if err := os.Lchown(cur, LayerID(0), LayerID(0)); err != nil {
+					return "", err
+				}
 			}
 		case err != nil:
 			return "", err
@@ -183,7 +213,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 // attrs sets owner, mode, xattrs and times; symlinks get owner and times only.
 func (u *unpacker) attrs(dst string, hdr *tar.Header, mode uint32) error {
 	if u.chown {
-		if err := os.Lchown(dst, hdr.Uid, hdr.Gid); err != nil {
+		if err := os.Lchown(dst, LayerID(hdr.Uid), LayerID(hdr.Gid)); err != nil {
 			return err
 		}
 	}

@@ -138,6 +138,7 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 	if err != nil {
 		return nil, err
 	}
+	markAuthed(ctx)
 	if strings.HasPrefix(info.FullMethod, routerPrefix) {
 		// Checked here for every unary router call, whatever its handler does; a
 		// request without a task is refused rather than let through.
@@ -179,6 +180,7 @@ func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 	if err != nil {
 		return err
 	}
+	markAuthed(ctx)
 	// Streaming router handlers check the task with taskAllowed once they have read it.
 	return notServed(info.FullMethod, handler(srv, authedStream{ss, ctx}))
 }

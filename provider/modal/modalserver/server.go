@@ -85,6 +85,8 @@ type Server struct {
 	log    *slog.Logger
 	tokens *tokens
 	tls    *tls.Config
+	// guard closes connections that make no authenticated call (conns.go).
+	guard *connGuard
 
 	mu        sync.Mutex
 	apps      map[string]*app        // by id
@@ -219,7 +221,9 @@ func New(o Options) (*Server, error) {
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.router.s = s
+	s.guard = newConnGuard(preAuthTimeout, maxPreAuth)
 	s.grpc = grpc.NewServer(
+		grpc.Creds(guardCreds{s.guard}), grpc.ConnectionTimeout(preAuthTimeout),
 		grpc.ChainUnaryInterceptor(s.unaryAuth),
 		grpc.ChainStreamInterceptor(s.streamAuth),
 		grpc.MaxRecvMsgSize(100<<20), grpc.MaxSendMsgSize(100<<20),
