@@ -36,7 +36,7 @@ func newCmdRoot(f *Factory) *cobra.Command {
 	root.AddCommand(NewCmdCreate(f, nil), NewCmdList(f, nil), NewCmdExec(f, nil), NewCmdCp(f, nil),
 		NewCmdSnapshot(f, nil), NewCmdPause(f, true, nil), NewCmdPause(f, false, nil), NewCmdTerminate(f, nil),
 		NewCmdTunnels(f, nil), NewCmdTerminal(f, nil), newCmdServe(f), newCmdPush(f), newCmdSync(f),
-		NewCmdVolume(f, nil), newCmdCode(f), newCmdImage(f))
+		NewCmdVolume(f, nil), newCmdCode(f), newCmdImage(f), NewCmdGateway(f, nil))
 	return root
 }
 
