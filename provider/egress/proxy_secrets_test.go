@@ -485,3 +485,68 @@ func (h *holdConn) Read(b []byte) (int, error) {
 	}
 	return h.br.Read(b)
 }
+
+// denoVersion is the npm package `deno` the test installs (coderun's default).
+const denoVersion = "2.9.6"
+
+// deno is a Deno binary: on PATH, or installed from npm into the user's cache (the
+// network is needed once). Without either the test skips.
+func deno(t *testing.T) string {
+	if p, err := exec.LookPath("deno"); err == nil {
+		return p
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Skip("neither deno nor npm is installed")
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Skip("no cache dir for deno")
+	}
+	dir := filepath.Join(cache, "sandbox-mcp-test", "deno-"+denoVersion)
+	bin := filepath.Join(dir, "node_modules", "@deno", "linux-x64-glibc", "deno")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"private":true}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--no-save", "deno@"+denoVersion)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm install deno@%s could not reach the npm registry within 60 s: %v: %s", denoVersion, err, out)
+	}
+	return bin
+}
+
+// TestProxySecretsDeno runs Deno's fetch through the proxy (HTTPS_PROXY), trusting
+// the sandbox's CA through DENO_CERT, as code execution does.
+func TestProxySecretsDeno(t *testing.T) {
+	bin := deno(t)
+	s := testSecrets(t)
+	ph := s.list[0].placeholder
+	ca := newTestCA(t)
+	up := newUpstream(t, ca, testHost)
+	_, proxy := startProxy(t, s, ca.pool, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "eval", "--quiet",
+		`const r = await fetch(Deno.env.get("TARGET"), {headers: {"x-api-key": Deno.env.get("N4_KEY")}}); console.log(r.status, await r.text());`)
+	cmd.Env = append(os.Environ(), "HTTPS_PROXY="+proxy.String(), "DENO_CERT="+writeCA(t, s), "DENO_DIR="+t.TempDir(),
+		"NO_COLOR=1", "TARGET=https://"+testHost+":"+up.port()+"/v1", s.Env()[0])
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("deno: %v: %s", err, out)
+	}
+	if strings.Contains(string(out), testValue) || !strings.Contains(string(out), `"x-api-key":"`+ph) {
+		t.Errorf("deno saw %s, want the echo scrubbed to the placeholder", out)
+	}
+	if got := (<-up.got).Get("X-Api-Key"); got != testValue {
+		t.Errorf("upstream got %q, want the value", got)
+	}
+}
