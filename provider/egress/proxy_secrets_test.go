@@ -151,11 +151,13 @@ func startProxy(t testing.TB, s *Secrets, roots *x509.CertPool, log *slog.Logger
 }
 
 // client goes through the proxy and trusts the sandbox's CA (and nothing else).
-func client(proxy *url.URL, s *Secrets) *http.Client {
+func client(t testing.TB, proxy *url.URL, s *Secrets) *http.Client {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(s.TrustPEM())
-	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxy),
+	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxy),
 		TLSClientConfig: &tls.Config{RootCAs: roots}, DisableCompression: true}}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
 }
 
 func get(t testing.TB, c *http.Client, u string, header http.Header) (int, http.Header, string) {
@@ -185,7 +187,7 @@ func TestProxySecretsPlainHTTP(t *testing.T) {
 	up := newUpstream(t, nil)
 	logs := &testutil.Buffer{}
 	g, proxy := startProxy(t, s, nil, slog.New(slog.NewTextHandler(logs, nil)))
-	c := client(proxy, s)
+	c := client(t, proxy, s)
 
 	code, h, body := get(t, c, "http://"+testHost+":"+up.port()+"/v1?key="+ph,
 		http.Header{"Authorization": {"Bearer " + ph}, "X-Api-Key": {ph}})
@@ -240,7 +242,7 @@ func TestProxySecretsHTTPS(t *testing.T) {
 	ca := newTestCA(t)
 	up := newUpstream(t, ca, testHost, "other.test")
 	g, proxy := startProxy(t, s, ca.pool, nil)
-	c := client(proxy, s)
+	c := client(t, proxy, s)
 
 	code, h, body := get(t, c, "https://"+testHost+":"+up.port()+"/v1", http.Header{"X-Api-Key": {ph}, "Authorization": {"Bearer " + ph}})
 	if code != 200 {
@@ -266,6 +268,7 @@ func TestProxySecretsHTTPS(t *testing.T) {
 	// ...and one that trusts the upstream's root gets through untouched.
 	c2 := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxy),
 		TLSClientConfig: &tls.Config{RootCAs: ca.pool}}}
+	defer c2.CloseIdleConnections()
 	code, _, body = get(t, c2, "https://other.test:"+up.port()+"/", http.Header{"Authorization": {"Bearer " + ph}})
 	if code != 200 || !strings.Contains(body, ph) {
 		t.Errorf("pass-through = %d %q, want the placeholder untouched", code, body)
@@ -277,7 +280,7 @@ func TestProxySecretsHTTPS(t *testing.T) {
 	// The upstream is verified against the host's roots: without the test root the
 	// proxy refuses it.
 	_, proxy2 := startProxy(t, s, x509.NewCertPool(), nil)
-	code, _, _ = get(t, client(proxy2, s), "https://"+testHost+":"+up.port()+"/", nil)
+	code, _, _ = get(t, client(t, proxy2, s), "https://"+testHost+":"+up.port()+"/", nil)
 	if code != http.StatusBadGateway {
 		t.Errorf("upstream with an untrusted certificate = %d, want 502", code)
 	}
