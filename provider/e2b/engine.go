@@ -94,6 +94,12 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	if err != nil {
 		return engine.Info{}, err
 	}
+	created := false
+	defer func() {
+		if !created {
+			_ = e.o.Gateway.Release(context.WithoutCancel(ctx), spec.Labels)
+		}
+	}()
 	mounts := make([]e2bwire.VolumeMount, 0, len(spec.Volumes))
 	for _, v := range spec.Volumes {
 		if v.ReadOnly {
@@ -131,9 +137,9 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		}
 	}
 	if err != nil {
-		_ = e.o.Gateway.Release(context.WithoutCancel(ctx), spec.Labels)
 		return engine.Info{}, engineErr(err)
 	}
+	created = true
 	return e.Get(ctx, sb.SandboxID)
 }
 

@@ -97,6 +97,12 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	if err != nil {
 		return engine.Info{}, err
 	}
+	created := false
+	defer func() {
+		if !created {
+			_ = e.Gateway.Release(context.WithoutCancel(ctx), spec.Labels)
+		}
+	}()
 	cidrs, domains, err := allowlists(spec)
 	if err != nil {
 		return engine.Info{}, err
@@ -137,13 +143,13 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		}
 	}
 	if err != nil {
-		_ = e.Gateway.Release(context.WithoutCancel(ctx), spec.Labels)
 		var ae modalsdk.AlreadyExistsError
 		if errors.As(err, &ae) {
 			return engine.Info{}, fmt.Errorf("%w: %v", engine.ErrNameTaken, err)
 		}
 		return engine.Info{}, err
 	}
+	created = true
 	return e.Get(ctx, sb.SandboxID)
 }
 
