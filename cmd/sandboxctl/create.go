@@ -38,7 +38,7 @@ type createFlags struct {
 	pids                    int64
 	image, runtime, session string
 	snapshot, tokenEnv      string
-	repos                   []string
+	repos, secrets          []string
 }
 
 // NewCmdCreate builds `create`.
@@ -61,6 +61,9 @@ func NewCmdCreate(f *Factory, runF func(*CreateOptions) error) *cobra.Command {
 				return usageError{err}
 			}
 			o.Ctx, o.Factory = cmd.Context(), f
+			if o.Spec.Secrets, err = parseSecrets(fl.secrets, f.getenv); err != nil {
+				return usageError{err}
+			}
 			return runOr(o, runF, createRun)
 		},
 	}
@@ -77,6 +80,7 @@ func NewCmdCreate(f *Factory, runF func(*CreateOptions) error) *cobra.Command {
 	s.StringVar(&fl.cpus, "cpus", "", "CPU limit, a number of `CPUS` such as 1.5")
 	s.Int64Var(&fl.pids, "pids", 0, "limit of processes and threads (`N`)")
 	s.StringArrayVar(&fl.volumes, "volume", nil, "named volume to mount, `NAME:/path[:ro]` (repeatable)")
+	s.StringArrayVar(&fl.secrets, "secret", nil, "secret the sandbox never holds, `NAME:HOSTS` (host[,host]…): the value of the host's $NAME, sent to those hosts only (repeatable)")
 	return cmd
 }
 

@@ -39,7 +39,7 @@ func newCmdRoot(f *Factory) *cobra.Command {
 	root.AddCommand(NewCmdCreate(f, nil), NewCmdList(f, nil), NewCmdExec(f, nil), NewCmdCp(f, nil),
 		NewCmdSnapshot(f, nil), NewCmdPause(f, true, nil), NewCmdPause(f, false, nil), NewCmdTerminate(f, nil),
 		NewCmdTunnels(f, nil), NewCmdTerminal(f, nil), NewCmdServe(f, nil), NewCmdPush(f, nil), NewCmdSync(f, nil),
-		NewCmdVolume(f, nil), NewCmdCode(f, nil), NewCmdImage(f))
+		NewCmdVolume(f, nil), NewCmdCode(f, nil), NewCmdImage(f), NewCmdGateway(f, nil))
 	return root
 }
 

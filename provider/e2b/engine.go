@@ -16,6 +16,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
+	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway"
 )
 
 // Engine is an engine.Engine over E2B: sandboxctl drives E2B sandboxes (or the local
@@ -36,6 +37,9 @@ type EngineOptions struct {
 	Template string
 	// Timeout is the lifetime of new and connected sandboxes; zero means 1 hour.
 	Timeout time.Duration
+	// Gateway is the egress gateway that carries Spec.Secrets; without it a spec
+	// with secrets is refused.
+	Gateway *gateway.Engine
 }
 
 // NewEngine returns an engine over the client.
@@ -81,6 +85,21 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	if spec.Name != "" || len(spec.Mounts) > 0 || spec.Limits != (engine.Limits{}) || spec.Image != "" {
 		return engine.Info{}, fmt.Errorf("%w: E2B sandboxes have no names, mounts, limits or images (a template goes in Spec.Snapshot)", engine.ErrUnsupported)
 	}
+	if e.o.Gateway == nil {
+		if err := gateway.Refuse("e2b", spec); err != nil {
+			return engine.Info{}, err
+		}
+	}
+	spec, reg, err := e.o.Gateway.Prepare(ctx, spec)
+	if err != nil {
+		return engine.Info{}, err
+	}
+	created := false
+	defer func() {
+		if !created {
+			_ = e.o.Gateway.Release(context.WithoutCancel(ctx), spec.Labels)
+		}
+	}()
 	mounts := make([]e2bwire.VolumeMount, 0, len(spec.Volumes))
 	for _, v := range spec.Volumes {
 		if v.ReadOnly {
@@ -112,9 +131,15 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	net := spec.Network || spec.Egress
 	sb, err := e.c.Create(ctx, e2bwire.NewSandbox{TemplateID: template, Timeout: seconds(timeout), Secure: true,
 		AllowInternetAccess: &net, Metadata: spec.Labels, EnvVars: env, VolumeMounts: mounts, Network: egressRules(spec)})
+	if err == nil {
+		if err = gateway.Trust(ctx, e, sb.SandboxID, reg); err != nil {
+			_ = e.Terminate(context.WithoutCancel(ctx), sb.SandboxID)
+		}
+	}
 	if err != nil {
 		return engine.Info{}, engineErr(err)
 	}
+	created = true
 	return e.Get(ctx, sb.SandboxID)
 }
 
@@ -359,6 +384,12 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 
 // Terminate kills; a gone sandbox is success.
 func (e *Engine) Terminate(ctx context.Context, id string) error {
+	if e.o.Gateway != nil {
+		// The sandbox's gateway credential dies with it.
+		if info, err := e.Get(ctx, id); err == nil {
+			defer e.o.Gateway.Release(context.WithoutCancel(ctx), info.Labels)
+		}
+	}
 	if err := e.c.Kill(ctx, id); err != nil && !IsNotFound(err) {
 		return err
 	}

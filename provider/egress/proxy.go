@@ -6,14 +6,21 @@ package egress
 // actually dialed, after resolution, for plain requests and CONNECT alike.
 
 import (
+	"compress/gzip"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
@@ -38,8 +45,26 @@ type Config struct {
 	// Lookup resolves a host name with the host's resolver; nil uses a pure-Go
 	// resolver that dials its name servers through Dial.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
-	// Secrets are the sandbox's secrets (NewSecrets); nil for none.
+	// Secrets are the sandbox's secrets (NewSecrets); nil for none. Their hosts are
+	// allowed egress (added to Hosts when Hosts is a list) and may resolve to private
+	// addresses, since the operator named them.
 	Secrets *Secrets
+	// RootCAs verifies the upstreams of the hosts whose TLS the proxy terminates (the
+	// secrets' hosts); nil uses the host's roots.
+	RootCAs *x509.CertPool
+	// Log receives what the proxy refuses (never a secret's value); nil discards.
+	Log *slog.Logger
+}
+
+// Counters are a proxy's counts of its secrets' work since it started.
+type Counters struct {
+	// Swapped counts placeholders replaced by their values.
+	Swapped int64
+	// Refused counts requests refused for a placeholder sent to a host not among its
+	// secret's hosts.
+	Refused int64
+	// Terminated counts CONNECTs whose TLS the proxy terminated.
+	Terminated int64
 }
 
 // Proxy is one sandbox's egress proxy, an http.Handler.
@@ -49,15 +74,28 @@ type Proxy struct {
 	nets      func() ([]netip.Prefix, error)
 	lookup    func(ctx context.Context, host string) ([]netip.Addr, error)
 	transport *http.Transport
+	secrets   *Secrets
+	log       *slog.Logger
+
+	swapped, refused, terminated atomic.Int64
 }
 
 // New builds a proxy; it fails on a Hosts entry egresshost does not parse.
 func New(c Config) (*Proxy, error) {
-	policy, err := NewPolicy(c.Hosts)
+	hosts := c.Hosts
+	if len(hosts) > 0 {
+		hosts = append(slices.Clip(hosts), c.Secrets.Hosts()...)
+	}
+	policy, err := NewPolicy(hosts)
 	if err != nil {
 		return nil, err
 	}
-	g := &Proxy{policy: policy, dialRaw: c.Dial, nets: c.LocalNets, lookup: c.Lookup}
+	g := &Proxy{policy: policy, dialRaw: c.Dial, nets: c.LocalNets, lookup: c.Lookup,
+		secrets: c.Secrets, log: c.Log}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	g.log = g.log.With("component", "egress")
 	if g.dialRaw == nil {
 		d := &net.Dialer{Timeout: 30 * time.Second}
 		g.dialRaw = d.DialContext
@@ -75,8 +113,14 @@ func New(c Config) (*Proxy, error) {
 		}
 	}
 	g.transport = &http.Transport{DialContext: g.dial, Proxy: nil, MaxIdleConns: 16,
-		IdleConnTimeout: 30 * time.Second, TLSHandshakeTimeout: 10 * time.Second}
+		IdleConnTimeout: 30 * time.Second, TLSHandshakeTimeout: 10 * time.Second,
+		TLSClientConfig: &tls.Config{RootCAs: c.RootCAs, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true}
 	return g, nil
+}
+
+// Counters are the proxy's counts so far.
+func (g *Proxy) Counters() Counters {
+	return Counters{Swapped: g.swapped.Load(), Refused: g.refused.Load(), Terminated: g.terminated.Load()}
 }
 
 // Close drops the proxy's idle upstream connections.
@@ -102,9 +146,10 @@ func (g *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 	if err != nil {
 		return nil, fmt.Errorf("list the host's addresses: %w", err)
 	}
+	named := g.secrets.Carries(host)
 	var last error = fmt.Errorf("%s: no address: %w", host, ErrRefused)
 	for _, ip := range ips {
-		if err := g.policy.CheckResolved(host, ip, own); err != nil {
+		if err := g.checkAddr(host, ip, own, named); err != nil {
 			last = err
 			continue
 		}
@@ -127,6 +172,22 @@ func addrsAsNets(addrs func() (map[netip.Addr]bool, error)) func() ([]netip.Pref
 		}
 		return addrPrefixes(m), nil
 	}
+}
+
+// checkAddr is the policy's check of an address host resolved to, about to be dialed.
+// A secret's host (named) may resolve to a private address, as an address EgressHosts
+// lists may: the operator named it. The hard ranges (loopback, multicast…) stay
+// refused.
+func (g *Proxy) checkAddr(host string, ip netip.Addr, own []netip.Prefix, named bool) error {
+	err := g.policy.CheckResolved(host, ip, own)
+	if err == nil || !named {
+		return err
+	}
+	listed, perr := NewPolicy([]string{ip.WithZone("").Unmap().String()})
+	if perr != nil {
+		return err
+	}
+	return listed.CheckResolved(host, ip, own)
 }
 
 // LocalAddrs are the addresses of the current network namespace's interfaces.
@@ -170,10 +231,35 @@ func (g *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this is the sandbox's egress proxy: send absolute http:// URLs or CONNECT", http.StatusBadRequest)
 		return
 	}
+	host, _, _, err := ParseAuthority(r.URL.Host, "80")
+	if err != nil {
+		http.Error(w, err.Error(), Status(err))
+		return
+	}
+	g.forward(w, r, host)
+}
+
+// forward sends r upstream (r.URL is absolute) and copies the response back; on a
+// secret's host it swaps the request's placeholders and scrubs the response.
+func (g *Proxy) forward(w http.ResponseWriter, r *http.Request, host string) {
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
+	out.Host = ""
 	for _, h := range hopHeaders {
 		out.Header.Del(h)
+	}
+	n, err := g.secrets.swapRequest(out, host)
+	if err != nil {
+		g.refused.Add(1)
+		g.log.Warn("refused a request", "host", host, "err", err)
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return
+	}
+	g.swapped.Add(int64(n))
+	carries := g.secrets.Carries(host)
+	if carries {
+		// A compressed body could hide the value from the scrub.
+		out.Header.Set("Accept-Encoding", "identity")
 	}
 	resp, err := g.transport.RoundTrip(out)
 	if err != nil {
@@ -184,14 +270,77 @@ func (g *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, h := range hopHeaders {
 		resp.Header.Del(h)
 	}
+	var body io.Reader = resp.Body
+	if carries {
+		if body, err = g.scrub(resp); err != nil {
+			g.log.Warn("refused a response", "host", host, "err", err)
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+	}
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, resp.Body)
+	_, _ = io.Copy(flushWriter{w}, body)
+}
+
+// scrub scrubs resp's headers in place and returns its body, scrubbed as it is read.
+func (g *Proxy) scrub(resp *http.Response) (io.Reader, error) {
+	sc := g.secrets.scrubber()
+	for k, vs := range resp.Header {
+		for i := range vs {
+			v, ok := sc.String(vs[i])
+			if !ok {
+				return nil, errScrub
+			}
+			vs[i] = v
+		}
+		resp.Header[k] = vs
+	}
+	var body io.Reader = resp.Body
+	switch enc := strings.ToLower(resp.Header.Get("Content-Encoding")); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return nil, fmt.Errorf("read the gzip response to scrub it: %w", err)
+		}
+		body = zr
+		resp.Header.Del("Content-Encoding")
+		resp.Header.Del("Content-Length")
+	default:
+		return nil, fmt.Errorf("the response is %s-encoded, which the proxy cannot scrub of secrets", enc)
+	}
+	return sc.Reader(body), nil
+}
+
+// flushWriter flushes after each write, so a streamed response (server-sent events)
+// reaches the sandbox as it arrives.
+type flushWriter struct{ w http.ResponseWriter }
+
+func (f flushWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if fl, ok := f.w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	return n, err
 }
 
 func (g *Proxy) connect(w http.ResponseWriter, r *http.Request) {
+	host, ip, _, err := ParseAuthority(r.Host, "")
+	if err != nil {
+		http.Error(w, err.Error(), Status(err))
+		return
+	}
+	if g.secrets.Carries(host) {
+		if err := g.policy.AllowHost(host, ip); err != nil {
+			http.Error(w, err.Error(), Status(err))
+			return
+		}
+		g.terminate(w, r, host)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	up, err := g.dial(ctx, "tcp", r.Host)
 	cancel()
@@ -199,34 +348,44 @@ func (g *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), Status(err))
 		return
 	}
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		up.Close()
-		http.Error(w, "no hijack", http.StatusInternalServerError)
-		return
-	}
-	c, brw, err := hj.Hijack()
+	c, buffered, err := establish(w)
 	if err != nil {
 		up.Close()
 		return
 	}
-	if _, err := c.Write([]byte("HTTP/1.1 200 Connection Established\r\n\r\n")); err != nil {
-		c.Close()
-		up.Close()
-		return
-	}
+	defer c.Close()
+	defer up.Close()
 	// Bytes the client sent after its request are already in the buffer.
-	if n := brw.Reader.Buffered(); n > 0 {
-		b, _ := brw.Reader.Peek(n)
-		if _, err := up.Write(b); err != nil {
-			c.Close()
-			up.Close()
+	if len(buffered) > 0 {
+		if _, err := up.Write(buffered); err != nil {
 			return
 		}
 	}
-	defer c.Close()
-	defer up.Close()
 	portfwd.Splice(c, up)
+}
+
+// establish hijacks the CONNECT's connection and answers 200; buffered are the bytes
+// the client sent after its request.
+func establish(w http.ResponseWriter) (net.Conn, []byte, error) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "no hijack", http.StatusInternalServerError)
+		return nil, nil, errors.New("the response writer cannot hijack")
+	}
+	c, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := c.Write([]byte("HTTP/1.1 200 Connection Established\r\n\r\n")); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	var buffered []byte
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		buffered = append(buffered, b...)
+	}
+	return c, buffered, nil
 }
 
 // Env is the environment of every command of a sandbox whose egress proxy listens on

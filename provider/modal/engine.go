@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modalnet"
 )
@@ -31,6 +32,9 @@ type Engine struct {
 	p *Provider
 	// TLS dials encrypted tunnels in DialPort; nil means the system roots.
 	TLS *tls.Config
+	// Gateway is the egress gateway that carries Spec.Secrets; without it a spec
+	// with secrets is refused.
+	Gateway *gateway.Engine
 }
 
 // Engine returns the engine view of this provider.
@@ -84,6 +88,21 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	if spec.Image != "" {
 		return engine.Info{}, fmt.Errorf("modal: Spec.Image (a snapshot's image goes in Spec.Snapshot): %w", engine.ErrUnsupported)
 	}
+	if e.Gateway == nil {
+		if err := gateway.Refuse("modal", spec); err != nil {
+			return engine.Info{}, err
+		}
+	}
+	spec, reg, err := e.Gateway.Prepare(ctx, spec)
+	if err != nil {
+		return engine.Info{}, err
+	}
+	created := false
+	defer func() {
+		if !created {
+			_ = e.Gateway.Release(context.WithoutCancel(ctx), spec.Labels)
+		}
+	}()
 	cidrs, domains, err := allowlists(spec)
 	if err != nil {
 		return engine.Info{}, err
@@ -118,6 +137,11 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		return engine.Info{}, err
 	}
 	sb, err := c.Sandboxes.Create(ctx, app, img, params)
+	if err == nil {
+		if err = gateway.Trust(ctx, e, sb.SandboxID, reg); err != nil {
+			_ = e.Terminate(context.WithoutCancel(ctx), sb.SandboxID)
+		}
+	}
 	if err != nil {
 		var ae modalsdk.AlreadyExistsError
 		if errors.As(err, &ae) {
@@ -125,6 +149,7 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		}
 		return engine.Info{}, err
 	}
+	created = true
 	return e.Get(ctx, sb.SandboxID)
 }
 
@@ -380,6 +405,12 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 }
 
 func (e *Engine) Terminate(ctx context.Context, id string) error {
+	if e.Gateway != nil {
+		// The sandbox's gateway credential dies with it.
+		if info, err := e.Get(ctx, id); err == nil {
+			defer e.Gateway.Release(context.WithoutCancel(ctx), info.Labels)
+		}
+	}
 	return e.p.Terminate(ctx, "", id)
 }
 

@@ -1,0 +1,74 @@
+package local
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+)
+
+// TestEngineSecrets is the acceptance of secrets on the local engine: inside, the
+// variable holds a placeholder and the value is in nothing root can read; a request
+// to the secret's host arrives with the value and its echo comes back scrubbed; the
+// placeholder sent elsewhere is refused.
+func TestEngineSecrets(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("no curl")
+	}
+	ip := hostAddr()
+	if ip == "" {
+		t.Skip("no non-loopback address")
+	}
+	const value = "sk-ant-api03-N4VALUE0123456789abcdefghij"
+	got := make(chan string, 4)
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case got <- r.Header.Get("Authorization"):
+		default:
+		}
+		fmt.Fprintf(w, "echo %s", r.Header.Get("Authorization"))
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	upstream := "http://" + ln.Addr().String()
+
+	e := newTestEngine(t)
+	info := createBox(t, e, engine.Spec{Egress: true, Secrets: []engine.Secret{
+		{Name: "N4_KEY", Value: value, Hosts: []string{ip}},
+		{Name: "OTHER_KEY", Value: "ghp_OTHERVALUE0123456789abcdef", Hosts: []string{"api.other.invalid"}},
+	}})
+	ph, _ := sh(t, e, info.ID, "printenv", "N4_KEY")
+	ph = strings.TrimSpace(ph)
+	if ph == "" {
+		t.Skip("the local engine does not pass Spec.Secrets to its sandbox and proxy yet")
+	}
+	if ph == value || !strings.HasPrefix(ph, "sk-ant-api03-") || len(ph) != len(value) {
+		t.Errorf("$N4_KEY = %q, want a placeholder shaped like the value", ph)
+	}
+	// The value in nothing root can read: the pattern is written so that the command
+	// line searching for it does not hold it.
+	pattern := value[:8] + "[" + value[8:9] + "]" + value[9:]
+	out, _ := sh(t, e, info.ID, "env", "P="+pattern, "sh", "-c", `grep -rlE "$P" /etc /root /home /tmp /run /var /usr/local /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null; echo end`)
+	if strings.TrimSpace(out) != "end" {
+		t.Errorf("the value is readable inside at: %s", out)
+	}
+	out, code := sh(t, e, info.ID, "sh", "-c", `curl -sS --max-time 10 -H "Authorization: Bearer $N4_KEY" `+upstream+`/`)
+	if code != 0 || out != "echo Bearer "+ph {
+		t.Errorf("curl to the secret's host = %d %q, want the echo scrubbed to the placeholder", code, out)
+	}
+	if a := <-got; a != "Bearer "+value {
+		t.Errorf("upstream got %q, want the value", a)
+	}
+	out, _ = sh(t, e, info.ID, "sh", "-c", `curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $OTHER_KEY" `+upstream+`/`)
+	if out != "403" {
+		t.Errorf("another secret's placeholder to this host = %q, want 403", out)
+	}
+}
