@@ -476,3 +476,36 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The recommended deployment: the git directory on the controller's own
+// disk, the agent seeing only the work tree (no .git at all).
+func TestGatePrivateGitDir(t *testing.T) {
+	e := setup(t)
+	priv := filepath.Join(t.TempDir(), "repo.git")
+	if err := os.Rename(filepath.Join(e.ws, ".git"), priv); err != nil {
+		t.Fatal(err)
+	}
+	gate, err := gitctl.New(gitctl.Config{
+		Workspace: e.ws, GitDir: priv, SessionID: session,
+		Remote:   gitctl.Remote{URL: e.remote.url, Token: gitToken},
+		UserName: "Agent", UserEmail: "agent@example.invalid",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	os.WriteFile(filepath.Join(e.ws, "p.txt"), []byte("p\n"), 0o644)
+	for _, args := range [][]string{{"add", "p.txt"}, {"commit", "-m", "p"}, {"push", "HEAD:refs/heads/session/" + session}} {
+		res, err := gate.Run(ctx, args)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("git %q = %+v, %v, want exit 0", args, res, err)
+		}
+	}
+	head := git(t, priv, "rev-parse", "HEAD")
+	if got := git(t, e.remote.bare, "rev-parse", "refs/heads/session/"+session); got != head {
+		t.Errorf("remote session/%s = %s, want %s", session, got, head)
+	}
+	if _, err := os.Lstat(filepath.Join(e.ws, ".git")); err == nil {
+		t.Error("the workspace has a .git the agent could write")
+	}
+}
