@@ -7,8 +7,8 @@
 // A request for /port/<n>/rest goes to port n of the agent as /rest, HTTP
 // and WebSocket upgrades alike (net/http/httputil's ReverseProxy carries
 // the upgrade). It must carry the platform's token, as "Authorization:
-// Bearer <token>" or in the access_token query parameter (for a browser's
-// WebSocket), either the static token (compared in constant time) or, when
+// Bearer <token>" or, on a WebSocket upgrade only, in the access_token query
+// parameter (a browser cannot set a WebSocket's headers), either the static token (compared in constant time) or, when
 // a JWT key is configured, an HS256 JWT whose exp is in the future. A
 // request without valid authentication gets 401 and nothing reaches the
 // agent. The credential is removed (header and query parameter) before the
@@ -187,7 +187,9 @@ func SplitPath(path string) (port int, rest string, ok bool) {
 // authenticated reports whether r carries the static token or a valid JWT.
 func (h *Handler) authenticated(r *http.Request) bool {
 	cred, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
+	if !ok && isWebSocket(r) {
+		// Only an upgrade may carry the token in its URL: a page's URL is
+		// readable by the page's own script, which the agent wrote.
 		cred = r.URL.Query().Get(rules.BastionTokenQuery)
 	}
 	if cred == "" {
@@ -200,6 +202,11 @@ func (h *Handler) authenticated(r *http.Request) bool {
 		return VerifyJWT(cred, h.jwtKey, h.now()) == nil
 	}
 	return false
+}
+
+// isWebSocket reports whether r asks for a WebSocket upgrade.
+func isWebSocket(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
