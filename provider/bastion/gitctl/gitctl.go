@@ -35,7 +35,8 @@
 //     against mistakes rather than an attacker.
 //   - push and fetch never use the repository's remotes: the gate names the
 //     configured URL itself, pushes only HEAD to refs/heads/session/<id>
-//     (no force), and adds the credential through git's environment
+//     (no force) after a fetch and model B's deny globs over every path the
+//     new commits touch (gitpush.Policy), and adds the credential through git's environment
 //     (GIT_CONFIG_COUNT, an http.<url>.extraHeader scoped to that URL):
 //     never in argv, a file, the workspace's .git/config or a log.
 //   - Commands are serialised with a flock on a file of the shared volume
@@ -94,6 +95,9 @@ type Config struct {
 	// UserName and UserEmail are the committer, when set (otherwise the
 	// repository's user.name and user.email).
 	UserName, UserEmail string
+	// DenyGlobs are the file names a push refuses, as gitpush.Policy's; nil
+	// means gitpush.DefaultDenyGlobs, an empty non-nil slice denies nothing.
+	DenyGlobs []string
 	// Git is the git binary; default "git" on PATH.
 	Git string
 	// Timeout bounds each command; default gitexec.DefaultTimeout.
@@ -148,6 +152,9 @@ func New(cfg Config) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gitctl: %w", err)
 	}
+	if cfg.DenyGlobs == nil {
+		cfg.DenyGlobs = gitpush.DefaultDenyGlobs
+	}
 	g := &Gate{cfg: cfg, git: git, log: cfg.Logger, lock: lockedfile.MutexAt(cfg.LockFile)}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -186,6 +193,23 @@ func (g *Gate) Run(ctx context.Context, args []string) (Result, error) {
 		g.log.Warn("repository refused", "err", err)
 		return Result{}, err
 	}
+	if cmd.Verb == "push" {
+		// The remote's branches first, so that "new" below means what the
+		// remote lacks; then the model B policy on every path they add.
+		if res, err := g.exec(ctx, Command{Verb: "fetch", Args: []string{"fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--recurse-submodules=no"}}); err != nil || res.ExitCode != 0 {
+			return res, err
+		}
+		if err := g.checkPush(ctx); err != nil {
+			g.log.Info("push refused", "err", err)
+			return Result{}, err
+		}
+	}
+	return g.exec(ctx, cmd)
+}
+
+// exec runs an accepted command, adding the remote and its credential to
+// push and fetch.
+func (g *Gate) exec(ctx context.Context, cmd Command) (Result, error) {
 	global, env := g.base()
 	full := append(global, cmd.Args...)
 	var redact []string
@@ -213,6 +237,35 @@ func (g *Gate) Run(ctx context.Context, args []string) (Result, error) {
 	}
 	g.log.Info("git", "verb", cmd.Verb, "exit_code", 0)
 	return Result{Stdout: string(out), Truncated: cut}, nil
+}
+
+// checkPush refuses a push whose new commits (those no branch of the remote
+// has) add or change a path that matches a deny glob, in any commit: a
+// secret added then deleted is still in history.
+func (g *Gate) checkPush(ctx context.Context) error {
+	res, err := g.exec(ctx, Command{Verb: "log", Args: []string{"log", "--no-ext-diff", "--no-textconv", "--no-renames",
+		"--format=", "--name-only", "-z", "HEAD", "--not", "--remotes=origin"}})
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 || res.Truncated {
+		return &DeniedError{Reason: "push refused: the new commits could not be listed: " + res.Stderr}
+	}
+	policy := gitpush.Policy{DenyGlobs: g.cfg.DenyGlobs}
+	var bad []string
+	for _, p := range strings.Split(res.Stdout, "\x00") {
+		p = strings.TrimPrefix(p, "\n") // between commits, with some versions
+		if p == "" {
+			continue
+		}
+		if glob := policy.Denied(p); glob != "" {
+			bad = append(bad, fmt.Sprintf("%s (deny glob %q)", p, glob))
+		}
+	}
+	if len(bad) > 0 {
+		return &DeniedError{Reason: "push refused: the new commits carry " + strings.Join(bad, ", ") + "; remove them from the branch's history"}
+	}
+	return nil
 }
 
 // base is the gate's global options and environment for every command.

@@ -509,3 +509,22 @@ func TestGatePrivateGitDir(t *testing.T) {
 		t.Error("the workspace has a .git the agent could write")
 	}
 }
+
+// A push whose new commits carry a denied file (model B's deny globs) is
+// refused, even when a later commit deleted it, and nothing is pushed.
+func TestGatePushDenyGlobs(t *testing.T) {
+	e := setup(t)
+	os.WriteFile(filepath.Join(e.ws, ".env"), []byte("SECRET=1\n"), 0o644)
+	e.ok(t, "add", ".env")
+	e.ok(t, "commit", "-m", "oops")
+	os.Remove(filepath.Join(e.ws, ".env"))
+	e.ok(t, "add", "-A")
+	e.ok(t, "commit", "-m", "remove it")
+	status, _, raw := e.call(t, "push", "HEAD:refs/heads/session/"+session)
+	if status != http.StatusForbidden || !strings.Contains(raw, ".env") {
+		t.Errorf("push with .env in history = %d %s, want 403 naming .env", status, raw)
+	}
+	if out := git(t, e.remote.bare, "for-each-ref", "refs/heads/session/"); out != "" {
+		t.Errorf("remote has session refs %q after a refused push", out)
+	}
+}
