@@ -304,6 +304,15 @@ func (g *Gate) checkRepo(ctx context.Context) error {
 	if err != nil || !fi.IsDir() {
 		return &DeniedError{Reason: fmt.Sprintf("the git directory %s is missing or not a plain directory", g.cfg.GitDir)}
 	}
+	entries, err := os.ReadDir(g.cfg.GitDir)
+	if err != nil {
+		return fmt.Errorf("gitctl: read the git directory: %w", err)
+	}
+	for _, e := range entries {
+		if e.Type()&os.ModeSymlink != 0 {
+			return &DeniedError{Reason: fmt.Sprintf("the git directory's %s is a symbolic link, which could lead git out of the repository; replace it with the real thing", e.Name())}
+		}
+	}
 	for _, redirect := range []string{"commondir", "objects/info/alternates", "config.worktree"} {
 		if _, err := os.Lstat(filepath.Join(g.cfg.GitDir, redirect)); err == nil {
 			return &DeniedError{Reason: fmt.Sprintf("the git directory holds %s, which the gate does not follow; remove it", redirect)}

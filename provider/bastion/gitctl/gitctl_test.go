@@ -314,6 +314,13 @@ func TestGateRefusesHostileConfig(t *testing.T) {
 			os.WriteFile(inc, []byte("[core]\n\tpager = touch "+marker+"\n"), 0o644)
 			git(t, ws, "config", "include.path", inc)
 		}},
+		{"symlinked refs", func(t *testing.T, ws, marker string) {
+			refs := filepath.Join(ws, ".git", "refs")
+			os.Rename(refs, refs+".real")
+			if err := os.Symlink(refs+".real", refs); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"alternates", func(t *testing.T, ws, marker string) {
 			os.WriteFile(filepath.Join(ws, ".git", "objects", "info", "alternates"), []byte("/etc\n"), 0o644)
 		}},
