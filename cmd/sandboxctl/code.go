@@ -121,6 +121,7 @@ func (o *codeOptions) withRunner(a *Factory, fn func(cmd *cobra.Command, args []
 
 func newCmdCodeRun(a *Factory, o *codeOptions) *cobra.Command {
 	var session, description string
+	var reset, typecheck bool
 	cmd := &cobra.Command{
 		Use:   "run --session S [FILE|-]",
 		Short: "Run TypeScript in a session and print the JSON result; exit 1 when it failed",
@@ -142,7 +143,11 @@ func newCmdCodeRun(a *Factory, o *codeOptions) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			res, err := s.RunCode(cmd.Context(), code, description)
+			req := coderun.RunRequest{Code: code, Description: description, Reset: reset}
+			if cmd.Flags().Changed("typecheck") {
+				req.Typecheck = &typecheck
+			}
+			res, err := s.Run(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
@@ -157,6 +162,8 @@ func newCmdCodeRun(a *Factory, o *codeOptions) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&session, "session", "", "session id (required)")
 	cmd.Flags().StringVar(&description, "description", "", "what the code does (logged)")
+	cmd.Flags().BoolVar(&reset, "reset", false, "restart the session's REPL first (its variables are gone, /workspace stays)")
+	cmd.Flags().BoolVar(&typecheck, "typecheck", false, "type-check the code with deno check before running it (default: the config's typecheck)")
 	_ = cmd.MarkFlagRequired("session")
 	return cmd
 }
