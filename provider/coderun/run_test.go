@@ -205,14 +205,14 @@ func TestTypecheck(t *testing.T) {
 	r, _ := newRunner(t, msConfig(t, "typecheck = true\n"), Options{ReapEvery: -1})
 	s := session(t, r, "typecheck")
 	off := false
-	if res, err := s.Run(t.Context(), RunRequest{Code: "const k = 5; globalThis.ran = 0; k", Typecheck: &off}); err != nil || string(res.Result) != "5" {
+	if res, err := s.Run(t.Context(), RunRequest{Code: "const k = 5; let ran = 0; k", Typecheck: &off}); err != nil || string(res.Result) != "5" {
 		t.Fatalf("unchecked: %+v %v", res, err)
 	}
-	res := run(t, s, "globalThis.ran = 1;\nconst n: number = \"a\";\nn")
+	res := run(t, s, "ran = 1;\nconst n: number = \"a\";\nn")
 	if res.Success || !strings.Contains(res.Error, "TS2322") || !strings.Contains(res.Error, "line 2, column 7") || strings.Contains(res.Error, ".check-") {
 		t.Errorf("a type error = %+v, want TS2322 at line 2, column 7", res)
 	}
-	if res := run(t, s, "import ms from \"ms\";\nconst m: number = k + Number(ms(\"1s\"));\n[m, globalThis.ran]"); !res.Success || string(res.Result) != "[1005,0]" {
+	if res := run(t, s, "import ms from \"ms\";\nconst m: number = k + Number(ms(\"1s\"));\n[m, ran]"); !res.Success || string(res.Result) != "[1005,0]" {
 		t.Errorf("a snippet that checks = %+v (result %s), want [1005,0]: earlier globals known, the failed snippet not run", res, res.Result)
 	}
 }
@@ -248,7 +248,7 @@ func TestMCPRunCode(t *testing.T) {
 		return res, rr
 	}
 	res, rr := call(map[string]any{"code": "const v = 1;\nthrow new Error(\"x\")"}, nil)
-	if !res.IsError || rr.Success || !strings.Contains(rr.Error, "at line 2, column 1") {
+	if !res.IsError || rr.Success || !strings.Contains(rr.Error, "at line 2, column 7") {
 		t.Errorf("throw: isError %v, structured %+v", res.IsError, rr)
 	}
 	res, rr = call(map[string]any{"code": "for (let i = 0; i < 3; i++) { console.log(\"tick\", i); await new Promise((r) => setTimeout(r, 30)); }\nv + 6"}, "tok-1")
