@@ -18,6 +18,9 @@ const (
 	// CoderunWorkspace is where the session's volume is mounted; code may read and
 	// write it.
 	CoderunWorkspace = "/workspace"
+	// CoderunOutputDir, in the session's volume, keeps the whole stdout and result of
+	// a run_code whose answer was cut to the output budget (the newest few).
+	CoderunOutputDir = CoderunWorkspace + "/.coderun"
 	// CoderunREPLLog receives the REPL server's stderr (V8's out-of-memory report).
 	CoderunREPLLog = "/tmp/coderun-repl.log"
 	// CoderunBuildCA holds the host's CA certificates in the sandbox that builds the

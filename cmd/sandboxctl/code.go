@@ -38,6 +38,11 @@ type CodeOptions struct {
 	Args []string
 	// Description is run's --description.
 	Description string
+	// Reset is run's --reset; Typecheck its --typecheck, TypecheckSet whether it was
+	// given (else the config's typecheck holds).
+	Reset        bool
+	Typecheck    bool
+	TypecheckSet bool
 	// Package, K and Fetch are search's --package, -k and --fetch.
 	Package string
 	K       int
@@ -169,10 +174,16 @@ func NewCmdCodeRun(f *Factory, config *string, runF func(*CodeOptions) error) *c
 		Example: "  sandboxctl code --config code.toml run --session s1 script.ts\n" +
 			"  echo 'Deno.version' | sandboxctl code --config code.toml run --session s1 -",
 		Args: cobra.MaximumNArgs(1),
-		RunE: codeRunE(o, config, runF, codeRun),
+	}
+	runE := codeRunE(o, config, runF, codeRun)
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		o.TypecheckSet = c.Flags().Changed("typecheck")
+		return runE(c, args)
 	}
 	cmd.Flags().StringVar(&o.Session, "session", "", "session id (required)")
 	cmd.Flags().StringVar(&o.Description, "description", "", "what the code does (logged)")
+	cmd.Flags().BoolVar(&o.Reset, "reset", false, "restart the session's REPL first (its variables are gone, /workspace stays)")
+	cmd.Flags().BoolVar(&o.Typecheck, "typecheck", false, "type-check the code with deno check before running it (default: the config's typecheck)")
 	_ = cmd.MarkFlagRequired("session")
 	return cmd
 }
@@ -190,7 +201,11 @@ func codeRun(o *CodeOptions) error {
 		if err != nil {
 			return usageError{err}
 		}
-		res, err := s.RunCode(o.Ctx, code, o.Description)
+		req := coderun.RunRequest{Code: code, Description: o.Description, Reset: o.Reset}
+		if o.TypecheckSet {
+			req.Typecheck = &o.Typecheck
+		}
+		res, err := s.Run(o.Ctx, req)
 		if err != nil {
 			return err
 		}

@@ -54,6 +54,13 @@ type Config struct {
 	// token; StorageToken is its value, read at load.
 	StorageTokenEnv string
 	StorageToken    Secret
+	// OutputBudgetKB bounds what one run_code returns of stdout, result and error
+	// together, in KiB of JSON (0 means DefaultOutputBudgetKB; at most 1024): past it
+	// the model gets a head and a tail, the sizes, and where the whole is kept.
+	OutputBudgetKB int
+	// Typecheck runs `deno check` on each snippet before running it (a call may
+	// override it).
+	Typecheck bool
 }
 
 // Dependency is one `[[sandbox.dependencies]]`.
@@ -106,6 +113,7 @@ const (
 	DefaultVolumeCapacityMB = 300
 	DefaultTimeout          = 300 * time.Second
 	DefaultMemoryMB         = 1280
+	DefaultOutputBudgetKB   = 16
 )
 
 // fileConfig is the TOML shape.
@@ -133,6 +141,8 @@ type fileConfig struct {
 		} `toml:"embeddings"`
 		StorageURL      string `toml:"storage_url"`
 		StorageTokenEnv string `toml:"storage_token_env"`
+		OutputBudgetKB  *int   `toml:"output_budget_kb"`
+		Typecheck       bool   `toml:"typecheck"`
 	} `toml:"sandbox"`
 }
 
@@ -207,6 +217,8 @@ func Parse(data []byte, getenv func(string) string) (Config, error) {
 			c.Embeddings.Key = Secret(getenv(e.KeyEnv))
 		}
 	}
+	c.Typecheck = s.Typecheck
+	positive("output_budget_kb", s.OutputBudgetKB, func(v int) { c.OutputBudgetKB = v })
 	c.StorageURL, c.StorageTokenEnv = s.StorageURL, s.StorageTokenEnv
 	if c.StorageTokenEnv != "" && getenv != nil {
 		c.StorageToken = Secret(getenv(c.StorageTokenEnv))
@@ -244,6 +256,9 @@ func (c Config) validate() []error {
 	}
 	if c.MemoryMB < 128 {
 		errs = append(errs, fmt.Errorf("memory_mb = %d: at least 128", c.MemoryMB))
+	}
+	if c.OutputBudgetKB > 1024 {
+		errs = append(errs, fmt.Errorf("output_budget_kb = %d: at most 1024", c.OutputBudgetKB))
 	}
 	if lo, hi := rules.MinVolumeBytes>>20, rules.MaxVolumeBytes>>20; c.VolumeCapacityMB < lo || c.VolumeCapacityMB > hi {
 		errs = append(errs, fmt.Errorf("volume_capacity_mb = %d: want %d..%d", c.VolumeCapacityMB, lo, hi))
@@ -361,4 +376,12 @@ func (c Config) PromptAddendum() string {
 		"Call `run_code` to execute: the value of the last expression comes back as JSON, console.log goes to stdout, and variables persist between calls.\n" +
 		"Save reusable modules under /workspace and declare them with `save_code_modules` so later calls can find and import them.\n" +
 		"Network access is limited to the packages' API hosts; their credentials are in the environment (Deno.env.get).\n"
+}
+
+// outputBudget is OutputBudgetKB in bytes, the default filled in.
+func (c Config) outputBudget() int {
+	if c.OutputBudgetKB <= 0 {
+		return DefaultOutputBudgetKB << 10
+	}
+	return c.OutputBudgetKB << 10
 }

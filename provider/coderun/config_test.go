@@ -170,3 +170,34 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestParseOutputKeys(t *testing.T) {
+	tests := []struct {
+		toml      string
+		budget    int
+		typecheck bool
+		err       string
+	}{
+		{"", 16 << 10, false, ""},
+		{"output_budget_kb = 4\ntypecheck = true\n", 4 << 10, true, ""},
+		{"output_budget_kb = 1024\n", 1 << 20, false, ""},
+		{"output_budget_kb = 0\n", 0, false, "output_budget_kb = 0: must be positive"},
+		{"output_budget_kb = 2048\n", 0, false, "output_budget_kb = 2048: at most 1024"},
+		{"typecheck = 'yes'\n", 0, false, "parse sandbox config"},
+	}
+	for _, tt := range tests {
+		c, err := Parse([]byte("[sandbox]\nenabled = true\n"+tt.toml), env(nil))
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("Parse(%q) = %v, want an error containing %q", tt.toml, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", tt.toml, err)
+		}
+		if c.outputBudget() != tt.budget || c.Typecheck != tt.typecheck {
+			t.Errorf("Parse(%q): budget %d typecheck %v, want %d %v", tt.toml, c.outputBudget(), c.Typecheck, tt.budget, tt.typecheck)
+		}
+	}
+}

@@ -22,6 +22,20 @@ type RunCodeInput struct {
 	Code        string `json:"code" jsonschema:"TypeScript to run; the value of the last expression (awaited) is returned as JSON"`
 	Description string `json:"description,omitempty" jsonschema:"one line on what the code does"`
 	Session     string `json:"session,omitempty" jsonschema:"session id (default: this MCP session)"`
+	Reset       bool   `json:"reset,omitempty" jsonschema:"restart the session's REPL before running: its variables are gone, files under /workspace stay"`
+	Typecheck   *bool  `json:"typecheck,omitempty" jsonschema:"type-check the code (deno check) before running it; default: the sandbox's typecheck setting"`
+}
+
+// runCodeOutputSchema is RunResult's schema, its result any JSON value.
+func runCodeOutputSchema() (*jsonschema.Schema, error) {
+	s, err := jsonschema.For[RunResult](nil)
+	if err != nil {
+		return nil, err
+	}
+	s.Properties["result"] = &jsonschema.Schema{Description: "the JSON value of the last expression; absent for undefined and when over the output budget (see truncated)"}
+	s.Properties["stdout"].Description = "console output, cut to the output budget"
+	s.Properties["error"].Description = "why it failed, with the lines of the code"
+	return s, nil
 }
 
 // SearchDocsInput is the input of search_docs.
@@ -92,9 +106,15 @@ func (r *Runner) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteClo
 		Instructions: r.PromptAddendum(),
 		Logger:       r.o.Logger.With("component", "coderun_mcp"),
 	})
-	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: "Run TypeScript (Deno) in this session's sandbox, like a REPL: " +
+	outSchema, err := runCodeOutputSchema()
+	if err != nil {
+		return err
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "run_code", OutputSchema: outSchema, Description: "Run TypeScript (Deno) in this session's sandbox, like a REPL: " +
 		"variables persist between calls, the last expression's value is returned as JSON (promises are awaited), console output is in stdout. " +
-		"Packages import by name. Files under /workspace persist for the session. Returns {success, result?, error?, stdout}."}, t.runCode)
+		"Packages import by name, from the code and from modules under /workspace. Files under /workspace persist for the session. " +
+		"Errors name the line of your code. Output over the budget comes back as a head and a tail: the whole is in $stdout and $result " +
+		"and in the files named in truncated. reset: true starts a fresh REPL. Returns {success, result?, error?, stdout, truncated?}."}, t.runCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "search_docs", Description: "Search the documentation of the available packages, and the code modules saved in this session. " +
 		"Call it before writing code that uses a package. Returns results best first: {package, title, content, score, source}."}, t.searchDocs)
 	schema, err := saveModulesSchema()
@@ -181,16 +201,30 @@ func jsonResult(v any) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}
 }
 
-func (t *mcpTools) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCodeInput) (*mcp.CallToolResult, any, error) {
+// runCode answers with the RunResult as structured content (and as its compact JSON
+// text), isError when the code failed; the stdout the code prints while it runs goes
+// out as progress notifications when the call asked for progress.
+func (t *mcpTools) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCodeInput) (*mcp.CallToolResult, RunResult, error) {
 	s, err := t.open(in.Session, req.Session)
 	if err != nil {
-		return nil, nil, err
+		return nil, RunResult{}, err
 	}
-	res, err := s.RunCode(ctx, in.Code, in.Description)
+	rr := RunRequest{Code: in.Code, Description: in.Description, Reset: in.Reset, Typecheck: in.Typecheck}
+	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+		n := 0
+		rr.Progress = func(chunk string) {
+			n++
+			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(n), Message: chunk})
+			if err != nil {
+				t.r.log.Debug("progress notification", "err", err)
+			}
+		}
+	}
+	res, err := s.Run(ctx, rr)
 	if err != nil {
-		return nil, nil, err
+		return nil, RunResult{}, err
 	}
-	return jsonResult(res), nil, nil
+	return &mcp.CallToolResult{IsError: !res.Success}, res, nil
 }
 
 func (t *mcpTools) searchDocs(ctx context.Context, req *mcp.CallToolRequest, in SearchDocsInput) (*mcp.CallToolResult, any, error) {

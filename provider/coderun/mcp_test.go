@@ -36,11 +36,17 @@ func (e *recordingEngine) Create(ctx context.Context, spec engine.Spec) (engine.
 // returned func ends the connection and waits for ServeMCP.
 func connect(t *testing.T, r *Runner) (*mcp.ClientSession, func()) {
 	t.Helper()
+	return connectWith(t, r, nil)
+}
+
+// connectWith is connect with client options.
+func connectWith(t *testing.T, r *Runner, o *mcp.ClientOptions) (*mcp.ClientSession, func()) {
+	t.Helper()
 	cr, sw := io.Pipe()
 	sr, cw := io.Pipe()
 	done := make(chan error, 1)
 	go func() { done <- r.ServeMCP(context.Background(), sr, sw, "test") }()
-	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, o)
 	cs, err := c.Connect(t.Context(), &mcp.IOTransport{Reader: cr, Writer: cw}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +126,7 @@ func TestMCPWarmSession(t *testing.T) {
 	if err := json.Unmarshal([]byte(callText(t, cs, "run_code", map[string]any{"code": "const v = 6 * 7; v"})), &res); err != nil || string(res.Result) != "42" {
 		t.Errorf("run_code = %+v, %v", res, err)
 	}
-	if out := callText(t, cs, "run_code", map[string]any{"code": "v + 1"}); !strings.Contains(out, `"result": 43`) {
+	if out := callText(t, cs, "run_code", map[string]any{"code": "v + 1"}); !strings.Contains(out, `"result":43`) {
 		t.Errorf("second run_code = %s", out)
 	}
 	end()

@@ -26,13 +26,51 @@ type Session struct {
 	mu sync.Mutex // one run_code at a time
 }
 
-// RunResult is run_code's answer.
+// RunResult is run_code's answer. Stdout, Result and Error together fit the output
+// budget (Config.OutputBudgetKB); Truncated says what was cut and where the whole is.
 type RunResult struct {
 	Success bool `json:"success"`
-	// Result is the JSON value of the last expression (absent for undefined).
+	// Result is the JSON value of the last expression (absent for undefined, and when
+	// it is over the budget: see Truncated.ResultPreview). Map, Set, typed arrays and
+	// errors are {"$map": [[k, v]…]}, {"$set": […]}, {"$Uint8Array": […]} and
+	// {"$error": "…"}; bigints, NaN and Infinity are strings.
 	Result json.RawMessage `json:"result,omitempty"`
-	Error  string          `json:"error,omitempty"`
-	Stdout string          `json:"stdout"`
+	// Error is the failure: a thrown error with the lines of the code it passed
+	// through, a type error, a timeout.
+	Error  string `json:"error,omitempty"`
+	Stdout string `json:"stdout"`
+	// Truncated is set when stdout or the result were cut to the budget.
+	Truncated *Truncation `json:"truncated,omitempty"`
+}
+
+// Truncation says what of a RunResult was cut and where the whole is: files under
+// /workspace/.coderun, and the REPL variables $stdout and $result.
+type Truncation struct {
+	// StdoutBytes is the size of the whole stdout, StdoutFile the file with it.
+	StdoutBytes     int64  `json:"stdoutBytes,omitempty"`
+	StdoutFile      string `json:"stdoutFile,omitempty"`
+	StdoutFileError string `json:"stdoutFileError,omitempty"`
+	// ResultBytes is the size of the result's JSON, ResultFile the file with it, and
+	// ResultPreview its head and tail.
+	ResultBytes     int64  `json:"resultBytes,omitempty"`
+	ResultFile      string `json:"resultFile,omitempty"`
+	ResultFileError string `json:"resultFileError,omitempty"`
+	ResultPreview   string `json:"resultPreview,omitempty"`
+}
+
+// RunRequest is one run_code call.
+type RunRequest struct {
+	// Code is the TypeScript to run.
+	Code string
+	// Description says what the code does (logged).
+	Description string
+	// Reset restarts the session's REPL first: its variables are gone, its files stay.
+	Reset bool
+	// Typecheck, when set, overrides Config.Typecheck for this call.
+	Typecheck *bool
+	// Progress, when set, receives the stdout the code prints while it runs (up to
+	// the budget).
+	Progress func(chunk string)
 }
 
 // Session returns the session with this id (letters, digits and ._:@-, at most 128).
@@ -218,24 +256,50 @@ func (s *Session) createSandbox(ctx context.Context) (string, error) {
 // maxCode caps one snippet.
 const maxCode = 1 << 20
 
-// RunCode evaluates TypeScript in the session's REPL. A compile error, a thrown
-// error, a timeout and running out of memory are a RunResult with Success false; the
-// error return is for failures of the machinery (engine, snapshot build).
+// RunCode is Run of code alone.
 func (s *Session) RunCode(ctx context.Context, code, description string) (RunResult, error) {
-	if len(code) > maxCode {
-		return RunResult{Error: fmt.Sprintf("code is %d bytes, over the limit of %d", len(code), maxCode)}, nil
+	return s.Run(ctx, RunRequest{Code: code, Description: description})
+}
+
+// Run evaluates TypeScript in the session's REPL. A compile error, a type error (with
+// type-checking on), a thrown error, a timeout and running out of memory are a
+// RunResult with Success false; the error return is for failures of the machinery
+// (engine, snapshot build).
+func (s *Session) Run(ctx context.Context, req RunRequest) (RunResult, error) {
+	if len(req.Code) > maxCode {
+		return RunResult{Error: fmt.Sprintf("code is %d bytes, over the limit of %d", len(req.Code), maxCode)}, nil
 	}
 	unlock, err := s.lock()
 	if err != nil {
 		return RunResult{}, err
 	}
 	defer unlock()
+	if req.Reset {
+		if err := s.resetREPL(ctx); err != nil {
+			return RunResult{}, err
+		}
+	}
 	st, err := s.ready(ctx)
 	if err != nil {
 		return RunResult{}, err
 	}
-	s.r.log.Debug("run code", "session", s.id, "description", description, "bytes", len(code))
-	res, alive := s.r.eval(ctx, st, code)
+	s.r.log.Debug("run code", "session", s.id, "description", req.Description, "bytes", len(req.Code))
+	check := s.r.cfg.Typecheck
+	if req.Typecheck != nil {
+		check = *req.Typecheck
+	}
+	var res RunResult
+	alive := true
+	if check {
+		res, err = s.r.typecheck(ctx, st, req.Code)
+		if err != nil {
+			return RunResult{}, err
+		}
+	}
+	if res.Error == "" {
+		out := rules.CoderunOutputDir + "/out-" + s.r.o.Now().UTC().Format("20060102-150405.000000")
+		res, alive = s.r.evalStream(ctx, st, evalRequest{Code: req.Code, Budget: s.r.cfg.outputBudget(), Out: out}, req.Progress)
+	}
 	now := s.r.o.Now()
 	err = s.update(func(p *sessionState) {
 		p.LastUsed = now
@@ -250,6 +314,16 @@ func (s *Session) RunCode(ctx context.Context, code, description string) (RunRes
 		return res, terr
 	}
 	return res, nil
+}
+
+// resetREPL kills the session's REPL, if it runs; the next ready starts another.
+func (s *Session) resetREPL(ctx context.Context) error {
+	st, err := s.state()
+	if err != nil || st.Sandbox == "" || st.Pid == 0 {
+		return err
+	}
+	s.r.killREPL(ctx, st)
+	return s.update(func(p *sessionState) { p.Pid = 0 })
 }
 
 // SearchDocs searches the packages' docs and, while its volume lives, the session's

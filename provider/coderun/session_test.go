@@ -50,12 +50,12 @@ func TestPermissions(t *testing.T) {
 	r, progress := newRunner(t, testConfig(t, ""), Options{Logger: newTestLogger(&logs)})
 	s := session(t, r, "perms")
 	denied := []struct{ code, want string }{
-		{`await fetch("https://example.com/")`, `NotCapable: Requires net access to "example.com:443"`},
-		{`Deno.env.get("HOME")`, `NotCapable: Requires env access to "HOME"`},
-		{`Deno.readTextFileSync("/etc/hostname")`, `NotCapable: Requires read access to "/etc/hostname"`},
-		{`Deno.writeTextFileSync("/home/user/.coderun/x", "")`, `NotCapable: Requires write access`},
-		{`new Deno.Command("sh").outputSync()`, `NotCapable: Requires run access`},
-		{`Deno.dlopen("libc.so.6", {})`, `NotCapable: Requires ffi access`},
+		{`await fetch("https://example.com/")`, `NotCapable: "example.com" is not in this sandbox's hosts; code can reach only: api.example.test`},
+		{`Deno.env.get("HOME")`, `NotCapable: the environment variable "HOME" is not available`},
+		{`Deno.readTextFileSync("/etc/hostname")`, `NotCapable: "/etc/hostname" cannot be read; code reads files under /workspace`},
+		{`Deno.writeTextFileSync("/home/user/.coderun/x", "")`, `NotCapable: "/home/user/.coderun/x" cannot be written; code writes files under /workspace`},
+		{`new Deno.Command("sh").outputSync()`, `NotCapable: subprocesses cannot be started in this sandbox`},
+		{`Deno.dlopen("libc.so.6", {})`, `NotCapable: native libraries (FFI) are not available`},
 	}
 	for _, tt := range denied {
 		res := run(t, s, tt.code)
