@@ -110,7 +110,10 @@ func Build(ctx context.Context, s *store.Store, ref string, o Options) (string, 
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("start mmdebstrap: %w", err)
 	}
-	id, importErr := s.ImportRootFS(ctx, out, ref, Config, "mmdebstrap "+strings.Join(Args(suite, slim, mirror), " "))
+	// The image is named only once mmdebstrap has succeeded: a build killed halfway
+	// (a timeout, a signal) ends its tar early, and that partial root must never
+	// stand under ref for the next caller to boot.
+	id, importErr := s.ImportRootFS(ctx, out, "", Config, "mmdebstrap "+strings.Join(Args(suite, slim, mirror), " "))
 	if importErr != nil {
 		_, _ = io.Copy(io.Discard, out) // let mmdebstrap finish writing before Wait
 	}
@@ -119,6 +122,9 @@ func Build(ctx context.Context, s *store.Store, ref string, o Options) (string, 
 	}
 	if importErr != nil {
 		return "", importErr
+	}
+	if err := s.Tag(ctx, id, ref); err != nil {
+		return "", err
 	}
 	return id, nil
 }

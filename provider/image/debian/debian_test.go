@@ -95,6 +95,35 @@ func TestBuildRejectsOtherRefs(t *testing.T) {
 	}
 }
 
+// A build whose mmdebstrap fails after it wrote part of the root leaves nothing under
+// the ref: the next caller builds again instead of booting a partial root.
+func TestFailedBuildNamesNothing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the store unpacks layers with their owners: needs root")
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	if err := os.MkdirAll(filepath.Join(root, "opt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fake := filepath.Join(dir, "mmdebstrap")
+	script := "#!/bin/sh\ntar -cf - -C " + root + " .\necho 'E: killed halfway' >&2\nexit 1\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.Open(store.Options{Dir: filepath.Join(dir, "store")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := debian.Build(ctx, s, "debian:bookworm-slim", debian.Options{Mmdebstrap: fake}); err == nil {
+		t.Fatal("Build with a failing mmdebstrap = nil error")
+	}
+	if in, err := s.Get(ctx, "debian:bookworm-slim"); err == nil {
+		t.Fatalf("after a failed build, debian:bookworm-slim names image %s; want no such image", in.ID)
+	}
+}
+
 // BenchmarkBuildBase measures a whole base build with mmdebstrap into a fresh store
 // (go test -bench BuildBase -benchtime 1x).
 func BenchmarkBuildBase(b *testing.B) {

@@ -66,6 +66,10 @@ func Base(t testing.TB) (*store.Store, string) {
 	}
 	unlock := lock(t, filepath.Join(Dir(), "base.lock"))
 	defer unlock()
+	// Another test package may have built it while this one waited for the lock.
+	if in, err := s.Get(ctx, BaseRef); err == nil {
+		return s, in.ID
+	}
 	start := time.Now()
 	id, err := debian.Build(ctx, s, BaseRef, debian.Options{})
 	if errors.Is(err, debian.ErrNoMmdebstrap) {
