@@ -36,7 +36,7 @@ func NewCmdTerminal(f *Factory, runF func(*TerminalOptions) error) *cobra.Comman
 		Use:   "terminal ID|URL",
 		Short: "Attach an interactive terminal to a sandbox's sidecar (or any sandbox-mcp URL)",
 		Example: "  sandboxctl terminal \"$ID\"\n" +
-			"  sandboxctl terminal --token \"$TOKEN\" http://127.0.0.1:4000",
+			"  sandboxctl terminal --token \"$TOKEN\" \"$PROLIFERATE_SANDBOX_MCP_URL\"",
 		Long: "Open the sidecar's terminal WebSocket (/api/terminal, protocol v1): a bash on a PTY\n" +
 			"in the workspace. With a terminal on stdin it runs in raw mode and follows window\n" +
 			"resizes. A URL (http://HOST:PORT) attaches to any sandbox-mcp; its token comes from\n" +
