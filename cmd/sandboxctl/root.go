@@ -35,7 +35,7 @@ func newCmdRoot(f *Factory) *cobra.Command {
 	pf.BoolVarP(&f.verbose, "verbose", "v", false, "log what happens on stderr")
 	root.AddCommand(NewCmdCreate(f, nil), NewCmdList(f, nil), NewCmdExec(f, nil), NewCmdCp(f, nil),
 		NewCmdSnapshot(f, nil), NewCmdPause(f, true, nil), NewCmdPause(f, false, nil), NewCmdTerminate(f, nil),
-		NewCmdTunnels(f, nil), NewCmdTerminal(f, nil), newCmdServe(f), newCmdPush(f), newCmdSync(f),
+		NewCmdTunnels(f, nil), NewCmdTerminal(f, nil), NewCmdURL(f, nil), newCmdServe(f), newCmdPush(f), newCmdSync(f),
 		NewCmdVolume(f, nil), newCmdCode(f), newCmdImage(f))
 	return root
 }
