@@ -182,6 +182,9 @@ func printCreated(w io.Writer, res provider.CreateResult) error {
 // refusal says plainly that provider name refused a flag it cannot honour, and
 // names the flags of spec the refusal is about.
 func refusal(name string, spec engine.Spec, err error) error {
+	if errors.Is(err, engine.ErrNotFound) && len(spec.Volumes) > 0 && strings.Contains(err.Error(), "volume") {
+		return fmt.Errorf("%w\ncreate the volume first: sandboxctl volume create NAME", err)
+	}
 	if !errors.Is(err, engine.ErrLimit) && !errors.Is(err, engine.ErrUnsupported) {
 		return err
 	}
