@@ -50,7 +50,10 @@ func NewCmdCreate(f *Factory, runF func(*CreateOptions) error) *cobra.Command {
 		Long: "Create a sandbox: clone the repos, write the boot plan's files, start sandbox-mcp\n" +
 			"(and OpenCode and Caddy when installed), and print its id and URLs. Progress goes\n" +
 			"to stderr. Sizes take K, M, G or T (binary multiples). A provider that cannot\n" +
-			"honour --image, --runtime, --volume or a limit refuses the create.",
+			"honour --image, --runtime, --volume or a limit refuses the create, naming the\n" +
+			"flag. A --repo URL#branch whose branch does not exist fails the create. The\n" +
+			"sandbox's own commands (exec, terminal) reach its sidecar with its token;\n" +
+			"`sandboxctl url ID` prints both.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o, err := fl.options(cmd)
