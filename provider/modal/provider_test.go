@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -41,9 +40,6 @@ func newTestProvider(t testing.TB, o Options, mirrors provider.GitBundler) *test
 func newProvider(t testing.TB, env map[string]string) *testProvider {
 	return newTestProvider(t, Options{Getenv: func(k string) string { return env[k] }}, nil)
 }
-
-// portClient is the HTTP client of the engine's tunnels.
-func (p *testProvider) portClient() *http.Client { return p.eng.PortClient() }
 
 // execOut runs argv in the sandbox through the engine and returns its combined
 // output.
