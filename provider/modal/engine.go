@@ -435,7 +435,7 @@ func (e *Engine) PortURL(ctx context.Context, id string, port int) (string, erro
 // PortClient is an HTTP client that trusts Options.TLS's roots (the local server's
 // tunnel certificate).
 func (e *Engine) PortClient() *http.Client {
-	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: e.o.TLS, ForceAttemptHTTP2: true}}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: e.o.TLS}}
 }
 
 // StartDetached starts req as an exec nobody waits for: on Modal it lives as long as
