@@ -108,12 +108,12 @@ func New(eng engine.Engine, o Options) (*Provider, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	hc := o.HTTPClient
-	if hc == nil {
+	if o.HTTPClient == nil {
 		if pc, ok := eng.(engine.PortClienter); ok {
-			hc = pc.PortClient()
+			o.HTTPClient = pc.PortClient()
 		}
 	}
+	hc := o.HTTPClient
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}

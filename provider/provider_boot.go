@@ -182,7 +182,7 @@ func (p *Provider) Boot(ctx context.Context, opts CreateOptions) (Boot, error) {
 	}
 	if b.TunnelURL != "" {
 		// As ever, an OpenCode that is slow to come up is a warning.
-		if _, err := WaitForOpenCodeReady(ctx, b.TunnelURL, ReadyOptions{Client: p.hc, MaxWait: p.o.ReadyWait}); err != nil {
+		if _, err := WaitForOpenCodeReady(ctx, b.TunnelURL, ReadyOptions{Client: p.o.HTTPClient, MaxWait: p.o.ReadyWait}); err != nil {
 			p.log.Warn("opencode not ready", "sandbox_id", info.ID, "err", RedactSecrets(err.Error()))
 		}
 	}
