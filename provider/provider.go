@@ -135,10 +135,22 @@ func (p *Provider) Capabilities() Capabilities {
 // httpStatuser is an error of an engine over an HTTP API that knows its status.
 type httpStatuser interface{ HTTPStatus() int }
 
+// ConfigError is an error about the host's own settings. Its text is a constant that
+// names environment variables (E2B_TEMPLATE, …), which secret redaction would take for
+// keys, so it reaches the ProviderError as it is; it is never retryable.
+type ConfigError struct{ Msg string }
+
+func (e *ConfigError) Error() string { return e.Msg }
+
 func (p *Provider) fail(op Operation, err error) *ProviderError {
 	var pe *ProviderError
 	if errors.As(err, &pe) {
 		return pe
+	}
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		return &ProviderError{Provider: p.o.Kind, Operation: op, Raw: ce.Msg,
+			Message: "[" + string(p.o.Kind) + ":" + string(op) + "] " + ce.Msg}
 	}
 	e := FromError(err, p.o.Kind, op)
 	var hs httpStatuser

@@ -127,7 +127,7 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		template = spec.Snapshot
 	}
 	if template == "" {
-		return engine.Info{}, errors.New("create: E2B_TEMPLATE is required to create a sandbox")
+		return engine.Info{}, &provider.ConfigError{Msg: "E2B_TEMPLATE is required to create a sandbox"}
 	}
 	// E2B sandboxes never share a network with anything; either flag asks for the
 	// outside, and EgressHosts (with Egress) become E2B's egress rules.
