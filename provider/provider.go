@@ -324,43 +324,47 @@ func (p *Provider) ExecCommand(ctx context.Context, sandboxID string, argv []str
 	return res, nil
 }
 
-// ReadFiles returns every regular file under folder, recursively; a missing folder
-// is an empty result and unreadable files are skipped.
+// ReadFiles returns every regular file under folder (absolute inside the sandbox, or
+// relative to its home), with paths relative to folder, in name order, depth first. A
+// missing folder is an empty result; unreadable files and symlinks are skipped.
 func (p *Provider) ReadFiles(ctx context.Context, sandboxID, folder string) ([]FileContent, error) {
-	if _, err := p.running(ctx, sandboxID); err != nil {
+	info, err := p.running(ctx, sandboxID)
+	if err != nil {
 		return nil, p.fail(OpReadFiles, err)
 	}
 	folder = strings.TrimSuffix(folder, "/")
+	if !path.IsAbs(folder) {
+		folder = path.Join(p.paths(info).Home, folder)
+	}
 	out := []FileContent{}
-	stack := []string{folder}
-	// Bounded: a sandbox can hold many files, but not more directories than this.
-	for n := 0; len(stack) > 0 && n < 100_000; n++ {
-		dir := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
+	var walk func(dir, rel string, depth int) error
+	walk = func(dir, rel string, depth int) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		entries, err := p.eng.ListFiles(ctx, sandboxID, dir)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, p.fail(OpReadFiles, ctx.Err())
-			}
-			continue // missing or unreadable: skipped
+		if err != nil || depth > 64 {
+			return nil // missing, unreadable or absurdly deep: skipped
 		}
 		slices.SortFunc(entries, func(a, b engine.FileInfo) int { return strings.Compare(a.Name, b.Name) })
 		for _, en := range entries {
-			full := path.Join(dir, en.Name)
 			switch {
 			case en.IsDir:
-				stack = append(stack, full)
+				if err := walk(path.Join(dir, en.Name), path.Join(rel, en.Name), depth+1); err != nil {
+					return err
+				}
 			case fs.FileMode(en.Mode).IsRegular():
-				data, err := p.eng.ReadFile(ctx, sandboxID, full)
+				data, err := p.eng.ReadFile(ctx, sandboxID, path.Join(dir, en.Name))
 				if err != nil {
-					if ctx.Err() != nil {
-						return nil, p.fail(OpReadFiles, ctx.Err())
-					}
 					continue
 				}
-				out = append(out, FileContent{Path: strings.TrimPrefix(full, folder+"/"), Data: data})
+				out = append(out, FileContent{Path: path.Join(rel, en.Name), Data: data})
 			}
 		}
+		return nil
+	}
+	if err := walk(folder, "", 0); err != nil {
+		return nil, p.fail(OpReadFiles, err)
 	}
 	return out, nil
 }
