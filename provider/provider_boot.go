@@ -248,11 +248,15 @@ func (p *Provider) create(ctx context.Context, opts CreateOptions, spec engine.S
 	}
 	p.progress("creating sandbox")
 	info, err = p.eng.Create(ctx, spec)
-	if err != nil && spec.Snapshot != "" && ctx.Err() == nil && !errors.Is(err, engine.ErrLimit) && !errors.Is(err, engine.ErrUnsupported) {
+	if err != nil && spec.Snapshot != "" && !opts.SnapshotRequired && ctx.Err() == nil && !errors.Is(err, engine.ErrLimit) &&
+		!errors.Is(err, engine.ErrUnsupported) {
 		fallback = RedactSecrets("restore from snapshot " + spec.Snapshot + " failed: " + err.Error())
 		p.log.Warn("restore failed; creating a fresh sandbox", "session_id", opts.SessionID, "snapshot_id", spec.Snapshot, "err", fallback)
 		spec.Snapshot, spec.Image = "", opts.Spec.Image
 		info, err = p.eng.Create(ctx, spec)
+	}
+	if err != nil && spec.Snapshot != "" && errors.Is(err, engine.ErrNotFound) {
+		return info, false, "", fmt.Errorf("snapshot %q not found: %w", spec.Snapshot, err)
 	}
 	if err != nil {
 		return info, false, "", fmt.Errorf("create sandbox: %w", err)

@@ -75,6 +75,9 @@ type CreateOptions struct {
 	ServiceCommands  []ConfigurationServiceCommand `json:"serviceCommands,omitempty"`
 	EnvFiles         json.RawMessage               `json:"envFiles,omitempty"`
 	SecretFileWrites []SecretFileWrite             `json:"secretFileWrites,omitempty"`
+	// SnapshotRequired fails a restore whose snapshot cannot be used, instead of
+	// making a fresh sandbox (RestoreFallback): sandboxctl create --snapshot.
+	SnapshotRequired bool `json:"-"`
 	// Spec is what this one sandbox asks of the engine (image, runtime, limits,
 	// volumes, secrets, …); the boot adds its ports, egress and labels. An engine
 	// that cannot honour a field refuses the create (engine.ErrUnsupported,

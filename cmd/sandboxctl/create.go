@@ -136,7 +136,9 @@ func createRun(o *CreateOptions) error {
 	if err := provider.CheckSpec(b.Engine.Capabilities(), bindsHostPaths(b.Engine), o.Spec); err != nil {
 		return refusal(f.provider, o.Spec, err)
 	}
-	opts := provider.CreateOptions{SessionID: o.Session, SnapshotID: o.Snapshot, EnvVars: o.Env, Spec: o.Spec}
+	// A snapshot asked for by id must be used: no quiet fresh sandbox instead.
+	opts := provider.CreateOptions{SessionID: o.Session, SnapshotID: o.Snapshot, SnapshotRequired: o.Snapshot != "", EnvVars: o.Env,
+		Spec: o.Spec}
 	if opts.SessionID == "" {
 		opts.SessionID = "sandboxctl-" + time.Now().UTC().Format("20060102-150405")
 	}
