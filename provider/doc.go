@@ -3,10 +3,14 @@
 // layout, the pure helpers (shell quoting, output capping, secret redaction, service
 // command validation, git credential maps, snapshot layer resolution, env files, the
 // OpenCode config and model ids), a boot plan builder that turns CreateOptions into an
-// ordered, inspectable list of steps, and the SandboxProvider interface with its factory.
+// ordered, inspectable list of steps, the one plan runner, the SandboxProvider
+// interface with its factory, and the one SandboxProvider: Provider (New), written once
+// over the engine contract (provider/engine).
 //
-// A Go gateway imports it to drive a cloud provider; provider/local executes a boot plan
-// on this machine and provider/providertest is the contract suite every implementation
-// runs. The package uses the standard library only and keeps no global mutable state:
-// clocks, environment lookups and command execution are passed in.
+// A Go gateway imports it to drive a sandbox platform: New over the engine of that
+// platform (provider/local on this machine, provider/modal, provider/e2b). Everything a
+// create asks for one sandbox travels with that call (CreateOptions.Spec); the engines
+// differ only in what they say they can do. provider/providertest is the contract suite
+// of a SandboxProvider. The package keeps no global mutable state: clocks, environment
+// lookups and engines are passed in.
 package provider

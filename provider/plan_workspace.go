@@ -59,7 +59,7 @@ func (b *planBuilder) workspace() {
 		url := AuthenticatedCloneURL(r.RepoURL, r.Token)
 		s := Step{Name: "clone " + repoLabel(r), Kind: StepRun, Command: BuildCloneCommand(url, branch, target),
 			TimeoutMs: CloneTimeout.Milliseconds(), Fatal: true, Requires: "git"}
-		if branch != "" {
+		if branch != "" && !r.BranchRequired {
 			// A missing branch falls back to the repo's default branch; decided on the
 			// exit code, which the old E2B code never saw (its SDK threw first).
 			fb := s

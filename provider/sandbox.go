@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
 // RepoSpec is one repo to clone into the workspace.
@@ -15,7 +17,10 @@ type RepoSpec struct {
 	WorkspacePath string `json:"workspacePath"`
 	RepoID        string `json:"repoId,omitempty"`
 	// Branch overrides CreateOptions.Branch for this repo.
-	Branch          string           `json:"branch,omitempty"`
+	Branch string `json:"branch,omitempty"`
+	// BranchRequired fails the boot when Branch does not exist, instead of falling
+	// back to the repo's default branch (sandboxctl create --repo URL#branch).
+	BranchRequired  bool             `json:"branchRequired,omitempty"`
 	ServiceCommands []ServiceCommand `json:"serviceCommands,omitempty"`
 }
 
@@ -70,6 +75,14 @@ type CreateOptions struct {
 	ServiceCommands  []ConfigurationServiceCommand `json:"serviceCommands,omitempty"`
 	EnvFiles         json.RawMessage               `json:"envFiles,omitempty"`
 	SecretFileWrites []SecretFileWrite             `json:"secretFileWrites,omitempty"`
+	// SnapshotRequired fails a restore whose snapshot cannot be used, instead of
+	// making a fresh sandbox (RestoreFallback): sandboxctl create --snapshot.
+	SnapshotRequired bool `json:"-"`
+	// Spec is what this one sandbox asks of the engine (image, runtime, limits,
+	// volumes, secrets, …); the boot adds its ports, egress and labels. An engine
+	// that cannot honour a field refuses the create (engine.ErrUnsupported,
+	// engine.ErrLimit) rather than ignore it.
+	Spec engine.Spec `json:"-"`
 }
 
 // CreateResult is a booted sandbox.

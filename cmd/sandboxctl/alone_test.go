@@ -64,20 +64,10 @@ func TestAloneCarriesTheSidecar(t *testing.T) {
 			}
 			if mode == "isolated" {
 				// The CLI inside is sandboxctl too, acting as proliferate; a service it
-				// starts runs under the sidecar's monitor, sandboxctl re-executed.
-				b, err := os.ReadFile(filepath.Join(data, "state", res.SandboxID+".json"))
-				var st struct {
-					Token string `json:"sidecarToken"`
-				}
-				if err == nil {
-					err = json.Unmarshal(b, &st)
-				}
-				if err != nil || st.Token == "" {
-					t.Fatalf("sidecar token of %s: %v", res.SandboxID, err)
-				}
-				tok := "--env=SANDBOX_MCP_AUTH_TOKEN=" + st.Token
-				ctl("exec", res.SandboxID, tok, "--", "proliferate", "services", "start", "--name", "alone", "--command", "sleep 60")
-				if out, _ := ctl("exec", res.SandboxID, tok, "--", "proliferate", "services", "list"); !strings.Contains(out, `"alone"`) ||
+				// starts runs under the sidecar's monitor, sandboxctl re-executed. It finds
+				// its sidecar's token in the sandbox's environment.
+				ctl("exec", res.SandboxID, "--", "proliferate", "services", "start", "--name", "alone", "--command", "sleep 60")
+				if out, _ := ctl("exec", res.SandboxID, "--", "proliferate", "services", "list"); !strings.Contains(out, `"alone"`) ||
 					!strings.Contains(out, "running") {
 					t.Errorf("proliferate services list inside = %q, want the service alone running", out)
 				}

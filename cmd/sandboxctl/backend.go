@@ -1,7 +1,11 @@
 package main
 
-// Backends: what `--provider NAME` drives, listed in backends. The Modal and E2B
-// backends are in serve_modal.go and serve_e2b.go, beside their protocol servers.
+// Backends: what `--provider NAME` drives. A backend is one engine (engine.Engine):
+// the local engine, Modal's or E2B's, with the one provider (provider.New) over it,
+// which create uses to boot the platform's sandbox. Everything a create asks for one
+// sandbox (--image, --memory, --volume, …) travels with that call, never with the
+// backend. The local backend is made here; the Modal and E2B backends are made in
+// serve_modal.go and serve_e2b.go, beside the servers of their protocols.
 
 import (
 	"context"
@@ -16,22 +20,32 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/gitpush"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
-// backend is one provider as sandboxctl drives it.
+// backend is one engine as sandboxctl drives it.
 type backend struct {
 	// Engine runs list, exec, cp, snapshot, pause, resume, terminate and tunnels.
 	Engine engine.Engine
-	// Provider boots sandboxes with the boot plan (create); nil means create makes a
-	// bare sandbox with Engine.Create.
-	Provider provider.SandboxProvider
-	// Sidecar returns the sidecar URL and token of a sandbox (terminal ID); nil means
-	// the backend cannot tell.
+	// Provider boots sandboxes on Engine with the boot plan (create).
+	Provider *provider.Provider
+	// Sidecar returns the sidecar URL and token of a sandbox (terminal, url, push).
 	Sidecar func(ctx context.Context, id string) (url, token string, err error)
 	// Close releases the backend; sandboxes keep running. Nil is fine.
 	Close func() error
+}
+
+// newBackend is the backend of eng with the provider of kind over it.
+func newBackend(eng engine.Engine, o backendOptions, po provider.Options) (*backend, error) {
+	po.Getenv, po.Logger, po.Progress = o.Getenv, o.Logger, o.Stderr
+	p, err := provider.New(eng, po)
+	if err != nil {
+		eng.Close()
+		return nil, err
+	}
+	return &backend{Engine: eng, Provider: p, Sidecar: p.Sidecar, Close: eng.Close}, nil
 }
 
 // backendOptions are the global settings a backend may use.
@@ -44,9 +58,6 @@ type backendOptions struct {
 	// Stderr receives progress lines.
 	Stderr io.Writer
 	Logger *slog.Logger
-	// Spec holds create's --image, --runtime, limits and volumes for the sandboxes
-	// the backend creates.
-	Spec engine.Spec
 	// Images, for the local backend, is the image store its engine boots Spec.Image
 	// from and commits image snapshots to; nil opens the data dir's.
 	Images engine.ImageResolver
@@ -157,16 +168,24 @@ func newLocalBackend(ctx context.Context, o backendOptions) (*backend, error) {
 		}
 		images = s
 	}
-	p, err := local.New(local.Options{Root: o.DataDir, SandboxMCP: mcp, Proliferate: cli, Images: images,
-		Unisolated: o.Unisolated, Getenv: o.Getenv, Logger: o.Logger, Progress: o.Stderr,
-		Image: o.Spec.Image, Runtime: o.Spec.Runtime, Limits: o.Spec.Limits, Volumes: o.Spec.Volumes})
+	eng, err := local.NewEngine(local.EngineOptions{DataDir: o.DataDir, Unisolated: o.Unisolated, SandboxMCP: mcp,
+		Proliferate: cli, Logger: o.Logger, Images: images})
 	if errors.Is(err, engine.ErrNotIsolated) {
 		return nil, notIsolated(err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &backend{Engine: p.Engine(), Provider: p, Sidecar: p.Sidecar, Close: p.Close}, nil
+	mirrors, err := gitpush.New(gitpush.Options{CacheDir: filepath.Join(o.DataDir, "git-mirrors")})
+	if err != nil {
+		eng.Close()
+		return nil, err
+	}
+	po := provider.Options{Kind: provider.KindLocal, GitMirrors: mirrors}
+	if o.Unisolated {
+		po.SandboxMCPCommand = mcp
+	}
+	return newBackend(eng, o, po)
 }
 
 func openBackend(ctx context.Context, name string, o backendOptions) (*backend, error) {

@@ -53,7 +53,10 @@ func NewCmdCreate(f *Factory, runF func(*CreateOptions) error) *cobra.Command {
 		Long: "Create a sandbox: clone the repos, write the boot plan's files, start sandbox-mcp\n" +
 			"(and OpenCode and Caddy when installed), and print its id and URLs. Progress goes\n" +
 			"to stderr. Sizes take K, M, G or T (binary multiples). A provider that cannot\n" +
-			"honour --image, --runtime, --volume or a limit refuses the create.",
+			"honour --image, --runtime, --volume or a limit refuses the create, naming the\n" +
+			"flag. A --repo URL#branch whose branch does not exist fails the create. The\n" +
+			"sandbox's own commands (exec, terminal) reach its sidecar with its token;\n" +
+			"`sandboxctl url ID` prints both.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o, err := fl.options(cmd)
@@ -131,15 +134,18 @@ func createRun(o *CreateOptions) error {
 	if err != nil {
 		return err
 	}
-	b, err := f.openSpec(o.Ctx, "", o.Spec)
+	b, err := f.open(o.Ctx, "")
 	if err != nil {
-		return refusal(err)
+		return err
 	}
 	defer b.close()
-	if b.Provider == nil {
-		return createBare(o, b)
+	// Refused before anything is made: what the engine says it cannot do.
+	if err := provider.CheckSpec(b.Engine.Capabilities(), bindsHostPaths(b.Engine), o.Spec); err != nil {
+		return refusal(f.provider, o.Spec, err)
 	}
-	opts := provider.CreateOptions{SessionID: o.Session, SnapshotID: o.Snapshot, EnvVars: o.Env}
+	// A snapshot asked for by id must be used: no quiet fresh sandbox instead.
+	opts := provider.CreateOptions{SessionID: o.Session, SnapshotID: o.Snapshot, SnapshotRequired: o.Snapshot != "", EnvVars: o.Env,
+		Spec: o.Spec}
 	if opts.SessionID == "" {
 		opts.SessionID = "sandboxctl-" + time.Now().UTC().Format("20060102-150405")
 	}
@@ -149,12 +155,14 @@ func createRun(o *CreateOptions) error {
 		if name == "" || name == "." || name == "/" {
 			name = "repo" + strconv.Itoa(i+1)
 		}
-		opts.Repos = append(opts.Repos, provider.RepoSpec{RepoURL: url, Token: token, Branch: branch, WorkspacePath: name})
+		// A branch asked for by name must exist: no quiet fall-back to the default one.
+		opts.Repos = append(opts.Repos, provider.RepoSpec{RepoURL: url, Token: token, Branch: branch, BranchRequired: branch != "",
+			WorkspacePath: name})
 	}
 	start := time.Now()
 	res, err := b.Provider.CreateSandbox(o.Ctx, opts)
 	if err != nil {
-		return refusal(err)
+		return refusal(f.provider, o.Spec, err)
 	}
 	f.progress("created %s in %v", res.SandboxID, time.Since(start).Round(time.Millisecond))
 	if err := writeGitRecord(f.dataDir, res.SandboxID, opts.Repos); err != nil {
@@ -166,26 +174,10 @@ func createRun(o *CreateOptions) error {
 	return printCreated(f.stdout, res)
 }
 
-// createBare creates a sandbox without the boot plan on a backend that has no
-// provider.
-func createBare(o *CreateOptions, b openedBackend) error {
-	if len(o.Repos) > 0 || o.Session != "" {
-		return errorf("provider %s cannot boot the platform's plan (--repo, --session)", o.Factory.provider)
-	}
-	spec := o.Spec
-	spec.Snapshot = o.Snapshot
-	for k, v := range o.Env {
-		spec.Env = append(spec.Env, k+"="+v)
-	}
-	info, err := b.Engine.Create(o.Ctx, spec)
-	if err != nil {
-		return refusal(err)
-	}
-	if o.Factory.json {
-		return o.Factory.printJSON(info)
-	}
-	_, err = fmt.Fprintln(o.Factory.stdout, info.ID)
-	return err
+// bindsHostPaths reports whether eng binds host paths (engine.HostBinder).
+func bindsHostPaths(eng engine.Engine) bool {
+	hb, ok := eng.(engine.HostBinder)
+	return ok && hb.BindsHostPaths()
 }
 
 func printCreated(w io.Writer, res provider.CreateResult) error {
@@ -199,10 +191,33 @@ func printCreated(w io.Writer, res provider.CreateResult) error {
 	return tw.Flush()
 }
 
-// refusal says plainly that the engine refused a flag it cannot honour.
-func refusal(err error) error {
-	if errors.Is(err, engine.ErrLimit) || errors.Is(err, engine.ErrUnsupported) {
-		return fmt.Errorf("%w\nthe sandbox was not created: drop or change the flag the provider cannot honour", err)
+// refusal says plainly that provider name refused a flag it cannot honour, and
+// names the flags of spec the refusal is about.
+func refusal(name string, spec engine.Spec, err error) error {
+	if errors.Is(err, engine.ErrNotFound) && len(spec.Volumes) > 0 && strings.Contains(err.Error(), "volume") {
+		return fmt.Errorf("%w\ncreate the volume first: sandboxctl volume create NAME", err)
 	}
-	return err
+	if !errors.Is(err, engine.ErrLimit) && !errors.Is(err, engine.ErrUnsupported) {
+		return err
+	}
+	msg := strings.ToLower(err.Error())
+	var flags []string
+	for _, x := range []struct {
+		flag, word string
+		set        bool
+	}{
+		{"--memory", "memory", spec.Limits.MemoryBytes != 0}, {"--cpus", "cpu", spec.Limits.CPUMillis != 0},
+		{"--pids", "pids", spec.Limits.Pids != 0}, {"--disk", "disk", spec.Limits.DiskBytes != 0},
+		{"--volume", "volume", len(spec.Volumes) > 0}, {"--image", "image", spec.Image != ""},
+		{"--runtime", "runtime", spec.Runtime != ""},
+	} {
+		if x.set && strings.Contains(msg, x.word) {
+			flags = append(flags, x.flag)
+		}
+	}
+	which := "the flag"
+	if len(flags) > 0 {
+		which = strings.Join(flags, ", ")
+	}
+	return fmt.Errorf("provider %s refuses %s: %w\nthe sandbox was not created: drop or change %s", name, which, err, which)
 }

@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-
-	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
 // Factory carries what commands need from the outside: the streams, the environment
@@ -77,17 +75,11 @@ func (b openedBackend) close() {
 
 // open opens the backend name ("" means --provider).
 func (f *Factory) open(ctx context.Context, name string) (openedBackend, error) {
-	return f.openSpec(ctx, name, engine.Spec{})
-}
-
-// openSpec opens the backend name ("" means --provider) whose sandboxes get spec's
-// image, runtime, limits and volumes.
-func (f *Factory) openSpec(ctx context.Context, name string, spec engine.Spec) (openedBackend, error) {
 	if name == "" {
 		name = f.provider
 	}
 	b, err := openBackend(ctx, name, backendOptions{DataDir: f.dataDir, Unisolated: f.unisolated,
-		Getenv: f.getenv, Stderr: f.stderr, Logger: f.logger(), Spec: spec})
+		Getenv: f.getenv, Stderr: f.stderr, Logger: f.logger()})
 	if err != nil {
 		return openedBackend{}, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -39,16 +40,18 @@ func TestPushAndSyncCommands(t *testing.T) {
 	}
 	id, _, _ := strings.Cut(out, "\n")
 	t.Cleanup(func() { ctl("terminate", id) })
-	p, err := local.New(local.Options{Root: dataDir, SandboxMCP: bin})
+	eng, err := local.NewEngine(local.EngineOptions{DataDir: dataDir, SandboxMCP: bin})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Close() })
-	u, tok, err := p.Sidecar(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { eng.Close() })
+	// The sidecar's URL and token, as a user finds them.
+	code, out, errOut = ctl("--json", "url", id)
+	var access sidecarAccess
+	if code != 0 || json.Unmarshal([]byte(out), &access) != nil || access.URL == "" || access.Token == "" {
+		t.Fatalf("url %s = %d %q %q, want the URL and token as JSON", id, code, out, errOut)
 	}
-	sc, err := sidecar.New(sidecar.Options{BaseURL: u, Token: tok})
+	sc, err := sidecar.New(sidecar.Options{BaseURL: access.URL, Token: access.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,13 +62,13 @@ func TestPushAndSyncCommands(t *testing.T) {
 	repo := repos[0].Path
 	home := filepath.Dir(filepath.Dir(repo)) // <home>/workspace/<repo>
 	tmp := "/tmp"                            // the sandbox's own /tmp when isolated; unisolated, the host's (holding this test binary)
-	if !p.Engine().Capabilities().Isolated {
+	if !eng.Capabilities().Isolated {
 		tmp = ""
 	}
 	sh := func(command string) string {
 		t.Helper()
 		var out bytes.Buffer
-		code, err := p.Engine().Exec(t.Context(), id, engine.ExecRequest{Argv: []string{"bash", "-c", command}, Stdout: &out, Stderr: &out})
+		code, err := eng.Exec(t.Context(), id, engine.ExecRequest{Argv: []string{"bash", "-c", command}, Stdout: &out, Stderr: &out})
 		if err != nil || code != 0 {
 			t.Fatalf("in sandbox: %s: exit %d, %v\n%s", command, code, err, out.String())
 		}

@@ -38,7 +38,7 @@ func newCmdRoot(f *Factory) *cobra.Command {
 	pf.BoolVarP(&f.verbose, "verbose", "v", false, "log what happens on stderr")
 	root.AddCommand(NewCmdCreate(f, nil), NewCmdList(f, nil), NewCmdExec(f, nil), NewCmdCp(f, nil),
 		NewCmdSnapshot(f, nil), NewCmdPause(f, true, nil), NewCmdPause(f, false, nil), NewCmdTerminate(f, nil),
-		NewCmdTunnels(f, nil), NewCmdTerminal(f, nil), NewCmdServe(f, nil), NewCmdPush(f, nil), NewCmdSync(f, nil),
+		NewCmdTunnels(f, nil), NewCmdTerminal(f, nil), NewCmdURL(f, nil), NewCmdServe(f, nil), NewCmdPush(f, nil), NewCmdSync(f, nil),
 		NewCmdVolume(f, nil), NewCmdCode(f, nil), NewCmdImage(f), NewCmdGateway(f, nil))
 	return root
 }

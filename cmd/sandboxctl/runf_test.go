@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +147,31 @@ func TestCreateRefusesWhatTheEngineCannotDo(t *testing.T) {
 	if code != 1 || stdout.String() != "" || !strings.Contains(stderr.String(), `runtime "no-such-runtime"`) ||
 		!strings.Contains(stderr.String(), "not supported") || !strings.Contains(stderr.String(), "was not created") {
 		t.Errorf("create --runtime no-such-runtime = %d, stdout %q, stderr %q; want 1 and the refusal", code, stdout.String(), stderr.String())
+	}
+}
+
+// TestRefusalNamesTheFlag: a refusal names the flags it is about and the provider.
+func TestRefusalNamesTheFlag(t *testing.T) {
+	mem := engine.Spec{Limits: engine.Limits{MemoryBytes: 1 << 20}}
+	tests := []struct {
+		name string
+		spec engine.Spec
+		err  error
+		want string // "" : err comes back as it is
+	}{
+		{"limit", mem, fmt.Errorf("memory limit: no: %w", engine.ErrLimit), "provider e2b refuses --memory"},
+		{"two limits", engine.Spec{Limits: engine.Limits{Pids: 1, DiskBytes: 1}}, fmt.Errorf("pids and disk: %w", engine.ErrLimit), "--pids, --disk"},
+		{"unnamed", mem, fmt.Errorf("something: %w", engine.ErrUnsupported), "refuses the flag"},
+		{"volume", engine.Spec{Volumes: []engine.VolumeMount{{Name: "v", Target: "/v"}}}, fmt.Errorf("volume v: %w", engine.ErrNotFound), "sandboxctl volume create"},
+		{"other", mem, errors.New("boom"), ""},
+	}
+	for _, tt := range tests {
+		got := refusal("e2b", tt.spec, tt.err)
+		if !errors.Is(got, tt.err) {
+			t.Errorf("%s: refusal(%v) = %v, want it wrapped", tt.name, tt.err, got)
+		}
+		if tt.want == "" && got != tt.err || tt.want != "" && !strings.Contains(got.Error(), tt.want) {
+			t.Errorf("%s: refusal(%v) = %q, want %q in it", tt.name, tt.err, got, tt.want)
+		}
 	}
 }

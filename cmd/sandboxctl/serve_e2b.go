@@ -13,6 +13,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bserver"
 )
@@ -79,22 +80,19 @@ func e2bTemplates(ctx context.Context, o serveOptions) (map[string]string, error
 // newE2BBackend drives E2B through E2B_API_KEY, E2B_DOMAIN, E2B_API_URL,
 // E2B_SANDBOX_URL, E2B_TEMPLATE and E2B_LOCAL_TUNNELS.
 func newE2BBackend(ctx context.Context, o backendOptions) (*backend, error) {
-	po := e2b.OptionsFromEnv(o.Getenv)
-	if po.Client.APIKey == "" {
-		return nil, errors.New("E2B_API_KEY is required for --provider e2b")
+	co := e2b.ClientOptionsFromEnv(o.Getenv)
+	if co.APIKey == "" {
+		return nil, errors.New("E2B_API_KEY is required for --provider e2b (sandboxctl serve --protocol e2b prints it)")
 	}
-	po.Logger = o.Logger
-	p, err := e2b.New(po)
+	c, err := e2b.NewClient(co)
 	if err != nil {
 		return nil, err
 	}
-	c, err := e2b.NewClient(po.Client)
+	eo := e2b.EngineOptionsFromEnv(o.Getenv)
+	eo.Timeout = provider.SandboxTimeout(o.Getenv)
+	eng, err := e2b.NewEngine(c, eo)
 	if err != nil {
 		return nil, err
 	}
-	eng, err := e2b.NewEngine(c, e2b.EngineOptions{Template: po.Template})
-	if err != nil {
-		return nil, err
-	}
-	return &backend{Engine: eng, Provider: p, Sidecar: p.Sidecar}, nil
+	return newBackend(eng, o, provider.Options{Kind: provider.KindE2B})
 }

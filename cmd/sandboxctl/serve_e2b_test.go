@@ -47,6 +47,17 @@ func TestServeE2B(t *testing.T) {
 	if err != nil || code != 0 || out.String() != "served\n" {
 		t.Errorf("exec through --provider e2b = %d, %q, %v", code, out.String(), err)
 	}
+	// E2B sets limits per template: a limit is refused before anything is made,
+	// naming the flag and the provider.
+	var stdout, stderr strings.Builder
+	code = run(t.Context(), []string{"--provider", "e2b", "create", "--memory", "300M"}, func(k string) string { return exports[k] },
+		strings.NewReader(""), &stdout, &stderr)
+	if code == 0 || stdout.String() != "" || !strings.Contains(stderr.String(), "--memory") || !strings.Contains(stderr.String(), "e2b") {
+		t.Errorf("-p e2b create --memory 300M = %d, %q, %q; want a refusal naming --memory and e2b", code, stdout.String(), stderr.String())
+	}
+	if list, err := b.Engine.List(t.Context()); err != nil || len(list) != 1 {
+		t.Errorf("sandboxes after the refusal = %v, %v; want only the one of this test", list, err)
+	}
 	if _, err := newE2BBackend(t.Context(), backendOptions{Getenv: func(string) string { return "" }}); err == nil {
 		t.Error("--provider e2b without E2B_API_KEY = nil error")
 	}

@@ -53,8 +53,10 @@ func serveModal(ctx context.Context, o serveOptions) error {
 		srv.Close()
 		return err
 	}
+	// Everything the SDKs and `sandboxctl -p modal` need; the app name is any name
+	// (the server makes the app on first use).
 	for _, kv := range [][2]string{{provider.EnvModalServerURL, "http://" + addr}, {provider.EnvModalTokenID, tok.ID},
-		{provider.EnvModalTokenSecret, tok.Secret}, {provider.EnvModalTunnelCA, ca}} {
+		{provider.EnvModalTokenSecret, tok.Secret}, {provider.EnvModalTunnelCA, ca}, {provider.EnvModalAppName, "sandboxctl"}} {
 		fmt.Fprintf(o.Stdout, "export %s=%s\n", kv[0], shellQuote(kv[1]))
 	}
 	if o.Ready != nil {
@@ -86,20 +88,19 @@ func modalBuilder(o serveOptions) modalserver.ImageBuilder {
 // MODAL_SERVER_URL from the environment) with the MODAL_* settings. MODAL_TUNNEL_CA,
 // when set, is a PEM file trusted for the tunnels (the local server's certificate).
 func newModalBackend(ctx context.Context, o backendOptions) (*backend, error) {
-	p := modal.New(modal.Options{Getenv: o.Getenv, Logger: o.Logger})
-	e := p.Engine()
+	mo := modal.Options{Getenv: o.Getenv, Logger: o.Logger}
 	if ca := o.Getenv(provider.EnvModalTunnelCA); ca != "" {
 		pem, err := os.ReadFile(ca)
 		if err != nil {
-			return nil, fmt.Errorf("MODAL_TUNNEL_CA: %w", err)
+			return nil, fmt.Errorf("read MODAL_TUNNEL_CA: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, errors.New("MODAL_TUNNEL_CA: no certificate in " + ca)
 		}
-		e.TLS = &tls.Config{RootCAs: pool}
+		mo.TLS = &tls.Config{RootCAs: pool}
 	}
-	return &backend{Engine: e, Provider: p, Close: e.Close}, nil
+	return newBackend(modal.NewEngine(mo), o, provider.Options{Kind: provider.KindModal, Timeout: provider.SandboxTimeout(o.Getenv)})
 }
 
 // shellQuote quotes v for a POSIX shell when it holds anything but plain characters.

@@ -15,6 +15,7 @@ import (
 	modal "github.com/modal-labs/modal-client/go"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
+	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/modalserver"
@@ -50,7 +51,11 @@ func TestServeModal(t *testing.T) {
 	t.Setenv("MODAL_CONFIG_PATH", filepath.Join(t.TempDir(), "none.toml"))
 	t.Setenv("MODAL_PROFILE", "")
 	t.Setenv("MODAL_ENVIRONMENT", "")
-	client := map[string]string{"MODAL_TOKEN_ID": "ak-x", "MODAL_TOKEN_SECRET": "as-y", "MODAL_APP_NAME": "sandboxctl-test",
+	// Everything create needs is printed.
+	if exported["MODAL_APP_NAME"] == "" {
+		t.Errorf("serve exported %q, want MODAL_APP_NAME too", exported)
+	}
+	client := map[string]string{"MODAL_TOKEN_ID": "ak-x", "MODAL_TOKEN_SECRET": "as-y", "MODAL_APP_NAME": exported["MODAL_APP_NAME"],
 		"MODAL_TUNNEL_CA": filepath.Join(dataDir, "modal-tunnel-ca.pem"), "HOME": env["HOME"]}
 	sctl := func(args ...string) (string, string, int) {
 		var o, e bytes.Buffer
@@ -61,13 +66,45 @@ func TestServeModal(t *testing.T) {
 		t.Errorf("list with a pair of our own = %d %q, want the server's refusal", code, e)
 	}
 	client["MODAL_TOKEN_ID"], client["MODAL_TOKEN_SECRET"] = exported["MODAL_TOKEN_ID"], exported["MODAL_TOKEN_SECRET"]
-	o, e, code := sctl("create", "--session", "ctl-1", "--env", "SANDBOX_MCP_AUTH_TOKEN=tok")
+	if _, e, code := sctl("volume", "create", "v"); code != 0 {
+		t.Fatalf("volume create = %d: %s", code, e)
+	}
+	// The create flags travel with the create: the volume is mounted and the memory
+	// limit holds inside. It returns once the sidecar is healthy, not after a wait
+	// for one it cannot reach.
+	start := time.Now()
+	o, e, code := sctl("create", "--session", "ctl-1", "--env", "SANDBOX_MCP_AUTH_TOKEN=tok", "--memory", "300M", "--volume", "v:/data")
+	took := time.Since(start)
 	if code != 0 {
 		t.Fatalf("create = %d: %s", code, e)
+	}
+	t.Logf("create took %v", took)
+	if took >= provider.SidecarWaitTimeout {
+		t.Errorf("create took %v: it waited out the sidecar wait (%v)", took, provider.SidecarWaitTimeout)
 	}
 	id := strings.TrimSpace(strings.Split(o, "\n")[0])
 	if !strings.HasPrefix(id, "sb-") || !strings.Contains(o, "preview") || !strings.Contains(o, "https://127.0.0.1:") {
 		t.Errorf("create printed %q", o)
+	}
+	if o, e, code := sctl("exec", id, "--", "sh", "-c", "echo kept > /data/f && grep -c ' /data ' /proc/self/mountinfo"); code != 0 || o != "1\n" {
+		t.Errorf("exec on /data = %d %q %q, want the volume mounted there", code, o, e)
+	}
+	if _, e, code := sctl("exec", id, "--", "dd", "if=/dev/zero", "of=/dev/null", "bs=16M", "count=1"); code != 0 {
+		t.Errorf("16M under a 300M limit = %d %q, want 0", code, e)
+	}
+	if _, e, code := sctl("exec", id, "--", "dd", "if=/dev/zero", "of=/dev/null", "bs=350M", "count=1"); code != 137 {
+		t.Errorf("350M under a 300M limit = %d %q, want 137 (killed)", code, e)
+	}
+	// The sandbox's own CLI reaches its sidecar; the user gets its URL and token.
+	if o, e, code := sctl("exec", id, "--", "proliferate", "services", "list"); code != 0 || !strings.Contains(o, `"services"`) {
+		t.Errorf("exec proliferate services list = %d %q %q", code, o, e)
+	}
+	if o, e, code := sctl("--json", "url", id); code != 0 || !strings.Contains(o, `"token": "tok"`) || !strings.Contains(o, `"url": "https://127.0.0.1:`) {
+		t.Errorf("url = %d %q %q, want the tunnel's URL and the token", code, o, e)
+	}
+	// What Modal cannot do is refused, naming the flag and the provider.
+	if _, e, code := sctl("create", "--session", "ctl-2", "--pids", "10"); code == 0 || !strings.Contains(e, "--pids") || !strings.Contains(e, "modal") {
+		t.Errorf("create --pids = %d %q, want a refusal naming --pids and modal", code, e)
 	}
 	if o, e, code := sctl("exec", id, "--", "sh", "-c", "echo hi from modal; exit 3"); code != 3 || o != "hi from modal\n" {
 		t.Errorf("exec = %d %q %q", code, o, e)
@@ -80,6 +117,9 @@ func TestServeModal(t *testing.T) {
 	}
 	if o, _, _ := sctl("list"); strings.Contains(o, id) {
 		t.Errorf("list after terminate still has %s: %q", id, o)
+	}
+	if _, e, code := sctl("volume", "rm", "v"); code != 0 {
+		t.Errorf("volume rm = %d: %s", code, e)
 	}
 }
 

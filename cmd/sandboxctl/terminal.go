@@ -53,6 +53,7 @@ func NewCmdTerminal(f *Factory, runF func(*TerminalOptions) error) *cobra.Comman
 
 func terminalRun(o *TerminalOptions) error {
 	f, url, token := o.Factory, o.Target, o.Token
+	var hc *http.Client
 	if !strings.Contains(url, "://") {
 		b, err := f.open(o.Ctx, "")
 		if err != nil {
@@ -70,11 +71,14 @@ func terminalRun(o *TerminalOptions) error {
 		if token == "" {
 			token = tok
 		}
+		if pc, ok := b.Engine.(engine.PortClienter); ok {
+			hc = pc.PortClient() // the engine's tunnels may need its certificate (Modal's)
+		}
 	}
 	if token == "" {
 		token = f.getenv(rules.EnvAuthToken)
 	}
-	return f.terminal(o.Ctx, url, token)
+	return f.terminal(o.Ctx, url, token, hc)
 }
 
 // terminalURL turns a sidecar base URL into its terminal WebSocket URL.
@@ -92,12 +96,13 @@ func terminalURL(base string) string {
 	return u
 }
 
-func (a *Factory) terminal(ctx context.Context, base, token string) error {
+// terminal attaches to the sidecar at base with hc (nil: the default client).
+func (a *Factory) terminal(ctx context.Context, base, token string, hc *http.Client) error {
 	h := http.Header{}
 	if token != "" {
 		h.Set("Authorization", "Bearer "+token)
 	}
-	c, resp, err := websocket.Dial(ctx, terminalURL(base), &websocket.DialOptions{HTTPHeader: h})
+	c, resp, err := websocket.Dial(ctx, terminalURL(base), &websocket.DialOptions{HTTPHeader: h, HTTPClient: hc})
 	if err != nil {
 		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
 			return errorf("terminal: unauthorized (wrong or missing token)")

@@ -37,8 +37,7 @@ func BenchmarkCreateHealthy(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			srv := e2btest.Start(b, e2btest.Options{SandboxMCP: sandboxMCP, Image: img})
-			p, err := e2b.New(e2b.Options{Client: srv.ClientOptions(),
-				Template: "base", LocalTunnels: true, Getenv: env(map[string]string{})})
+			p, err := newProvider(providerOptions{Client: srv.ClientOptions(), Template: "base", LocalTunnels: true})
 			if err != nil {
 				b.Fatal(err)
 			}

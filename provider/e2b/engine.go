@@ -28,7 +28,11 @@ type Engine struct {
 	o EngineOptions
 }
 
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine    = (*Engine)(nil)
+	_ engine.PortURLer = (*Engine)(nil)
+	_ engine.Starter   = (*Engine)(nil)
+)
 
 // EngineOptions configure NewEngine.
 type EngineOptions struct {
@@ -40,6 +44,14 @@ type EngineOptions struct {
 	// Gateway is the egress gateway that carries Spec.Secrets; without it a spec
 	// with secrets is refused.
 	Gateway *gateway.Engine
+	// LocalTunnels resolves ports through the local server's mapping (PortURL).
+	LocalTunnels bool
+}
+
+// EngineOptionsFromEnv reads E2B_TEMPLATE and E2B_LOCAL_TUNNELS.
+func EngineOptionsFromEnv(getenv func(string) string) EngineOptions {
+	lt := strings.ToLower(strings.TrimSpace(getenv(EnvLocalTunnels)))
+	return EngineOptions{Template: strings.TrimSpace(getenv(EnvTemplate)), LocalTunnels: lt == "1" || lt == "true"}
 }
 
 // NewEngine returns an engine over the client.
@@ -82,8 +94,18 @@ func (e *Engine) Capabilities() engine.Capabilities {
 // Limits, Mounts and a read-only volume have no E2B counterpart and are refused
 // rather than ignored.
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
-	if spec.Name != "" || len(spec.Mounts) > 0 || spec.Limits != (engine.Limits{}) || spec.Image != "" {
-		return engine.Info{}, fmt.Errorf("%w: E2B sandboxes have no names, mounts, limits or images (a template goes in Spec.Snapshot)", engine.ErrUnsupported)
+	switch {
+	case spec.Limits != (engine.Limits{}):
+		// A template fixes an E2B sandbox's memory and CPUs; nothing per sandbox.
+		return engine.Info{}, fmt.Errorf("e2b: memory, cpus, pids and disk limits: E2B sets them per template, not per sandbox: %w", engine.ErrLimit)
+	case spec.Name != "":
+		return engine.Info{}, fmt.Errorf("e2b: name %q: E2B sandboxes have no names: %w", spec.Name, engine.ErrUnsupported)
+	case len(spec.Mounts) > 0:
+		return engine.Info{}, fmt.Errorf("e2b: mount of host path %s: E2B binds no host paths: %w", spec.Mounts[0].Source, engine.ErrUnsupported)
+	case spec.Image != "":
+		return engine.Info{}, fmt.Errorf("e2b: image %q: E2B boots templates (a template goes in Spec.Snapshot): %w", spec.Image, engine.ErrUnsupported)
+	case spec.Runtime != "":
+		return engine.Info{}, fmt.Errorf("e2b: runtime %q: E2B chooses its own: %w", spec.Runtime, engine.ErrUnsupported)
 	}
 	if e.o.Gateway == nil {
 		if err := gateway.Refuse("e2b", spec); err != nil {
@@ -124,23 +146,46 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		template = spec.Snapshot
 	}
 	if template == "" {
-		return engine.Info{}, errors.New("create: E2B_TEMPLATE is required to create a sandbox")
+		return engine.Info{}, &provider.ConfigError{Msg: "E2B_TEMPLATE is required to create a sandbox"}
 	}
 	// E2B sandboxes never share a network with anything; either flag asks for the
 	// outside, and EgressHosts (with Egress) become E2B's egress rules.
 	net := spec.Network || spec.Egress
 	sb, err := e.c.Create(ctx, e2bwire.NewSandbox{TemplateID: template, Timeout: seconds(timeout), Secure: true,
 		AllowInternetAccess: &net, Metadata: spec.Labels, EnvVars: env, VolumeMounts: mounts, Network: egressRules(spec)})
-	if err == nil {
-		if err = gateway.Trust(ctx, e, sb.SandboxID, reg); err != nil {
-			_ = e.Terminate(context.WithoutCancel(ctx), sb.SandboxID)
-		}
-	}
 	if err != nil {
+		return engine.Info{}, engineErr(err)
+	}
+	// A fresh sandbox's envd may take a moment: the first call on it must not fail.
+	if err := waitEnvd(ctx, e.c.Envd(sb)); err != nil {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		_ = e.c.Kill(kctx, sb.SandboxID)
+		cancel()
+		return engine.Info{}, err
+	}
+	if err := gateway.Trust(ctx, e, sb.SandboxID, reg); err != nil {
+		_ = e.Terminate(context.WithoutCancel(ctx), sb.SandboxID)
 		return engine.Info{}, engineErr(err)
 	}
 	created = true
 	return e.Get(ctx, sb.SandboxID)
+}
+
+// waitEnvd waits until envd answers, for at most a minute.
+func waitEnvd(ctx context.Context, ev *Envd) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		err := ev.Health(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for envd: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // egressRules are E2B's network rules for spec.EgressHosts: the hosts are the only
@@ -394,6 +439,29 @@ func (e *Engine) Terminate(ctx context.Context, id string) error {
 		return err
 	}
 	return nil
+}
+
+// StartDetached starts argv; the process belongs to the sandbox, not to this call:
+// envd keeps it running after the stream is dropped.
+func (e *Engine) StartDetached(ctx context.Context, id string, req engine.ExecRequest) (int, error) {
+	if len(req.Argv) == 0 {
+		return 0, errors.New("start: argv is required")
+	}
+	ev, err := e.envd(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	env := map[string]string{}
+	for _, kv := range req.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	p, err := ev.Start(ctx, StartOptions{Cmd: req.Argv[0], Args: req.Argv[1:], Envs: env, Cwd: req.Cwd})
+	if err != nil {
+		return 0, engineErr(err)
+	}
+	p.Detach()
+	return int(p.PID), nil
 }
 
 // Close releases nothing: the engine holds no connections of its own.

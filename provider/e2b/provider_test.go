@@ -27,9 +27,36 @@ func env(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
+// providerOptions are what the tests' providers are made of: the one provider
+// (provider.New) over an engine of this package, as sandboxctl drives E2B.
+type providerOptions struct {
+	Client       e2b.ClientOptions
+	Template     string
+	LocalTunnels bool
+	Getenv       func(string) string
+	GitMirrors   provider.GitBundler
+}
+
+// newProvider is the provider of o.
+func newProvider(o providerOptions) (*provider.Provider, error) {
+	c, err := e2b.NewClient(o.Client)
+	if err != nil {
+		return nil, err
+	}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = env(nil)
+	}
+	eng, err := e2b.NewEngine(c, e2b.EngineOptions{Template: o.Template, LocalTunnels: o.LocalTunnels, Timeout: provider.SandboxTimeout(getenv)})
+	if err != nil {
+		return nil, err
+	}
+	return provider.New(eng, provider.Options{Kind: provider.KindE2B, Getenv: getenv, GitMirrors: o.GitMirrors})
+}
+
 type fixture struct {
 	srv  *e2btest.Server
-	opts e2b.Options
+	opts providerOptions
 	repo string // clone URL inside the sandbox
 }
 
@@ -47,7 +74,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	gittest.Git(t, repo, "add", "README.md")
 	gittest.Git(t, repo, "commit", "-q", "-m", "readme")
-	return &fixture{srv: srv, repo: "file://" + e2btest.SharedDir + "/repo", opts: e2b.Options{
+	return &fixture{srv: srv, repo: "file://" + e2btest.SharedDir + "/repo", opts: providerOptions{
 		Client:       srv.ClientOptions(),
 		Template:     "base",
 		LocalTunnels: true,
@@ -55,9 +82,9 @@ func newFixture(t *testing.T) *fixture {
 	}}
 }
 
-func (f *fixture) provider(t testing.TB) *e2b.Provider {
+func (f *fixture) provider(t testing.TB) *provider.Provider {
 	t.Helper()
-	p, err := e2b.New(f.opts)
+	p, err := newProvider(f.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +92,7 @@ func (f *fixture) provider(t testing.TB) *e2b.Provider {
 }
 
 // marker is what e2btest.MarkerCommand prints in the sandbox, trimmed.
-func (f *fixture) marker(t *testing.T, p *e2b.Provider, id string) string {
+func (f *fixture) marker(t *testing.T, p *provider.Provider, id string) string {
 	t.Helper()
 	out, err := p.ExecCommand(t.Context(), id, []string{"sh", "-c", e2btest.MarkerCommand}, provider.ExecOptions{})
 	if err != nil {
@@ -89,34 +116,23 @@ func TestContract(t *testing.T) {
 	})
 }
 
-// TestWithoutCredentials: a provider without an API key is constructible, unhealthy,
-// and says what is missing; it never claims a sandbox is gone.
-func TestWithoutCredentials(t *testing.T) {
-	p, err := e2b.New(e2b.Options{})
+// TestMisconfigured: without a template a create fails before anything is made and
+// says what is missing; a bad API URL fails at construction.
+func TestMisconfigured(t *testing.T) {
+	p, err := newProvider(providerOptions{Client: e2b.ClientOptions{APIKey: "e2b_00"}})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if p.Health(t.Context()) {
-		t.Error("Health() without E2B_API_KEY = true, want false")
 	}
 	if err := p.Terminate(t.Context(), "s", ""); err == nil || !strings.Contains(err.Error(), "sandboxId is required") {
 		t.Errorf("Terminate without an id = %v", err)
 	}
-	if err := p.Terminate(t.Context(), "s", "x"); err == nil || !strings.Contains(err.Error(), "E2B_API_KEY is required") {
-		t.Errorf("Terminate without a key = %v, want the missing key named", err)
-	}
-	if got, err := p.CheckSandboxes(t.Context(), []string{"x"}); err != nil || len(got) != 0 {
-		t.Errorf("CheckSandboxes without a key = %v, %v, want none", got, err)
-	}
-	o := e2b.Options{Client: e2b.ClientOptions{APIKey: "e2b_00"}}
-	p, _ = e2b.New(o)
 	_, err = p.CreateSandbox(t.Context(), provider.CreateOptions{SessionID: "s"})
 	var pe *provider.ProviderError
 	if !errorsAs(err, &pe) || pe.Retryable || !strings.Contains(pe.Error(), "E2B_TEMPLATE is required to create a sandbox") {
 		t.Errorf("CreateSandbox without a template = %v", err)
 	}
-	if _, err := e2b.New(e2b.Options{Client: e2b.ClientOptions{APIKey: "k", APIURL: "ftp://x"}}); err == nil {
-		t.Error("New with an ftp API URL = nil error")
+	if _, err := newProvider(providerOptions{Client: e2b.ClientOptions{APIKey: "k", APIURL: "ftp://x"}}); err == nil {
+		t.Error("a provider with an ftp API URL = nil error")
 	}
 }
 
@@ -322,7 +338,7 @@ func TestErrorsAreRedactedProviderErrors(t *testing.T) {
 	f := newFixture(t)
 	o := f.opts
 	o.Template = "no-such-template"
-	p, err := e2b.New(o)
+	p, err := newProvider(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +351,7 @@ func TestErrorsAreRedactedProviderErrors(t *testing.T) {
 	}
 	bad := f.opts
 	bad.Client.APIKey = "e2b_ffffffffffffffffffffffffffffffffffffffff"
-	p, _ = e2b.New(bad)
+	p, _ = newProvider(bad)
 	if _, err := p.Snapshot(t.Context(), "s", "x"); !errorsAs(err, &pe) || pe.StatusCode != http.StatusUnauthorized || strings.Contains(pe.Error(), "ffffffff") {
 		t.Errorf("call with a wrong key = %v, want a 401 ProviderError without the key", err)
 	}

@@ -1,10 +1,16 @@
-// Package engine is the contract between the host-side providers and a machine that runs
-// sandboxes. provider/local implements it with Linux namespaces on one machine; the local
-// Modal- and E2B-compatible servers (provider/modal/modalserver, provider/e2b/e2bserver)
-// serve their protocols on top of any Engine, and sandboxctl drives it.
+// Package engine is the contract between the host side and a machine that runs
+// sandboxes. Three engines implement it: provider/local on this machine, provider/modal
+// over Modal's API and provider/e2b over E2B's. The one provider (provider.New) boots
+// the platform's sandboxes on any of them; the local Modal- and E2B-compatible servers
+// (provider/modal/modalserver, provider/e2b/e2bserver) serve their protocols on top of
+// any Engine, and sandboxctl drives one.
 //
-// An Engine keeps its state (sandboxes, snapshots, tunnels) in one data dir and survives a
-// restart of the process that controls it: List never lies about what is alive.
+// Where an engine's state lives is the engine's business: the local engine keeps it in
+// a data dir and survives a restart of the process that controls it, the Modal and E2B
+// engines keep none (the service has it). Either way List never lies about what is
+// alive. What engines do differently is said by Capabilities and by the small optional
+// interfaces at the end of this file (PortURLer, Starter, HostBinder, PortClienter),
+// never by the caller knowing which engine it has.
 package engine
 
 import (
@@ -12,6 +18,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"time"
 )
 
@@ -335,4 +342,37 @@ type Engine interface {
 	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
 	// Close releases the controlling process's resources; sandboxes keep running.
 	Close() error
+}
+
+// PortURLer is implemented by engines whose sandbox ports have a URL the host reaches
+// that Info.Tunnels does not spell (Modal's TLS tunnels, E2B's port hosts). Without
+// it, a port's URL is http:// to its tunnel in Info.Tunnels.
+type PortURLer interface {
+	// PortURL is an http:// or https:// URL that reaches port inside the sandbox.
+	PortURL(ctx context.Context, id string, port int) (string, error)
+}
+
+// PortClienter is implemented by engines whose port URLs need an HTTP client of
+// their own (a tunnel certificate the system does not trust). Without it, a default
+// client is used.
+type PortClienter interface {
+	// PortClient is the HTTP client for the URLs of PortURL.
+	PortClient() *http.Client
+}
+
+// Starter is implemented by engines that start a command nobody waits for: it lives
+// as long as the sandbox, and the call returns once it runs. A boot starts its
+// long-lived programs (sandbox-mcp, OpenCode) this way.
+type Starter interface {
+	// StartDetached starts req (its Stdin, Stdout, Stderr and TTY are unused) and
+	// returns the process id inside the sandbox, or 0 when the engine cannot tell.
+	StartDetached(ctx context.Context, id string, req ExecRequest) (int, error)
+}
+
+// HostBinder is implemented by engines that can bind host paths into a sandbox
+// (Spec.Mounts); a boot binds local repositories in read-only this way. Engines
+// without it refuse Spec.Mounts.
+type HostBinder interface {
+	// BindsHostPaths reports whether Spec.Mounts is honoured.
+	BindsHostPaths() bool
 }

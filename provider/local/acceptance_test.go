@@ -6,11 +6,13 @@ package local
 import (
 	"bytes"
 	"context"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,7 +35,7 @@ func health(t *testing.T, url string) int {
 	return resp.StatusCode
 }
 
-func execOut(t *testing.T, p *Provider, id string, argv ...string) string {
+func execOut(t *testing.T, p *testProvider, id string, argv ...string) string {
 	t.Helper()
 	res, err := p.ExecCommand(t.Context(), id, argv, provider.ExecOptions{})
 	if err != nil {
@@ -48,7 +50,7 @@ func TestAcceptanceTwoSandboxes(t *testing.T) {
 	origin := gitRepo(t)
 	p := newProvider(t, nil)
 	opts := provider.CreateOptions{SessionID: "s", Repos: []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "app"}}}
-	var boots [2]Boot
+	var boots [2]testBoot
 	var errs [2]error
 	var wg sync.WaitGroup
 	for i := range boots {
@@ -142,7 +144,7 @@ func TestAcceptanceTerminateLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
-	cl, err := sidecarClient(p.client, b.SandboxMCPURL, b.SidecarToken)
+	cl, err := sidecar.New(sidecar.Options{BaseURL: b.SandboxMCPURL, Token: b.SidecarToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +175,7 @@ func TestAcceptanceTerminateLeavesNothing(t *testing.T) {
 		t.Error("a mount of the sandbox remains on the host")
 	}
 	for _, tn := range info.Tunnels {
-		if c, err := net.DialTimeout("tcp", hostPort(tn.Host, tn.HostPort), time.Second); err == nil {
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(tn.Host, strconv.Itoa(tn.HostPort)), time.Second); err == nil {
 			c.Close()
 			t.Errorf("tunnel of port %d still listens on %d", tn.Port, tn.HostPort)
 		}
@@ -234,7 +236,7 @@ func testSnapshotRestore(t *testing.T, k rootKind) {
 // Unisolated mode (explicit opt-in) boots the same plan as host processes: the
 // layout is rooted in the sandbox's directory and the sidecar is on a free port.
 func TestUnisolatedBoot(t *testing.T) {
-	p, err := New(Options{Root: t.TempDir(), SandboxMCP: sandboxMCP, Unisolated: true})
+	p, err := newTestProvider(testOptions{Root: t.TempDir(), SandboxMCP: sandboxMCP, Unisolated: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -231,7 +231,7 @@ func BenchmarkBootHealthy(b *testing.B) { benchBoot(b, false) }
 func BenchmarkBootHealthyImage(b *testing.B) { benchBoot(b, true) }
 
 func benchBoot(b *testing.B, image bool) {
-	o := Options{Root: b.TempDir(), SandboxMCP: sandboxMCP}
+	o := testOptions{Root: b.TempDir(), SandboxMCP: sandboxMCP}
 	if image {
 		o.Images, o.Image = planImage(b)
 	}

@@ -12,7 +12,8 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
-// Boot a sandbox on this machine from a real git repo: the repo is cloned into the
+// Boot a sandbox on this machine from a real git repo with the one provider over the
+// local engine: the repo is cloned into the
 // sandbox's workspace and its sandbox-mcp answers on a loopback port. Programs that
 // are not installed, or that would bind fixed ports, are skipped and reported.
 func Example() {
@@ -32,12 +33,18 @@ func Example() {
 		}
 	}
 
-	p, err := local.New(local.Options{Root: filepath.Join(tmp, "root"), SandboxMCP: local.BuiltSandboxMCP()})
+	// The local engine, and the one provider over it.
+	eng, err := local.NewEngine(local.EngineOptions{DataDir: filepath.Join(tmp, "root"), SandboxMCP: local.BuiltSandboxMCP()})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer p.Close()
+	defer eng.Close()
+	p, err := provider.New(eng, provider.Options{Kind: provider.KindLocal})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	b, err := p.Boot(ctx, provider.CreateOptions{
 		SessionID: "example",
@@ -50,7 +57,7 @@ func Example() {
 	}
 	defer p.Terminate(ctx, "example", b.SandboxID)
 
-	_, err = os.Stat(filepath.Join(b.Home, "workspace/app/.git"))
+	_, err = os.Stat(filepath.Join(b.Info.Home, "workspace/app/.git"))
 	fmt.Println("cloned:", err == nil)
 	resp, err := http.Get(b.SandboxMCPURL + "/api/health")
 	if err == nil {

@@ -396,18 +396,3 @@ func removeAllAt(dirfd int, name string) error {
 	}
 	return err
 }
-
-// chmod sets a path's permission bits inside the sandbox.
-func (e *Engine) chmod(id, p string, mode uint32) error {
-	return e.withRoot(id, p, func(root int, p string) error {
-		f, err := openIn(root, p, unix.O_PATH, 0)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), mode&0o7777, 0); err != nil {
-			return &fs.PathError{Op: "chmod", Path: p, Err: err}
-		}
-		return nil
-	})
-}

@@ -18,7 +18,7 @@ import (
 )
 
 // inSandbox runs a bash command inside the sandbox and returns its output.
-func inSandbox(t *testing.T, p *Provider, id, command string) string {
+func inSandbox(t *testing.T, p *testProvider, id, command string) string {
 	t.Helper()
 	var out bytes.Buffer
 	code, err := p.Engine().Exec(t.Context(), id, engine.ExecRequest{Argv: []string{"bash", "-c", command}, Stdout: &out, Stderr: &out})

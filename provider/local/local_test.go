@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/proliferate-ai/sandbox-mcp/sidecar"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,7 +16,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -94,27 +94,6 @@ func killLeakedInits() []string {
 	return out
 }
 
-// mustNew is New for tests: where namespaces are not permitted the test is skipped
-// (the unisolated tests still run there).
-func mustNew(t testing.TB, o Options) *Provider {
-	t.Helper()
-	p, err := New(o)
-	if errors.Is(err, engine.ErrNotIsolated) {
-		t.Skipf("namespaces are not permitted here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func newProvider(t *testing.T, env map[string]string) *Provider {
-	t.Helper()
-	p := mustNew(t, Options{Root: t.TempDir(), SandboxMCP: sandboxMCP, Getenv: func(k string) string { return env[k] }})
-	t.Cleanup(func() { p.Close() })
-	return p
-}
-
 // gitRepo makes a repo with README.md on main and a branch "feature".
 func gitRepo(t *testing.T) string {
 	t.Helper()
@@ -150,7 +129,7 @@ func writeFile(t *testing.T, path, content string) {
 }
 
 // hostPath is the host path of a path inside the sandbox b.
-func hostPath(b Boot, p string) string {
+func hostPath(b testBoot, p string) string {
 	if rest, ok := strings.CutPrefix(p, b.Paths.Home); ok && b.Paths.Home == provider.HomeDir {
 		return b.Home + rest
 	}
@@ -177,7 +156,7 @@ func statusIf(ok bool) string {
 	return provider.StepSkipped
 }
 
-func report(b Boot) map[string]provider.StepReport {
+func report(b testBoot) map[string]provider.StepReport {
 	m := map[string]provider.StepReport{}
 	for _, r := range b.Report {
 		m[r.Name] = r
@@ -257,7 +236,7 @@ func testBootClones(t *testing.T, k rootKind) {
 	}
 
 	t.Run("service visible in /api/services", func(t *testing.T) {
-		cl, err := sidecarClient(p.client, b.SandboxMCPURL, b.SidecarToken)
+		cl, err := sidecar.New(sidecar.Options{BaseURL: b.SandboxMCPURL, Token: b.SidecarToken})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,6 +290,9 @@ func TestBootCloneFallbackAndFailure(t *testing.T) {
 		want    string // file that must exist in the clone
 	}{
 		{"missing branch falls back to default", provider.RepoSpec{RepoURL: origin, WorkspacePath: ".", Branch: "no-such-branch"}, "", "README.md"},
+		// sandboxctl create --repo URL#branch: a branch asked for by name must exist.
+		{"missing required branch fails naming it", provider.RepoSpec{RepoURL: origin, WorkspacePath: ".", Branch: "no-such-branch",
+			BranchRequired: true}, "no-such-branch", ""},
 		{"missing repo fails the boot", provider.RepoSpec{RepoURL: filepath.Join(origin, "nope"), WorkspacePath: "."}, "clone .", ""},
 	}
 	for _, tt := range tests {
@@ -329,9 +311,8 @@ func TestBootCloneFallbackAndFailure(t *testing.T) {
 					t.Errorf("failed Boot = id %q, report %+v, want no sandbox and the failed step last", b.SandboxID, b.Report)
 				}
 				entries, _ := os.ReadDir(filepath.Join(p.o.Root, "sandboxes"))
-				states, _ := os.ReadDir(filepath.Join(p.o.Root, "state"))
-				if len(entries) != 0 || len(states) != 0 {
-					t.Errorf("failed boot left %d sandboxes and %d state files, want none", len(entries), len(states))
+				if len(entries) != 0 {
+					t.Errorf("failed boot left %d sandboxes, want none", len(entries))
 				}
 				return
 			}
@@ -451,31 +432,9 @@ func TestWriteEnvFile(t *testing.T) {
 	}
 }
 
-func TestNewValidates(t *testing.T) {
-	tests := []struct {
-		name string
-		o    Options
-		want string
-	}{
-		{"no root", Options{SandboxMCP: "x"}, "Root is required"},
-		{"no binary", Options{Root: t.TempDir()}, "SandboxMCP is required"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if _, err := New(tt.o); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("New(%+v) = %v, want %q", tt.o, err, tt.want)
-			}
-		})
-	}
-}
-
 func TestHealth(t *testing.T) {
 	if !newProvider(t, nil).Health(t.Context()) {
-		t.Errorf("Health() = false with bash, git and the binary present")
-	}
-	p := mustNew(t, Options{Root: t.TempDir(), SandboxMCP: filepath.Join(t.TempDir(), "missing")})
-	if p.Health(t.Context()) {
-		t.Errorf("Health() = true without the sandbox-mcp binary")
+		t.Errorf("Health() = false on a working engine")
 	}
 }
 
@@ -483,7 +442,7 @@ func TestHealth(t *testing.T) {
 func TestContract(t *testing.T) {
 	for _, k := range rootKinds {
 		t.Run(k.name, func(t *testing.T) {
-			o := Options{Root: t.TempDir(), SandboxMCP: sandboxMCP, KillGrace: time.Second}
+			o := testOptions{Root: t.TempDir(), SandboxMCP: sandboxMCP}
 			if k.image {
 				s, id := planImage(t)
 				o.Images, o.Image = s, id
@@ -492,11 +451,12 @@ func TestContract(t *testing.T) {
 			providertest.Run(t, func(t *testing.T) provider.SandboxProvider {
 				p := mustNew(t, o)
 				t.Cleanup(func() { p.Close() })
-				return p
+				return p.Provider
 			}, providertest.Options{
 				Kind: provider.KindLocal,
 				CreateOptions: func(t *testing.T) provider.CreateOptions {
-					return provider.CreateOptions{SessionID: "contract", Repos: []provider.RepoSpec{{RepoURL: gitRepo(t), WorkspacePath: "."}}}
+					return provider.CreateOptions{SessionID: "contract", Repos: []provider.RepoSpec{{RepoURL: gitRepo(t), WorkspacePath: "."}},
+						Spec: engine.Spec{Image: o.Image}}
 				},
 			})
 		})
@@ -507,20 +467,20 @@ func TestContract(t *testing.T) {
 // finds them alive, CheckSandboxes changes nothing, and Terminate ends them.
 func TestSandboxOutlivesProvider(t *testing.T) {
 	root := t.TempDir()
-	p := mustNew(t, Options{Root: root, SandboxMCP: sandboxMCP})
+	p := mustNew(t, testOptions{Root: root, SandboxMCP: sandboxMCP})
 	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Close()
-	q := mustNew(t, Options{Root: root, SandboxMCP: sandboxMCP})
+	q := mustNew(t, testOptions{Root: root, SandboxMCP: sandboxMCP})
 	defer q.Close()
 	defer q.Terminate(context.Background(), "s", b.SandboxID)
-	before, _ := os.ReadFile(q.statePath(b.SandboxID))
+	before, _ := os.ReadFile(filepath.Join(root, "sandboxes", b.SandboxID, "state.json"))
 	if got, err := q.CheckSandboxes(t.Context(), []string{b.SandboxID}); err != nil || len(got) != 1 {
 		t.Errorf("CheckSandboxes after the booting Provider closed = %q, %v, want the sandbox", got, err)
 	}
-	after, _ := os.ReadFile(q.statePath(b.SandboxID))
+	after, _ := os.ReadFile(filepath.Join(root, "sandboxes", b.SandboxID, "state.json"))
 	if string(before) != string(after) {
 		t.Errorf("CheckSandboxes changed the sandbox's state")
 	}

@@ -4,16 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 )
 
-func bootScratch(t *testing.T, p *Provider) Boot {
+func bootScratch(t *testing.T, p *testProvider) testBoot {
 	t.Helper()
 	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s"})
 	if err != nil {
@@ -81,56 +79,5 @@ func TestTestServiceCommands(t *testing.T) {
 		if r.Output != tt.out || r.ExitCode == nil || *r.ExitCode != tt.code || filepath.Base(r.LogFile) != tt.log {
 			t.Errorf("result %d = %+v (exit %v), want output %q exit %d log %s", i, r, *r.ExitCode, tt.out, tt.code, tt.log)
 		}
-	}
-}
-
-// PullOnRestore from package provider, driven through the local sandbox's Executor
-// against a real repo: the exit code of git decides.
-func TestPullOnRestoreThroughExecutor(t *testing.T) {
-	origin := gitRepo(t)
-	p := newProvider(t, nil)
-	b, err := p.Boot(t.Context(), provider.CreateOptions{SessionID: "s",
-		Repos: []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "app"}, {RepoURL: "file://" + origin, WorkspacePath: "broken"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Terminate(context.Background(), "s", b.SandboxID) })
-	writeFile(t, filepath.Join(origin, "NEW.md"), "new\n")
-	git(t, origin, "add", ".")
-	git(t, origin, "commit", "-q", "-m", "new")
-
-	ex, err := p.Executor(b.SandboxID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	paths := b.Paths
-	repos := []provider.RepoSpec{{RepoURL: "file://" + origin, WorkspacePath: "app"}}
-	now := time.UnixMilli(5_000_000_000_000)
-	res, err := provider.PullOnRestore(t.Context(), ex, provider.PullOptions{Paths: paths, Repos: repos, Enabled: true,
-		HasSnapshot: true, Now: func() time.Time { return now }})
-	if err != nil || !res.Pulled || !res.AllSucceeded || !res.MetadataWritten {
-		t.Fatalf("PullOnRestore = %+v, %v, want pulled and recorded", res, err)
-	}
-	if _, err := os.Stat(hostPath(b, filepath.Join(paths.RepoDir("app"), "NEW.md"))); err != nil {
-		t.Errorf("pull did not bring NEW.md: %v", err)
-	}
-	meta, _ := os.ReadFile(hostPath(b, paths.MetadataFile()))
-	if !strings.Contains(string(meta), `"lastGitFetchAt": 5000000000000`) {
-		t.Errorf("metadata = %s", meta)
-	}
-
-	// A repo whose pull fails (diverged history) makes the whole pull not recorded.
-	broken := hostPath(b, paths.RepoDir("broken"))
-	git(t, broken, "reset", "-q", "--hard", "HEAD")
-	writeFile(t, filepath.Join(broken, "LOCAL.md"), "x\n")
-	git(t, broken, "add", ".")
-	git(t, broken, "commit", "-q", "-m", "local")
-	repos = append(repos, provider.RepoSpec{RepoURL: "file://" + origin, WorkspacePath: "broken"})
-	later := now.Add(time.Hour)
-	var lines []string
-	res, err = provider.PullOnRestore(t.Context(), ex, provider.PullOptions{Paths: paths, Repos: repos, Enabled: true,
-		HasSnapshot: true, Now: func() time.Time { return later }, Log: func(s string) { lines = append(lines, s) }})
-	if err != nil || !res.Pulled || res.AllSucceeded || res.MetadataWritten {
-		t.Errorf("PullOnRestore with a diverged repo = %+v, %v, want pulled, not all succeeded, not recorded (log %q)", res, err, lines)
 	}
 }

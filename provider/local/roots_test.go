@@ -63,9 +63,9 @@ func (k rootKind) engine(t *testing.T) (*Engine, engine.Spec) {
 }
 
 // provider is newProvider for the kind: its sandboxes boot on the kind's root.
-func (k rootKind) provider(t *testing.T, env map[string]string) *Provider {
+func (k rootKind) provider(t *testing.T, env map[string]string) *testProvider {
 	t.Helper()
-	o := Options{Root: t.TempDir(), SandboxMCP: sandboxMCP, Getenv: func(k string) string { return env[k] }}
+	o := testOptions{Root: t.TempDir(), SandboxMCP: sandboxMCP, Getenv: func(k string) string { return env[k] }}
 	if k.image {
 		s, id := planImage(t)
 		o.Images, o.Image = s, id
@@ -107,7 +107,7 @@ func (k rootKind) check(t *testing.T, e *Engine, id, image string) {
 
 // checkBoundBinary fails t unless the sandbox's image lacks sandbox-mcp and the
 // engine bound the host's binary in at SandboxMCPPath.
-func checkBoundBinary(t *testing.T, p *Provider, id string) {
+func checkBoundBinary(t *testing.T, p *testProvider, id string) {
 	t.Helper()
 	fs, err := p.o.Images.ResolveImage(t.Context(), p.o.Image)
 	if err != nil {

@@ -34,7 +34,7 @@ func TestCoderunSession(t *testing.T) {
 	host := modaltest.NewImageEngine(t, local.EngineOptions{})
 	_, env := imageServer(t, host)
 	e := newProvider(t, env).Engine()
-	e.p.image = BaseImage{Def: image.Image{From: certsImage(t, host)}}
+	e.image = BaseImage{Def: image.Image{From: certsImage(t, host)}}
 	cfg, err := coderun.Parse([]byte(`
 [sandbox]
 enabled = true

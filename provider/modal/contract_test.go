@@ -3,7 +3,6 @@ package modal
 import (
 	"testing"
 
-	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine/enginetest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image"
@@ -23,16 +22,15 @@ func TestEngineContract(t *testing.T) {
 	_, base := imagetest.Base(t)
 	enginetest.Run(t, func(t *testing.T) engine.Engine {
 		e := newProvider(t, env).Engine()
-		e.TLS = srv.TLSConfig()
-		e.p.image = BaseImage{Def: image.Image{From: imagetest.BaseRef}}
+		e.o.TLS = srv.TLSConfig()
+		e.image = BaseImage{Def: image.Image{From: imagetest.BaseRef}}
 		in, err := e.Create(t.Context(), engine.Spec{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer e.Terminate(t.Context(), in.ID)
 		checkImageRoot(t, host, base, func(argv []string) (string, error) {
-			r, err := e.p.ExecCommand(t.Context(), in.ID, argv, provider.ExecOptions{})
-			return r.Stdout + r.Stderr, err
+			return execOut(t.Context(), e, in.ID, argv)
 		})
 		return e
 	})

@@ -68,7 +68,7 @@ func sidecarHealthy(ctx context.Context, c *http.Client, previewURL string) erro
 // e2eProvider is a provider on the local server over the image engine (the base image
 // built there, Caddy and git from it); onImage fails t unless the sandbox runs on the
 // base image's root, not the engine's default root.
-func e2eProvider(t testing.TB) (p *Provider, hc *http.Client, onImage func(t testing.TB, sandboxID string)) {
+func e2eProvider(t testing.TB) (p *testProvider, hc *http.Client, onImage func(t testing.TB, sandboxID string)) {
 	eng, imageID := isolatedEngine(t)
 	srv, env := imageServer(t, eng)
 	hc = &http.Client{Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}, Timeout: 5 * time.Second}
@@ -77,8 +77,7 @@ func e2eProvider(t testing.TB) (p *Provider, hc *http.Client, onImage func(t tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	p = New(Options{Getenv: func(k string) string { return env[k] }, HTTPClient: hc, ReadyWait: time.Second, GitMirrors: mirrors})
-	t.Cleanup(p.Close)
+	p = newTestProvider(t, Options{Getenv: func(k string) string { return env[k] }, TLS: srv.TLSConfig()}, mirrors)
 	return p, hc, func(t testing.TB, sandboxID string) {
 		t.Helper()
 		checkImageRoot(t, eng, imageID, func(argv []string) (string, error) {
@@ -192,15 +191,12 @@ func TestEndToEnd(t *testing.T) {
 func TestContractLifecycle(t *testing.T) {
 	eng, _ := isolatedEngine(t)
 	srv, env := imageServer(t, eng)
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}, Timeout: 5 * time.Second}
 	providertest.Run(t, func(t *testing.T) provider.SandboxProvider {
 		mirrors, err := gitpush.New(gitpush.Options{CacheDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := New(Options{Getenv: func(k string) string { return env[k] }, HTTPClient: hc, ReadyWait: time.Second, GitMirrors: mirrors})
-		t.Cleanup(p.Close)
-		return p
+		return newTestProvider(t, Options{Getenv: func(k string) string { return env[k] }, TLS: srv.TLSConfig()}, mirrors).Provider
 	}, providertest.Options{Kind: provider.KindModal, Timeout: 4 * time.Minute,
 		CreateOptions: func(t *testing.T) provider.CreateOptions {
 			return provider.CreateOptions{SessionID: "contract", Repos: []provider.RepoSpec{}}

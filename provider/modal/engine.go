@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"maps"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,33 +26,25 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modalnet"
 )
 
-// Engine is engine.Engine on Modal (or the local Modal-compatible server): what
-// `sandboxctl --provider modal` drives for list, exec, cp, snapshot and terminate. It
-// uses the Provider's client and app.
-type Engine struct {
-	p *Provider
-	// TLS dials encrypted tunnels in DialPort; nil means the system roots.
-	TLS *tls.Config
-	// Gateway is the egress gateway that carries Spec.Secrets; without it a spec
-	// with secrets is refused.
-	Gateway *gateway.Engine
-}
-
-// Engine returns the engine view of this provider.
-func (p *Provider) Engine() *Engine { return &Engine{p: p} }
-
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine       = (*Engine)(nil)
+	_ engine.PortURLer    = (*Engine)(nil)
+	_ engine.PortClienter = (*Engine)(nil)
+	_ engine.Starter      = (*Engine)(nil)
+)
 
 // Capabilities: Modal isolates sandboxes and snapshots filesystems, DialPort reaches
-// the ports given a tunnel at create (Spec.Ports), and volumes are Modal Volumes
-// (volumes.go). No ExecKill: Modal's protocol has no call that kills an exec. No
-// pause; no Spec.Image (a snapshot's image id goes in Spec.Snapshot).
+// the ports given a tunnel at create (Spec.Ports), volumes are Modal Volumes
+// (volumes.go), and memory and CPU limits are Modal's resources (pids and disk limits
+// are refused). No ExecKill: Modal's protocol has no call that kills an exec. No
+// pause; no Spec.Image (a snapshot's image id goes in Spec.Snapshot); no host mounts.
 func (e *Engine) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Isolated: true, Snapshot: true, DialPort: true, Names: true, TTY: true, FileErrors: true, Volumes: true}
+	return engine.Capabilities{Isolated: true, Snapshot: true, DialPort: true, Names: true, TTY: true, FileErrors: true, Volumes: true,
+		Limits: true}
 }
 
 func (e *Engine) sandbox(ctx context.Context, id string) (*modalsdk.Sandbox, error) {
-	sb, err := e.p.sandbox(ctx, provider.OpExecCommand, id)
+	sb, err := e.sandboxByID(ctx, id)
 	return sb, notFound(err)
 }
 
@@ -85,38 +78,54 @@ func gone(ctx context.Context, sb *modalsdk.Sandbox, err error) error {
 // spec.Volumes (Modal Volumes, which must exist) mounted and spec.EgressHosts as
 // Modal's outbound allow-lists (allowlists).
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
-	if spec.Image != "" {
+	switch {
+	case spec.Image != "":
 		return engine.Info{}, fmt.Errorf("modal: Spec.Image (a snapshot's image goes in Spec.Snapshot): %w", engine.ErrUnsupported)
+	case len(spec.Mounts) > 0:
+		return engine.Info{}, fmt.Errorf("modal: mount of host path %s: Modal binds no host paths: %w", spec.Mounts[0].Source, engine.ErrUnsupported)
+	case spec.Runtime != "":
+		return engine.Info{}, fmt.Errorf("modal: runtime %q: Modal chooses its own: %w", spec.Runtime, engine.ErrUnsupported)
+	case spec.Limits.Pids != 0:
+		return engine.Info{}, fmt.Errorf("modal: pids limit: Modal has none: %w", engine.ErrLimit)
+	case spec.Limits.DiskBytes != 0:
+		return engine.Info{}, fmt.Errorf("modal: disk limit: Modal has none: %w", engine.ErrLimit)
+	case spec.Limits.MemoryBytes != 0 && spec.Limits.MemoryBytes < 1<<20:
+		return engine.Info{}, fmt.Errorf("modal: memory limit %d bytes: Modal counts whole MiB: %w", spec.Limits.MemoryBytes, engine.ErrLimit)
 	}
-	if e.Gateway == nil {
+	if e.o.Gateway == nil {
 		if err := gateway.Refuse("modal", spec); err != nil {
 			return engine.Info{}, err
 		}
 	}
-	spec, reg, err := e.Gateway.Prepare(ctx, spec)
+	spec, reg, err := e.o.Gateway.Prepare(ctx, spec)
 	if err != nil {
 		return engine.Info{}, err
 	}
 	created := false
 	defer func() {
 		if !created {
-			_ = e.Gateway.Release(context.WithoutCancel(ctx), spec.Labels)
+			_ = e.o.Gateway.Release(context.WithoutCancel(ctx), spec.Labels)
 		}
 	}()
 	cidrs, domains, err := allowlists(spec)
 	if err != nil {
 		return engine.Info{}, err
 	}
-	c, app, err := e.p.connect(ctx, provider.OpCreateSandbox)
+	c, app, err := e.connect(ctx, provider.OpCreateSandbox)
 	if err != nil {
 		return engine.Info{}, err
 	}
-	img, err := e.p.image.Image(c)
+	img, err := e.image.Image(c)
 	if err != nil {
 		return engine.Info{}, err
 	}
-	if spec.Snapshot != "" {
-		if img, err = c.Images.FromID(ctx, spec.Snapshot, nil); err != nil {
+	snap := spec.Snapshot
+	if snap == "" {
+		// The host's base snapshot (MODAL_BASE_SNAPSHOT_ID) stands for the base image.
+		snap, _ = NormalizeEnvValue(e.o.Getenv(provider.EnvModalBaseSnapshotID))
+	}
+	if snap != "" {
+		if img, err = c.Images.FromID(ctx, snap, nil); err != nil {
 			return engine.Info{}, notFound(err)
 		}
 	}
@@ -131,7 +140,13 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		Timeout: wholeSeconds(spec.Timeout), BlockNetwork: !spec.Network && !spec.Egress, Tags: maps.Clone(spec.Labels),
 		OutboundCIDRAllowlist: cidrs, OutboundDomainAllowlist: domains}
 	if spec.Limits.MemoryBytes > 0 {
-		params.MemoryLimitMiB = int(spec.Limits.MemoryBytes >> 20)
+		// A request of the limit, or the SDK refuses the limit alone.
+		params.MemoryMiB = int(spec.Limits.MemoryBytes >> 20)
+		params.MemoryLimitMiB = params.MemoryMiB
+	}
+	if spec.Limits.CPUMillis > 0 {
+		params.CPU = float64(spec.Limits.CPUMillis) / 1000
+		params.CPULimit = params.CPU
 	}
 	if err := e.mountVolumes(ctx, c, spec, params); err != nil {
 		return engine.Info{}, err
@@ -198,7 +213,7 @@ func (e *Engine) Get(ctx context.Context, id string) (engine.Info, error) {
 
 // List returns the app's running sandboxes (Modal does not list finished ones).
 func (e *Engine) List(ctx context.Context) ([]engine.Info, error) {
-	c, app, err := e.p.connect(ctx, provider.OpCheckSandboxes)
+	c, app, err := e.connect(ctx, provider.OpCheckSandboxes)
 	if err != nil {
 		return nil, err
 	}
@@ -404,14 +419,68 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	return fmt.Errorf("modal: %w", engine.ErrUnsupported)
 }
 
+// Terminate ends the sandbox; one that is already gone is success.
 func (e *Engine) Terminate(ctx context.Context, id string) error {
-	if e.Gateway != nil {
+	if e.o.Gateway != nil {
 		// The sandbox's gateway credential dies with it.
 		if info, err := e.Get(ctx, id); err == nil {
-			defer e.Gateway.Release(context.WithoutCancel(ctx), info.Labels)
+			defer e.o.Gateway.Release(context.WithoutCancel(ctx), info.Labels)
 		}
 	}
-	return e.p.Terminate(ctx, "", id)
+	sb, err := e.sandbox(ctx, id)
+	if errors.Is(err, engine.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := sb.Terminate(ctx, nil); err != nil {
+		if errors.Is(notFound(err), engine.ErrNotFound) || provider.IsNotFoundMessage(strings.ToLower(err.Error())) {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// PortURL is the URL of the port's tunnel (https:// for the encrypted ports of
+// Spec.Ports).
+func (e *Engine) PortURL(ctx context.Context, id string, port int) (string, error) {
+	sb, err := e.sandbox(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	ts, err := sb.Tunnels(ctx, TunnelTimeout, nil)
+	if err != nil {
+		return "", gone(ctx, sb, notFound(err))
+	}
+	if t := ts[port]; t != nil {
+		return t.URL(), nil
+	}
+	return "", fmt.Errorf("modal: sandbox %s has no tunnel for port %d (not in Spec.Ports)", id, port)
+}
+
+// PortClient is an HTTP client that trusts Options.TLS's roots (the local server's
+// tunnel certificate).
+func (e *Engine) PortClient() *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: e.o.TLS}}
+}
+
+// StartDetached starts req as an exec nobody waits for: on Modal it lives as long as
+// the sandbox. Modal does not tell its pid: 0.
+func (e *Engine) StartDetached(ctx context.Context, id string, req engine.ExecRequest) (int, error) {
+	sb, err := e.sandbox(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	env := map[string]string{}
+	for _, kv := range req.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	_, err = sb.Exec(ctx, req.Argv, &modalsdk.SandboxExecParams{Workdir: req.Cwd, Env: env,
+		Stdout: modalsdk.Ignore, Stderr: modalsdk.Ignore})
+	return 0, gone(ctx, sb, notFound(err))
 }
 
 // DialPort connects to a sandbox port through its tunnel (TLS for encrypted ports),
@@ -435,14 +504,8 @@ func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", net.JoinHostPort(h, strconv.Itoa(p)))
 	}
-	d := tls.Dialer{Config: e.TLS}
+	d := tls.Dialer{Config: e.o.TLS}
 	return d.DialContext(ctx, "tcp", net.JoinHostPort(t.Host, strconv.Itoa(t.Port)))
-}
-
-// Close closes the provider's client; sandboxes keep running.
-func (e *Engine) Close() error {
-	e.p.Close()
-	return nil
 }
 
 // lockedWriter serializes writes to w.

@@ -24,7 +24,7 @@ func TestEngine(t *testing.T) {
 	host := modaltest.NewImageEngine(t, local.EngineOptions{})
 	srv, env := imageServer(t, host)
 	e := newProvider(t, env).Engine()
-	e.TLS = srv.TLSConfig()
+	e.o.TLS = srv.TLSConfig()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
@@ -33,7 +33,7 @@ func TestEngine(t *testing.T) {
 	const port = 8000
 
 	img := BaseImage{Def: image.Image{From: "debian:bookworm-slim"}}
-	e.p.image = img
+	e.image = img
 	info, err := e.Create(ctx, engine.Spec{Name: "eng-1", Env: []string{"A=1"}, Ports: []int{port}, Network: true,
 		Labels: map[string]string{"owner": "test"}})
 	if err != nil {

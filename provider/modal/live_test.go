@@ -26,9 +26,7 @@ func TestLive(t *testing.T) {
 		return os.Getenv(k)
 	}
 	providertest.Run(t, func(t *testing.T) provider.SandboxProvider {
-		p := New(Options{Getenv: getenv})
-		t.Cleanup(p.Close)
-		return p
+		return newTestProvider(t, Options{Getenv: getenv}, nil).Provider
 	}, providertest.Options{Kind: provider.KindModal, Timeout: 15 * time.Minute,
 		CreateOptions: func(t *testing.T) provider.CreateOptions {
 			return provider.CreateOptions{SessionID: "live-" + time.Now().Format("20060102-150405"), Repos: []provider.RepoSpec{}}

@@ -1,21 +1,19 @@
-// Package modal is the Modal SandboxProvider on Modal's maintained Go SDK
+// Package modal is the engine (engine.Engine) on Modal's maintained Go SDK
 // (github.com/modal-labs/modal-client/go). It checks the token pair's shape before
-// any call, creates the app if missing, resolves the image (restore snapshot, base
-// snapshot, or the base image defined in Go), creates the sandbox named after the
-// session with the OpenCode and preview ports encrypted and ssh raw, and runs the boot
-// plan (provider.BuildPlan) through the SDK's Exec and filesystem calls.
+// any call, creates the app if missing, and creates sandboxes from the base image
+// defined in Go (or a snapshot's image), with their ports tunnelled encrypted; the
+// one provider (provider.New) boots the platform's sandboxes on it.
 //
 // The SDK reads MODAL_SERVER_URL from the process environment; pointed at the local
 // Modal-compatible server (package modalserver, `sandboxctl serve --protocol modal`)
-// the provider runs end to end on this machine.
+// the engine runs end to end on this machine.
 package modal
 
 import (
 	"context"
-	"errors"
+	"crypto/tls"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -25,18 +23,13 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
-)
-
-// Resources of every sandbox.
-const (
-	CPU       = 2
-	MemoryMiB = 4096
+	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway"
 )
 
 // TunnelTimeout bounds the wait for a sandbox's tunnels.
 const TunnelTimeout = 30 * time.Second
 
-// Options configure a Provider.
+// Options configure NewEngine.
 type Options struct {
 	// Getenv reads MODAL_TOKEN_ID/SECRET, MODAL_APP_NAME[/SUFFIX], MODAL_BASE_SNAPSHOT_ID
 	// and the host settings; nil means os.Getenv. (The SDK itself reads
@@ -44,25 +37,19 @@ type Options struct {
 	Getenv func(string) string
 	// Image is the base image; nil means DefaultBaseImage(Getenv).
 	Image *BaseImage
-	// HTTPClient probes OpenCode through its tunnel; nil means a default client.
-	HTTPClient *http.Client
-	// ReadyWait bounds the OpenCode readiness wait (a warning only); zero means
-	// provider.OpenCodeReadyWait.
-	ReadyWait time.Duration
-	// SandboxMCPCommand is how the boot starts sandbox-mcp; empty means "sandbox-mcp".
-	SandboxMCPCommand string
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// Logger receives boot steps and background failures; nil discards.
+	// TLS dials the encrypted tunnels (DialPort, PortClient); nil means the system
+	// roots.
+	TLS *tls.Config
+	// Logger receives the SDK's logs; nil discards.
 	Logger *slog.Logger
-	// GitMirrors makes the bundles of tokenless git steps on the host; nil means
-	// provider.DefaultGitMirrors.
-	GitMirrors provider.GitBundler
+	// Gateway is the egress gateway that carries Spec.Secrets; without it a spec with
+	// secrets is refused.
+	Gateway *gateway.Engine
 }
 
-// Provider is the Modal SandboxProvider. A Provider holds an SDK client (close it with
-// Close); all sandbox state lives in Modal.
-type Provider struct {
+// Engine is engine.Engine on Modal (or the local Modal-compatible server). It holds
+// an SDK client (Close closes it); all sandbox state lives in Modal.
+type Engine struct {
 	o     Options
 	log   *slog.Logger
 	image BaseImage
@@ -75,25 +62,12 @@ type Provider struct {
 	// does not make itself (VolumeList).
 	cpMu sync.Mutex
 	cp   *grpc.ClientConn
-
-	bg sync.WaitGroup
 }
 
-var (
-	_ provider.SandboxProvider = (*Provider)(nil)
-	_ provider.SandboxChecker  = (*Provider)(nil)
-	_ provider.CommandExecer   = (*Provider)(nil)
-	_ provider.FileReader      = (*Provider)(nil)
-	_ provider.ServiceTester   = (*Provider)(nil)
-)
-
-// New returns a Provider; it makes no call until one is needed.
-func New(o Options) *Provider {
+// NewEngine returns an Engine; it makes no call until one is needed.
+func NewEngine(o Options) *Engine {
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
-	}
-	if o.Now == nil {
-		o.Now = time.Now
 	}
 	img := DefaultBaseImage(o.Getenv)
 	if o.Image != nil {
@@ -103,39 +77,32 @@ func New(o Options) *Provider {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Provider{o: o, log: log.With("component", "modal-provider"), image: img}
+	return &Engine{o: o, log: log.With("component", "modal-engine"), image: img}
 }
 
-// Close waits for the background boot phases this Provider started and closes its
-// SDK client.
-func (p *Provider) Close() {
-	p.bg.Wait()
+// Close closes the SDK client; sandboxes keep running.
+func (p *Engine) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.client != nil {
 		p.client.Close()
 		p.client = nil
 	}
+	return nil
 }
 
-// Kind is provider.KindModal.
-func (p *Provider) Kind() provider.Kind { return provider.KindModal }
-
-// Capabilities: no pause, no auto-pause; memory snapshots are not implemented here.
-func (p *Provider) Capabilities() provider.Capabilities { return provider.Capabilities{} }
-
-func (p *Provider) env(k string) string {
+func (p *Engine) env(k string) string {
 	v, _ := NormalizeEnvValue(p.o.Getenv(k))
 	return v
 }
 
-func (p *Provider) fail(op provider.Operation, err error) *provider.ProviderError {
+func (p *Engine) fail(op provider.Operation, err error) *provider.ProviderError {
 	return provider.FromError(err, provider.KindModal, op)
 }
 
 // connect runs the auth preflight, makes the SDK client and gets (or creates) the
 // app. The app is cached; a failure is not, so a later call retries.
-func (p *Provider) connect(ctx context.Context, op provider.Operation) (*modalsdk.Client, *modalsdk.App, error) {
+func (p *Engine) connect(ctx context.Context, op provider.Operation) (*modalsdk.Client, *modalsdk.App, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.app != nil {
@@ -171,290 +138,19 @@ func (p *Provider) connect(ctx context.Context, op provider.Operation) (*modalsd
 	return p.client, p.app, nil
 }
 
-// Health: the preflight and a list call succeed.
-func (p *Provider) Health(ctx context.Context) bool {
-	c, app, err := p.connect(ctx, provider.OpHealth)
-	if err != nil {
-		return false
-	}
-	seq, err := c.Sandboxes.List(ctx, &modalsdk.SandboxListParams{AppID: app.AppID})
-	if err != nil {
-		return false
-	}
-	for _, err := range seq {
-		return err == nil
-	}
-	return true
-}
-
 // sandbox attaches to a sandbox by id (no call is made).
-func (p *Provider) sandbox(ctx context.Context, op provider.Operation, id string) (*modalsdk.Sandbox, error) {
-	c, _, err := p.connect(ctx, op)
+func (p *Engine) sandboxByID(ctx context.Context, id string) (*modalsdk.Sandbox, error) {
+	c, _, err := p.connect(ctx, provider.OpExecCommand)
 	if err != nil {
 		return nil, err
 	}
-	sb, err := c.Sandboxes.FromID(ctx, id, nil)
-	if err != nil {
-		return nil, p.fail(op, err)
-	}
-	return sb, nil
+	return c.Sandboxes.FromID(ctx, id, nil)
 }
 
-// CheckSandboxes lists the app's running sandboxes (a list call only: nothing is
-// resumed) and returns the ids of ids among them, in input order.
-func (p *Provider) CheckSandboxes(ctx context.Context, ids []string) ([]string, error) {
-	if len(ids) == 0 {
-		return []string{}, nil
+// wholeSeconds rounds a timeout up to whole seconds (the SDK takes no fractions).
+func wholeSeconds(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
 	}
-	c, app, err := p.connect(ctx, provider.OpCheckSandboxes)
-	if err != nil {
-		return nil, err
-	}
-	alive := map[string]bool{}
-	seq, err := c.Sandboxes.List(ctx, &modalsdk.SandboxListParams{AppID: app.AppID})
-	if err == nil {
-		for sb, lerr := range seq {
-			if lerr != nil {
-				err = lerr
-				break
-			}
-			alive[sb.SandboxID] = true
-		}
-	}
-	if err != nil {
-		p.log.Warn("checkSandboxes: list failed", "err", provider.RedactSecrets(err.Error()))
-		return []string{}, nil
-	}
-	out := []string{}
-	for _, id := range ids {
-		if alive[id] {
-			out = append(out, id)
-		}
-	}
-	return out, nil
-}
-
-// Tunnels are a sandbox's URLs.
-type Tunnels struct {
-	OpenCodeURL, PreviewURL string
-	SSHHost                 string
-	SSHPort                 int
-}
-
-// ResolveTunnels returns the OpenCode and preview URLs (and ssh) of a sandbox.
-func (p *Provider) ResolveTunnels(ctx context.Context, sandboxID string) (Tunnels, error) {
-	sb, err := p.sandbox(ctx, provider.OpResolveTunnels, sandboxID)
-	if err != nil {
-		return Tunnels{}, err
-	}
-	t, err := tunnels(ctx, sb)
-	if err != nil {
-		return Tunnels{}, p.fail(provider.OpResolveTunnels, err)
-	}
-	return t, nil
-}
-
-func tunnels(ctx context.Context, sb *modalsdk.Sandbox) (Tunnels, error) {
-	ts, err := sb.Tunnels(ctx, TunnelTimeout, nil)
-	if err != nil {
-		return Tunnels{}, err
-	}
-	var out Tunnels
-	if t := ts[provider.PortOpenCode]; t != nil {
-		out.OpenCodeURL = t.URL()
-	}
-	if t := ts[provider.PortPreview]; t != nil {
-		out.PreviewURL = t.URL()
-	}
-	if t := ts[provider.PortSSH]; t != nil {
-		if h, port, err := t.TCPSocket(); err == nil {
-			out.SSHHost, out.SSHPort = h, port
-		}
-	}
-	return out, nil
-}
-
-// EnsureSandbox recovers the running sandbox named after the session, else the
-// currentSandboxId when it still runs, else creates one.
-func (p *Provider) EnsureSandbox(ctx context.Context, opts provider.CreateOptions) (provider.EnsureResult, error) {
-	c, _, err := p.connect(ctx, provider.OpCreateSandbox)
-	if err != nil {
-		return provider.EnsureResult{}, err
-	}
-	name, _ := AppName(p.o.Getenv)
-	var found *modalsdk.Sandbox
-	if sb, err := c.Sandboxes.FromName(ctx, name, opts.SessionID, nil); err == nil {
-		found = sb
-	} else if opts.CurrentSandboxID != "" {
-		if sb, err := c.Sandboxes.FromID(ctx, opts.CurrentSandboxID, nil); err == nil {
-			if code, err := sb.Poll(ctx, nil); err == nil && code == nil {
-				found = sb
-			}
-		}
-	}
-	if found != nil {
-		t, err := tunnels(ctx, found)
-		if err == nil {
-			return provider.EnsureResult{Recovered: true, CreateResult: provider.CreateResult{SandboxID: found.SandboxID,
-				TunnelURL: t.OpenCodeURL, PreviewURL: t.PreviewURL, SSHHost: t.SSHHost, SSHPort: t.SSHPort}}, nil
-		}
-		p.log.Warn("ensureSandbox: found sandbox has no tunnels; creating", "sandbox", found.SandboxID, "err", provider.RedactSecrets(err.Error()))
-	}
-	res, err := p.CreateSandbox(ctx, opts)
-	return provider.EnsureResult{CreateResult: res}, err
-}
-
-// Snapshot takes a filesystem snapshot; its image id restores the sandbox.
-func (p *Provider) Snapshot(ctx context.Context, sessionID, sandboxID string) (provider.SnapshotResult, error) {
-	sb, err := p.sandbox(ctx, provider.OpSnapshot, sandboxID)
-	if err != nil {
-		return provider.SnapshotResult{}, err
-	}
-	img, err := sb.SnapshotFilesystem(ctx, nil)
-	if err != nil {
-		return provider.SnapshotResult{}, p.fail(provider.OpSnapshot, err)
-	}
-	return provider.SnapshotResult{SnapshotID: img.ImageID}, nil
-}
-
-// Pause is not supported on Modal.
-func (p *Provider) Pause(ctx context.Context, sessionID, sandboxID string) (provider.SnapshotResult, error) {
-	return provider.SnapshotResult{}, provider.PauseUnsupportedError(provider.KindModal)
-}
-
-// Terminate ends the sandbox; one that is already gone is success.
-func (p *Provider) Terminate(ctx context.Context, sessionID, sandboxID string) error {
-	if sandboxID == "" {
-		return provider.MissingSandboxIDError(provider.KindModal)
-	}
-	sb, err := p.sandbox(ctx, provider.OpTerminate, sandboxID)
-	if err != nil {
-		return err
-	}
-	if _, err := sb.Terminate(ctx, nil); err != nil {
-		var nf modalsdk.NotFoundError
-		if errors.As(err, &nf) || provider.IsNotFoundMessage(strings.ToLower(err.Error())) || strings.Contains(err.Error(), "NotFound") {
-			return nil
-		}
-		return p.fail(provider.OpTerminate, err)
-	}
-	return nil
-}
-
-// WriteEnvFile merges envVars into the sandbox's env override file.
-func (p *Provider) WriteEnvFile(ctx context.Context, sandboxID string, envVars map[string]string) error {
-	sb, err := p.sandbox(ctx, provider.OpWriteEnvFile, sandboxID)
-	if err != nil {
-		return err
-	}
-	path := provider.DefaultPaths().EnvOverrideFile()
-	existing, err := sb.Filesystem.ReadBytes(ctx, path, nil)
-	var nf modalsdk.SandboxFilesystemNotFoundError
-	if err != nil && !errors.As(err, &nf) {
-		return p.fail(provider.OpWriteEnvFile, err)
-	}
-	if err := sb.Filesystem.WriteBytes(ctx, provider.MergeEnvFile(existing, envVars), path, nil); err != nil {
-		return p.fail(provider.OpWriteEnvFile, err)
-	}
-	return nil
-}
-
-// run execs argv and returns its output and exit code.
-func run(ctx context.Context, sb *modalsdk.Sandbox, argv []string, params *modalsdk.SandboxExecParams) (provider.ExecResult, error) {
-	proc, err := sb.Exec(ctx, argv, params)
-	if err != nil {
-		return provider.ExecResult{}, err
-	}
-	var stdout, stderr []byte
-	var wg sync.WaitGroup
-	var errOut error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		stderr, errOut = io.ReadAll(proc.Stderr)
-	}()
-	stdout, err = io.ReadAll(proc.Stdout)
-	wg.Wait()
-	if err == nil {
-		err = errOut
-	}
-	if err != nil {
-		return provider.ExecResult{}, err
-	}
-	code, err := proc.Wait(ctx, nil)
-	if err != nil {
-		return provider.ExecResult{}, err
-	}
-	return provider.ExecResult{Stdout: string(stdout), Stderr: string(stderr), ExitCode: code}, nil
-}
-
-// ExecCommand runs argv (no shell interpolation) per HOST.md §15.9.
-func (p *Provider) ExecCommand(ctx context.Context, sandboxID string, argv []string, o provider.ExecOptions) (provider.ExecResult, error) {
-	sb, err := p.sandbox(ctx, provider.OpExecCommand, sandboxID)
-	if err != nil {
-		return provider.ExecResult{}, err
-	}
-	timeout := time.Duration(o.TimeoutMs) * time.Millisecond
-	if timeout <= 0 {
-		timeout = provider.ExecTimeout
-	}
-	r, err := run(ctx, sb, provider.BuildModalExecArgv(argv, o.Cwd, o.Env, timeout), nil)
-	if err != nil {
-		return provider.ExecResult{}, p.fail(provider.OpExecCommand, err)
-	}
-	r.Stdout = provider.CapOutput(r.Stdout, provider.DefaultCapOutput)
-	r.Stderr = provider.CapOutput(r.Stderr, provider.DefaultCapOutput)
-	return r, nil
-}
-
-// ReadFiles returns every regular file under folder (find, then one read each); a
-// missing folder is an empty result and unreadable files are skipped.
-func (p *Provider) ReadFiles(ctx context.Context, sandboxID, folder string) ([]provider.FileContent, error) {
-	sb, err := p.sandbox(ctx, provider.OpReadFiles, sandboxID)
-	if err != nil {
-		return nil, err
-	}
-	folder = strings.TrimSuffix(folder, "/")
-	// find's exit status is not looked at: it is 1 for a missing folder (nothing
-	// listed) and also when one subdirectory cannot be read (the rest is still
-	// listed, and unreadable entries are skipped). -print0: a name may hold a newline.
-	r, err := run(ctx, sb, []string{"find", folder, "-type", "f", "-print0"}, nil)
-	if err != nil {
-		return nil, p.fail(provider.OpReadFiles, err)
-	}
-	out := []provider.FileContent{}
-	for f := range strings.SplitSeq(r.Stdout, "\x00") {
-		if f == "" {
-			continue
-		}
-		data, err := sb.Filesystem.ReadBytes(ctx, f, nil)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, p.fail(provider.OpReadFiles, ctx.Err())
-			}
-			continue
-		}
-		out = append(out, provider.FileContent{Path: strings.TrimPrefix(f, folder+"/"), Data: data})
-	}
-	return out, nil
-}
-
-// TestServiceCommands runs each command to completion or its timeout (§15.8).
-func (p *Provider) TestServiceCommands(ctx context.Context, sandboxID string, cmds []provider.ConfigurationServiceCommand, o provider.ServiceTestOptions) ([]provider.ServiceTestResult, error) {
-	sb, err := p.sandbox(ctx, provider.OpTestServiceCommands, sandboxID)
-	if err != nil {
-		return nil, err
-	}
-	timeout := time.Duration(o.TimeoutMs) * time.Millisecond
-	runOne := func(ctx context.Context, cwd, command, logFile string) (provider.ExecResult, error) {
-		r, err := run(ctx, sb, []string{"sh", "-c", provider.BuildServiceTestCommand(cwd, command, logFile, timeout)}, nil)
-		r.Stderr = "" // the script prints the log on stdout
-		return r, err
-	}
-	return provider.RunServiceTests(ctx, provider.DefaultPaths(), cmds, o.RunID, runOne), nil
-}
-
-// readMetadata reads the session metadata a restored sandbox carries.
-func readMetadata(ctx context.Context, sb *modalsdk.Sandbox) *provider.SessionMetadata {
-	return provider.ParseSessionMetadata(sb.Filesystem.ReadBytes(ctx, provider.DefaultPaths().MetadataFile(), nil))
+	return (d + time.Second - 1) / time.Second * time.Second
 }

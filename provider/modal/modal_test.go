@@ -40,18 +40,12 @@ func serveOn(t testing.TB, o modalserver.Options) (*modalserver.Server, map[stri
 	return srv, map[string]string{"MODAL_TOKEN_ID": "ak-local", "MODAL_TOKEN_SECRET": "as-local", "MODAL_APP_NAME": "sandbox-test"}
 }
 
-func newProvider(t testing.TB, env map[string]string) *Provider {
-	p := New(Options{Getenv: func(k string) string { return env[k] }, ReadyWait: time.Second})
-	t.Cleanup(p.Close)
-	return p
-}
-
 // TestContract runs the provider contract suite without its lifecycle (that boots:
 // TestContractLifecycle) through real gRPC against the local server.
 func TestContract(t *testing.T) {
 	eng := modaltest.Engine(t, local.EngineOptions{})
 	_, env := localServer(t, eng)
-	providertest.Run(t, func(t *testing.T) provider.SandboxProvider { return newProvider(t, env) },
+	providertest.Run(t, func(t *testing.T) provider.SandboxProvider { return newProvider(t, env).Provider },
 		providertest.Options{Kind: provider.KindModal})
 }
 
@@ -104,7 +98,7 @@ func TestSDKOperations(t *testing.T) {
 	p := newProvider(t, env)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	c, app, err := p.connect(ctx, provider.OpCreateSandbox)
+	c, app, err := p.eng.connect(ctx, provider.OpCreateSandbox)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,10 +142,11 @@ line.txt "; echo x > $d/locked/x; chmod 000 $d/locked`}, nil); err != nil || r.E
 		t.Errorf("chmod back = %+v, %v", r, err)
 	}
 
-	tun, err := p.ResolveTunnels(ctx, id)
-	if err != nil || !strings.HasPrefix(tun.OpenCodeURL, "https://127.0.0.1:") || !strings.HasPrefix(tun.PreviewURL, "https://") ||
-		tun.SSHHost != "127.0.0.1" || tun.SSHPort == 0 {
-		t.Errorf("ResolveTunnels = %+v, %v", tun, err)
+	if u, err := p.eng.PortURL(ctx, id, provider.PortOpenCode); err != nil || !strings.HasPrefix(u, "https://127.0.0.1:") {
+		t.Errorf("PortURL(%d) = %q, %v, want the encrypted tunnel's https URL", provider.PortOpenCode, u, err)
+	}
+	if u, err := p.eng.PortURL(ctx, id, 9); err == nil {
+		t.Errorf("PortURL of a port without a tunnel = %q, want an error", u)
 	}
 
 	r, err := p.ExecCommand(ctx, id, []string{"sh", "-c", "echo out; echo err >&2; exit 4"}, provider.ExecOptions{Env: []provider.EnvPair{{Key: "X", Value: "1"}}})

@@ -21,7 +21,7 @@ func TestDialPortRelay(t *testing.T) {
 	host := modaltest.NewImageEngine(t, local.EngineOptions{})
 	_, env := imageServer(t, host)
 	e := newProvider(t, env).Engine()
-	e.p.image = BaseImage{Def: image.Image{From: imagetest.BaseRef}}
+	e.image = BaseImage{Def: image.Image{From: imagetest.BaseRef}}
 	ctx := t.Context()
 	in, err := e.Create(ctx, engine.Spec{})
 	if err != nil {

@@ -50,7 +50,7 @@ func isVolumeTag(k string) bool { return k == mountsTag || strings.HasPrefix(k, 
 
 // captureConn is a unary interceptor that keeps the connection of the SDK's first
 // control-plane call (its AppGetOrCreate, which connect always makes first).
-func (p *Provider) captureConn(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+func (p *Engine) captureConn(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if method == pb.ModalClient_AppGetOrCreate_FullMethodName {
 		p.cpMu.Lock()
 		if p.cp == nil {
@@ -62,7 +62,7 @@ func (p *Provider) captureConn(ctx context.Context, method string, req, reply an
 }
 
 // controlPlane is the SDK's control-plane client (after connect).
-func (p *Provider) controlPlane(ctx context.Context, op provider.Operation) (pb.ModalClientClient, error) {
+func (p *Engine) controlPlane(ctx context.Context, op provider.Operation) (pb.ModalClientClient, error) {
 	if _, _, err := p.connect(ctx, op); err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func volumeErr(name string, err error) error {
 
 // CreateVolume creates the Modal Volume name (capacity and labels are not kept).
 func (e *Engine) CreateVolume(ctx context.Context, spec engine.VolumeSpec, ifMissing bool) (engine.VolumeInfo, error) {
-	c, _, err := e.p.connect(ctx, provider.OpCreateSandbox)
+	c, _, err := e.connect(ctx, provider.OpCreateSandbox)
 	if err != nil {
 		return engine.VolumeInfo{}, err
 	}
@@ -130,7 +130,7 @@ func (e *Engine) GetVolume(ctx context.Context, name string) (engine.VolumeInfo,
 
 // volumeUsers are the app's running sandboxes tagged as mounting name.
 func (e *Engine) volumeUsers(ctx context.Context, name string) ([]string, error) {
-	c, app, err := e.p.connect(ctx, provider.OpCheckSandboxes)
+	c, app, err := e.connect(ctx, provider.OpCheckSandboxes)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +150,7 @@ func (e *Engine) volumeUsers(ctx context.Context, name string) ([]string, error)
 
 // ListVolumes lists the environment's named volumes (UsedBy is GetVolume's).
 func (e *Engine) ListVolumes(ctx context.Context) ([]engine.VolumeInfo, error) {
-	cp, err := e.p.controlPlane(ctx, provider.OpCheckSandboxes)
+	cp, err := e.controlPlane(ctx, provider.OpCheckSandboxes)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +177,7 @@ func (e *Engine) RemoveVolume(ctx context.Context, name string) error {
 	if len(users) > 0 {
 		return fmt.Errorf("volume %s is mounted by %s: %w", name, strings.Join(users, ", "), engine.ErrInUse)
 	}
-	c, _, err := e.p.connect(ctx, provider.OpTerminate)
+	c, _, err := e.connect(ctx, provider.OpTerminate)
 	if err != nil {
 		return err
 	}

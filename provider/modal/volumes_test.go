@@ -24,7 +24,7 @@ func TestEngineVolumes(t *testing.T) {
 	host := modaltest.NewImageEngine(t, local.EngineOptions{})
 	_, env := imageServer(t, host)
 	e := newProvider(t, env).Engine()
-	e.p.image = BaseImage{Def: image.Image{From: imagetest.BaseRef}}
+	e.image = BaseImage{Def: image.Image{From: imagetest.BaseRef}}
 	ctx := t.Context()
 
 	if _, err := e.CreateVolume(ctx, engine.VolumeSpec{Name: "data"}, false); err != nil {

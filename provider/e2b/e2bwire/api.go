@@ -120,6 +120,9 @@ type APIError struct {
 	Body string `json:"-"`
 }
 
+// HTTPStatus is the answer's HTTP status (provider.ProviderError.StatusCode).
+func (e *APIError) HTTPStatus() int { return e.Status }
+
 func (e *APIError) Error() string {
 	msg := e.Message
 	if msg == "" {

@@ -28,26 +28,10 @@ func localImageTarget(ctx context.Context, t *testing.T, eo local.EngineOptions)
 		t.Cleanup(func() { e.Close() })
 		return e
 	})
-	p, err := local.New(local.Options{Root: t.TempDir(), SandboxMCP: eo.SandboxMCP, Proliferate: eo.Proliferate, Images: s, Image: id})
-	if errors.Is(err, engine.ErrNotIsolated) {
-		t.Skipf("namespaces are not permitted here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	res, err := p.CreateSandbox(ctx, provider.CreateOptions{SessionID: "runplan-local-image", Repos: []provider.RepoSpec{},
-		EnvVars: map[string]string{provider.EnvSandboxMCPAuthToken: token}})
-	if err != nil {
-		t.Fatalf("local-image: CreateSandbox: %v", err)
-	}
-	t.Cleanup(func() { p.Terminate(context.Background(), "", res.SandboxID) })
-	if got, err := p.Engine().ReadFile(ctx, res.SandboxID, imagetest.PlanMarkerPath); err != nil || string(got) != imagetest.PlanMarker+"\n" {
+	eo.Images = s
+	tg := bootTarget(ctx, t, "local-image", engineFor(t, eo), provider.Options{Kind: provider.KindLocal}, engine.Spec{Image: id})
+	if got, err := tg.ReadFile(ctx, imagetest.PlanMarkerPath); err != nil || string(got) != imagetest.PlanMarker+"\n" {
 		t.Fatalf("local-image: the sandbox lacks the image's marker (%q, %v): not booted from it", got, err)
-	}
-	tg, err := p.Target(ctx, res.SandboxID)
-	if err != nil {
-		t.Fatal(err)
 	}
 	return tg
 }

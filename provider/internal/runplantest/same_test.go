@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"net"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -112,27 +111,30 @@ func TestSameReportsEverywhere(t *testing.T) {
 	}
 }
 
-// localTarget boots a sandbox with the local provider.
-func localTarget(ctx context.Context, t *testing.T, eo local.EngineOptions) provider.Target {
-	p, err := local.New(local.Options{Root: t.TempDir(), SandboxMCP: eo.SandboxMCP, Proliferate: eo.Proliferate})
-	if errors.Is(err, engine.ErrNotIsolated) {
-		t.Skipf("namespaces are not permitted here: %v", err)
-	}
+// bootTarget boots a scratch sandbox with the one provider over eng and returns its
+// Target: every backend is this provider, and only the engine differs.
+func bootTarget(ctx context.Context, t *testing.T, name string, eng engine.Engine, o provider.Options, spec engine.Spec) provider.Target {
+	t.Helper()
+	p, err := provider.New(eng, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Close() })
-	res, err := p.CreateSandbox(ctx, provider.CreateOptions{SessionID: "runplan-local", Repos: []provider.RepoSpec{},
-		EnvVars: map[string]string{provider.EnvSandboxMCPAuthToken: token}})
+	res, err := p.CreateSandbox(ctx, provider.CreateOptions{SessionID: "runplan-" + name, Repos: []provider.RepoSpec{},
+		EnvVars: map[string]string{provider.EnvSandboxMCPAuthToken: token}, Spec: spec})
 	if err != nil {
-		t.Fatalf("local: CreateSandbox: %v", err)
+		t.Fatalf("%s: CreateSandbox: %v", name, err)
 	}
 	t.Cleanup(func() { p.Terminate(context.Background(), "", res.SandboxID) })
-	tg, err := p.Target(ctx, res.SandboxID)
+	tg, err := p.Target(ctx, res.SandboxID, token)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tg
+}
+
+// localTarget boots a sandbox on the local engine.
+func localTarget(ctx context.Context, t *testing.T, eo local.EngineOptions) provider.Target {
+	return bootTarget(ctx, t, "local", engineFor(t, eo), provider.Options{Kind: provider.KindLocal}, engine.Spec{})
 }
 
 // engineFor is an isolated local engine for a protocol server, ended with the test.
@@ -185,21 +187,11 @@ func modalTarget(ctx context.Context, t *testing.T, eo local.EngineOptions) prov
 	t.Setenv("MODAL_PROFILE", "")
 	t.Setenv("MODAL_ENVIRONMENT", "")
 	env := map[string]string{"MODAL_TOKEN_ID": "ak-local", "MODAL_TOKEN_SECRET": "as-local", "MODAL_APP_NAME": "runplan"}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}, Timeout: 5 * time.Second}
+	eng := modal.NewEngine(modal.Options{Getenv: func(k string) string { return env[k] }, TLS: srv.TLSConfig()})
+	t.Cleanup(func() { eng.Close() })
+	hc := eng.PortClient()
 	t.Cleanup(hc.CloseIdleConnections)
-	p := modal.New(modal.Options{Getenv: func(k string) string { return env[k] }, HTTPClient: hc, ReadyWait: time.Second})
-	t.Cleanup(p.Close)
-	res, err := p.CreateSandbox(ctx, provider.CreateOptions{SessionID: "runplan-modal", Repos: []provider.RepoSpec{},
-		EnvVars: map[string]string{provider.EnvSandboxMCPAuthToken: token}})
-	if err != nil {
-		t.Fatalf("modal: CreateSandbox: %v", err)
-	}
-	t.Cleanup(func() { p.Terminate(context.Background(), "", res.SandboxID) })
-	tg, err := p.Target(ctx, res.SandboxID, token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tg
+	return bootTarget(ctx, t, "modal", eng, provider.Options{Kind: provider.KindModal, HTTPClient: hc, ReadyWait: time.Second}, engine.Spec{})
 }
 
 // e2bTarget boots a sandbox with the E2B provider over the local E2B server.
@@ -219,20 +211,13 @@ func e2bTarget(ctx context.Context, t *testing.T, eo local.EngineOptions) provid
 		srv.Close()
 	})
 	url := "http://" + l.Addr().String()
-	p, err := e2b.New(e2b.Options{Client: e2b.ClientOptions{APIKey: apiKey, APIURL: url, SandboxURL: url, Domain: "localhost"},
-		Template: "base", LocalTunnels: true})
+	c, err := e2b.NewClient(e2b.ClientOptions{APIKey: apiKey, APIURL: url, SandboxURL: url, Domain: "localhost"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := p.CreateSandbox(ctx, provider.CreateOptions{SessionID: "runplan-e2b", Repos: []provider.RepoSpec{},
-		EnvVars: map[string]string{provider.EnvSandboxMCPAuthToken: token}})
-	if err != nil {
-		t.Fatalf("e2b: CreateSandbox: %v", err)
-	}
-	t.Cleanup(func() { p.Terminate(context.Background(), "", res.SandboxID) })
-	tg, err := p.Target(ctx, res.SandboxID, token)
+	eng, err := e2b.NewEngine(c, e2b.EngineOptions{Template: "base", LocalTunnels: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tg
+	return bootTarget(ctx, t, "e2b", eng, provider.Options{Kind: provider.KindE2B}, engine.Spec{})
 }

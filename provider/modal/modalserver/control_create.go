@@ -170,6 +170,13 @@ func engineSpec(sb *sandbox, img *image, def *pb.Sandbox, env map[string]string,
 	if mb := def.GetResources().GetMemoryMb(); mb > 0 {
 		spec.Limits.MemoryBytes = int64(mb) << 20
 	}
+	if mb := def.GetResources().GetMemoryMbMax(); mb > 0 {
+		spec.Limits.MemoryBytes = int64(mb) << 20
+	}
+	// A CPU request is a share, not a limit: only the limit is applied.
+	if m := def.GetResources().GetMilliCpuMax(); m > 0 {
+		spec.Limits.CPUMillis = int64(m)
+	}
 	return spec, nil
 }
 
