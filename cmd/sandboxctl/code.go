@@ -269,6 +269,9 @@ func newCmdCodeGC(a *Factory, o *codeOptions) *cobra.Command {
 				return err
 			}
 			defer done()
+			if !cmd.Flags().Changed("ttl") {
+				ttl = coderun.ConfigTTL
+			}
 			rep, err := r.Cleanup(cmd.Context(), time.Now(), ttl)
 			if err != nil {
 				return err

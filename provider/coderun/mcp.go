@@ -75,15 +75,18 @@ type mcpTools struct {
 	defaultSession string
 
 	mu sync.Mutex
-	// used are the connection's own sessions (not those named by a session
-	// argument, which may be shared), closed when the connection ends.
+	// used are the sessions the connection used: its own (closed when the
+	// connection ends) and those named by a session argument, true for its own. A
+	// named session may be shared: it is closed at the end unless a call of it is in
+	// progress elsewhere.
 	used map[string]bool
 	wg   sync.WaitGroup
 }
 
 // ServeMCP serves run_code, search_docs and save_code_modules over one MCP
-// connection until it ends, then closes the sandbox of the connection's own session
-// (its volume stays). In warm mode that session boots as the connection starts.
+// connection until it ends, then closes the sandboxes of the sessions it used (their
+// volumes stay; a named session busy elsewhere is left to its caller). In warm mode
+// the connection's own session boots as the connection starts.
 func (r *Runner) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteCloser, version string) error {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -134,11 +137,9 @@ func (t *mcpTools) open(id string, ss *mcp.ServerSession) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if own {
-		t.mu.Lock()
-		t.used[id] = true
-		t.mu.Unlock()
-	}
+	t.mu.Lock()
+	t.used[id] = t.used[id] || own
+	t.mu.Unlock()
 	return s, nil
 }
 
@@ -162,14 +163,21 @@ func (t *mcpTools) warm(ctx context.Context, ss *mcp.ServerSession) {
 func (t *mcpTools) closeAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for id := range t.used {
-		if s, err := t.r.Session(id); err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if err := s.Close(ctx); err != nil {
-				t.r.log.Warn("close session", "session", id, "err", err)
-			}
-			cancel()
+	for id, own := range t.used {
+		s, err := t.r.Session(id)
+		if err != nil {
+			continue
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if own {
+			err = s.Close(ctx)
+		} else {
+			err = s.closeIfIdle(ctx)
+		}
+		if err != nil {
+			t.r.log.Warn("close session", "session", id, "err", err)
+		}
+		cancel()
 	}
 }
 

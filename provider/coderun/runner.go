@@ -82,13 +82,25 @@ type Runner struct {
 	mu       sync.Mutex
 	sessions map[string]*Session
 	filling  bool // a refill of spares runs
-	closed   bool
+	// ownSpares are the keys of the spares this runner booted (Close ends those
+	// still unclaimed).
+	ownSpares map[string]bool
+	closed    bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
 	// ctx ends with Close: background work (spares) stops.
 	ctx    context.Context
 	cancel context.CancelFunc
+}
+
+// RegionalEngine is an engine that places its sandboxes in a region the caller
+// chooses; New hands it Config.Region. On any other engine a region is ignored, with
+// a warning on Progress.
+type RegionalEngine interface {
+	engine.Engine
+	// UseRegion makes the engine create its sandboxes in region.
+	UseRegion(region string) error
 }
 
 // ErrOff: the configuration does not enable code execution.
@@ -138,6 +150,16 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("new coderun: %w", err)
 	}
+	if reg := o.Config.Region; reg != "" {
+		if re, ok := o.Engine.(RegionalEngine); ok {
+			if err := re.UseRegion(reg); err != nil {
+				return nil, fmt.Errorf("new coderun: region %q: %w", reg, err)
+			}
+		} else {
+			fmt.Fprintf(o.Progress, "region = %q is ignored: the %s engine has no regions\n", reg, o.Config.Provider)
+			o.Logger.Warn("region ignored: the engine has no regions", "component", "coderun", "region", reg, "provider", o.Config.Provider)
+		}
+	}
 	base, err := chooseBase(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("new coderun: %w", err)
@@ -152,7 +174,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		return nil, fmt.Errorf("new coderun: %w", err)
 	}
 	r := &Runner{o: o, cfg: o.Config, eng: o.Engine, store: store, log: o.Logger.With("component", "coderun"),
-		sessions: map[string]*Session{}, stop: make(chan struct{}), base: base}
+		sessions: map[string]*Session{}, ownSpares: map[string]bool{}, stop: make(chan struct{}), base: base}
 	if base != "" {
 		r.images = o.Images
 	}
@@ -164,16 +186,24 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	return r, nil
 }
 
-// Close stops the background loop and closes the index. Session sandboxes keep
-// running (a later Runner on the same DataDir finds them); Session.Close ends them.
+// Close stops the background work, ends the unclaimed spares this runner booted and
+// closes the index. Session sandboxes keep running (a later Runner on the same
+// DataDir finds them); Session.Close ends them.
 func (r *Runner) Close() error {
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
 	r.closed = true
 	r.mu.Unlock()
 	r.cancel()
 	close(r.stop)
 	r.wg.Wait()
-	return r.store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := r.dropOwnSpares(ctx)
+	return errors.Join(err, r.store.Close())
 }
 
 // Config is the runner's configuration.
@@ -192,7 +222,7 @@ func (r *Runner) reapLoop() {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
-			rep, err := r.Cleanup(ctx, r.o.Now(), 0)
+			rep, err := r.Cleanup(ctx, r.o.Now(), ConfigTTL)
 			if err != nil {
 				r.log.Warn("cleanup", "err", err)
 			} else if len(rep.Sandboxes)+len(rep.Volumes) > 0 {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -311,14 +310,40 @@ func (s *Session) Close(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	return s.terminate(ctx)
+}
+
+// closeIfIdle is Close unless a call of the session is in progress (in any process):
+// then it leaves the sandbox to that call, and to the reaper.
+func (s *Session) closeIfIdle(ctx context.Context) error {
+	if !s.mu.TryLock() {
+		return nil
+	}
+	defer s.mu.Unlock()
+	unlock, err := s.r.lockSession(s.id, false)
+	if err != nil || unlock == nil {
+		return err
+	}
+	defer unlock()
+	return s.terminate(ctx)
+}
+
+// terminate destroys the sandbox; the caller holds the session's lock.
+func (s *Session) terminate(ctx context.Context) error {
 	st, err := s.state()
 	if err != nil || st.Sandbox == "" {
 		return err
 	}
-	if err := s.r.eng.Terminate(ctx, st.Sandbox); err != nil {
-		return fmt.Errorf("close session %s: %w", s.id, err)
+	// The state forgets the sandbox before the engine ends it: the state lock is not
+	// held across the terminate, and no other call may dial a sandbox that is going.
+	if err := s.update(func(p *sessionState) { p.Sandbox, p.Pid = "", 0 }); err != nil {
+		return err
 	}
-	return s.update(func(p *sessionState) { p.Sandbox, p.Pid = "", 0 })
+	if err := s.r.eng.Terminate(ctx, st.Sandbox); err != nil {
+		return errors.Join(fmt.Errorf("close session %s: %w", s.id, err),
+			s.r.restoreVictim(reapVictim{id: s.id, st: st}))
+	}
+	return nil
 }
 
 // Sandbox is the id of the session's live sandbox, or "".
@@ -331,145 +356,4 @@ func (s *Session) Sandbox(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	return st.Sandbox, nil
-}
-
-// ReapIdle destroys the sandboxes of sessions unused for IdleTimeout (volumes stay)
-// and returns their session ids.
-func (r *Runner) ReapIdle(ctx context.Context, now time.Time) ([]string, error) {
-	var idle []string
-	err := r.withState(func(m map[string]*sessionState) error {
-		for id, st := range m {
-			if st.Sandbox == "" || now.Sub(st.LastUsed) < r.o.IdleTimeout {
-				continue
-			}
-			if !isSpare(id) {
-				// A session with a call in progress is busy, not idle.
-				unlock, err := r.lockSession(id, false)
-				if err != nil {
-					return err
-				}
-				if unlock == nil {
-					continue
-				}
-				unlock()
-			}
-			if isSpare(id) {
-				// An unclaimed spare idles out too; the next claim boots another.
-				if err := r.eng.Terminate(ctx, st.Sandbox); err != nil {
-					return err
-				}
-				if err := r.removeVolume(ctx, st.Volume); err != nil {
-					return err
-				}
-				delete(m, id)
-				continue
-			}
-			if err := r.eng.Terminate(ctx, st.Sandbox); err != nil {
-				return err
-			}
-			st.Sandbox, st.Pid = "", 0
-			idle = append(idle, id)
-		}
-		return nil
-	})
-	return idle, err
-}
-
-// CleanupReport says what Cleanup removed.
-type CleanupReport struct {
-	// Sandboxes are the sessions whose idle sandbox was destroyed.
-	Sandboxes []string `json:"sandboxes"`
-	// Volumes are the volumes deleted with their registry rows and code modules.
-	Volumes []string `json:"volumes"`
-}
-
-// Cleanup destroys idle sandboxes, then deletes volumes unused for volume_ttl_minutes
-// (ttl, when positive, overrides it) with their registry rows and code modules. A
-// volume mounted by a live sandbox is kept.
-func (r *Runner) Cleanup(ctx context.Context, now time.Time, ttl time.Duration) (CleanupReport, error) {
-	if ttl <= 0 {
-		ttl = r.cfg.VolumeTTL
-	}
-	rep := CleanupReport{Sandboxes: []string{}, Volumes: []string{}}
-	var err error
-	if rep.Sandboxes, err = r.ReapIdle(ctx, now); err != nil {
-		return rep, err
-	}
-	inUse := map[string]bool{}
-	err = r.withState(func(m map[string]*sessionState) error {
-		for _, st := range m {
-			if st.Sandbox != "" {
-				inUse[st.Volume] = true
-			}
-		}
-		for id, st := range m {
-			if !isSpare(id) {
-				// A session with a call in progress is busy, not idle.
-				unlock, err := r.lockSession(id, false)
-				if err != nil {
-					return err
-				}
-				if unlock == nil {
-					continue
-				}
-				unlock()
-			}
-			if isSpare(id) {
-				inUse[st.Volume] = true
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return rep, err
-	}
-	vols, err := r.store.Volumes(ctx)
-	if err != nil {
-		return rep, err
-	}
-	for _, v := range vols {
-		gone, err := r.expireVolume(ctx, v, now, ttl, inUse[v.Name])
-		if err != nil {
-			return rep, err
-		}
-		if gone {
-			rep.Volumes = append(rep.Volumes, v.Name)
-		}
-	}
-	return rep, nil
-}
-
-// expireVolume deletes a registered volume, its registry row and its code modules
-// when the volume is gone or unused for ttl: its last access is the later of the
-// registry's (every run_code) and the engine's (every mount). A volume that a session
-// holds (inUse) or a live sandbox mounts stays.
-func (r *Runner) expireVolume(ctx context.Context, v docsearch.Volume, now time.Time, ttl time.Duration, inUse bool) (bool, error) {
-	vs, err := r.volume(ctx, v.Name)
-	if err != nil {
-		return false, err
-	}
-	last := v.LastAccessed
-	if vs.lastAccessed.After(last) {
-		last = vs.lastAccessed
-	}
-	if vs.exists && (inUse || len(vs.usedBy) > 0 || now.Sub(last) < ttl) {
-		return false, nil
-	}
-	if err := r.removeVolume(ctx, v.Name); errors.Is(err, engine.ErrInUse) {
-		return false, nil // a sandbox mounted it since
-	} else if err != nil {
-		return false, err
-	}
-	if err := r.store.DeleteVolume(ctx, v.Name); err != nil {
-		return false, err
-	}
-	err = r.withState(func(m map[string]*sessionState) error {
-		for _, st := range m {
-			if st.Volume == v.Name {
-				st.Volume = "" // the next sandbox gets a new volume
-			}
-		}
-		return nil
-	})
-	return err == nil, err
 }

@@ -54,7 +54,7 @@ func TestWorkspaceOutlivesTheSandbox(t *testing.T) {
 	// Idle: the sandbox goes, the volume stays with its file.
 	vol := s.Volume()
 	now = now.Add(6 * time.Minute)
-	rep, err := r.Cleanup(ctx, now, 0)
+	rep, err := r.Cleanup(ctx, now, ConfigTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestWorkspaceOutlivesTheSandbox(t *testing.T) {
 	}
 	// Past the TTL: everything goes.
 	now = now.Add(11 * time.Minute)
-	if rep, err = r.Cleanup(ctx, now, 0); err != nil || !slices.Contains(rep.Volumes, vol) {
+	if rep, err = r.Cleanup(ctx, now, ConfigTTL); err != nil || !slices.Contains(rep.Volumes, vol) {
 		t.Fatalf("cleanup after the TTL = %+v, %v", rep, err)
 	}
 	if st, err := r.volume(ctx, vol); err != nil || st.exists {
@@ -163,7 +163,7 @@ func TestHostDirectoryVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	now = now.Add(11 * time.Minute)
-	if rep, err := r.Cleanup(ctx, now, 0); err != nil || !slices.Contains(rep.Volumes, s.Volume()) {
+	if rep, err := r.Cleanup(ctx, now, ConfigTTL); err != nil || !slices.Contains(rep.Volumes, s.Volume()) {
 		t.Fatalf("cleanup after the TTL = %+v, %v", rep, err)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
