@@ -294,9 +294,6 @@ func newCmdCodeMCP(a *Factory, o *codeOptions) *cobra.Command {
 				return err
 			}
 			defer done()
-			if err := r.IndexDocs(cmd.Context()); err != nil {
-				a.progress("some docs could not be indexed: %v", err)
-			}
 			return r.ServeMCP(cmd.Context(), io.NopCloser(a.stdin), nopCloser{a.stdout}, version.String())
 		},
 	}

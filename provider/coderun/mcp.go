@@ -29,7 +29,24 @@ type SearchDocsInput struct {
 	Query   string `json:"query" jsonschema:"what to look for"`
 	Package string `json:"package,omitempty" jsonschema:"search only this package's docs"`
 	K       int    `json:"k,omitempty" jsonschema:"how many results (default 5, at most 20)"`
+	Outline bool   `json:"outline,omitempty" jsonschema:"titles and first lines only: to see what there is, then search one package"`
 	Session string `json:"session,omitempty" jsonschema:"session id (default: this MCP session)"`
+}
+
+// searchDocsSchema is SearchDocsInput's schema with the configured packages as the
+// enum of package.
+func searchDocsSchema(pkgs []string) (*jsonschema.Schema, error) {
+	s, err := jsonschema.For[SearchDocsInput](nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(pkgs) > 0 {
+		p := s.Properties["package"]
+		for _, name := range pkgs {
+			p.Enum = append(p.Enum, name)
+		}
+	}
+	return s, nil
 }
 
 // SaveModulesInput is the input of save_code_modules.
@@ -98,7 +115,11 @@ func (r *Runner) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteClo
 	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: "Run TypeScript (Deno) in this session's sandbox, like a REPL: " +
 		"variables persist between calls, the last expression's value is returned as JSON (promises are awaited), console output is in stdout. " +
 		"Packages import by name. Files under /workspace persist for the session. Returns {success, result?, error?, stdout}."}, t.runCode)
-	mcp.AddTool(s, &mcp.Tool{Name: "search_docs", Description: "Search the documentation of the available packages, and the code modules saved in this session. " +
+	searchSchema, err := searchDocsSchema(r.packages())
+	if err != nil {
+		return err
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "search_docs", InputSchema: searchSchema, Description: "Search the documentation of the available packages, and the code modules saved in this session. " +
 		"Call it before writing code that uses a package. Returns results best first: {package, title, content, score, source}."}, t.searchDocs)
 	schema, err := saveModulesSchema()
 	if err != nil {
@@ -107,6 +128,8 @@ func (r *Runner) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteClo
 	mcp.AddTool(s, &mcp.Tool{Name: "save_code_modules", InputSchema: schema, Description: "Declare reusable modules you saved under /workspace " +
 		"(path, description, exports, usage) so search_docs finds them later in this session. The source stays in /workspace."}, t.saveModules)
 	r.refillSpares()
+	// Docs are indexed behind the connection: initialize never waits on a docs URL.
+	r.IndexDocsInBackground()
 	if r.cfg.Mode == "warm" {
 		// One stdio connection is one session: warm mode boots it now.
 		t.warm(ctx, nil)
@@ -210,7 +233,14 @@ func (t *mcpTools) searchDocs(ctx context.Context, req *mcp.CallToolRequest, in 
 	if err != nil {
 		return nil, nil, err
 	}
-	return jsonResult(res), nil, nil
+	if in.Outline {
+		res = res.Outline()
+	}
+	b, err := json.Marshal(res.Fit(t.r.searchBudget()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil, nil
 }
 
 func (t *mcpTools) saveModules(ctx context.Context, req *mcp.CallToolRequest, in SaveModulesInput) (*mcp.CallToolResult, any, error) {

@@ -42,7 +42,8 @@ type Options struct {
 	Progress io.Writer
 	// Logger receives events; nil discards. Secrets are never logged.
 	Logger *slog.Logger
-	// HTTPClient fetches docs; nil means one with a 60 s timeout.
+	// HTTPClient fetches docs; nil means one with a 60 s timeout (each docs URL has
+	// DocsTimeout besides).
 	HTTPClient *http.Client
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -60,6 +61,8 @@ type Options struct {
 	// Spares is how many sandboxes to keep booted for new sessions (default 0); see
 	// spare.go.
 	Spares int
+	// DocsTimeout bounds the fetch of one docs URL (default 20 s).
+	DocsTimeout time.Duration
 }
 
 // DefaultDenoVersion is the Deno the dependency snapshot gets.
@@ -85,6 +88,9 @@ type Runner struct {
 	// ownSpares are the keys of the spares this runner booted (Close ends those
 	// still unclaimed).
 	ownSpares map[string]bool
+	// indexing is set while the background docs indexing runs (see IndexDocsInBackground).
+	indexing     bool
+	indexStarted bool
 	closed    bool
 
 	stop chan struct{}
@@ -141,6 +147,9 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	}
 	if o.NPM == "" {
 		o.NPM = "npm"
+	}
+	if o.DocsTimeout <= 0 {
+		o.DocsTimeout = 20 * time.Second
 	}
 	dir, err := filepath.Abs(o.DataDir)
 	if err != nil {
@@ -231,29 +240,6 @@ func (r *Runner) reapLoop() {
 			cancel()
 		}
 	}
-}
-
-// IndexDocs fetches every dependency's docs and indexes the changed chunks. A docs URL
-// that fails is reported on Progress and skipped; the error joins them all.
-func (r *Runner) IndexDocs(ctx context.Context) error {
-	var errs []error
-	for _, d := range r.cfg.Dependencies {
-		for _, u := range d.Docs {
-			st, err := r.store.FetchDocs(ctx, r.o.HTTPClient, d.Package, u)
-			if err != nil {
-				fmt.Fprintf(r.o.Progress, "docs of %s: %v\n", d.Package, err)
-				errs = append(errs, err)
-				continue
-			}
-			fmt.Fprintf(r.o.Progress, "docs of %s: %s: %d new, %d unchanged, %d removed chunks\n", d.Package, u, st.Added, st.Unchanged, st.Removed)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Search searches the docs of every package (pkg empty) or one, without a session.
-func (r *Runner) Search(ctx context.Context, query, pkg string, k int) (docsearch.Results, error) {
-	return r.store.Search(ctx, docsearch.Query{Text: query, Package: pkg, K: k})
 }
 
 // sessionState is what DataDir/sessions.json keeps of a session.

@@ -264,7 +264,7 @@ func (s *Session) SearchDocs(ctx context.Context, query, pkg string, k int) (doc
 		}
 		vol = ""
 	}
-	return s.r.store.Search(ctx, docsearch.Query{Text: query, Package: pkg, Volume: vol, K: k})
+	return s.r.search(ctx, query, pkg, vol, k)
 }
 
 // SaveModules indexes modules the model saved under /workspace (no source is stored;

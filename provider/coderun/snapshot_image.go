@@ -87,7 +87,7 @@ func (r *Runner) buildImage(ctx context.Context, name string) (SnapshotInfo, err
 		extra = append(extra, sandboxFile{rules.CoderunBuildCA, pem, 0o644})
 		env = append(env, "DENO_CERT="+rules.CoderunBuildCA)
 	}
-	id, err := r.buildSnapshot(ctx, spec, env, extra)
+	id, err := r.buildSnapshot(ctx, name, spec, env, extra)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}

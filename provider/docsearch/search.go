@@ -15,6 +15,9 @@ type Query struct {
 	Text string
 	// Package, when set, limits the search to that package's docs (no modules).
 	Package string
+	// Packages, when not nil, are the packages whose docs may be returned (those
+	// configured now: the index may keep docs of others).
+	Packages []string
 	// Volume, when set and registered, adds that volume's code modules.
 	Volume string
 	// K is how many results; zero means 5.
@@ -168,9 +171,9 @@ func (s *Store) keyword(ctx context.Context, q Query, withModules bool, n int) (
 	}
 	docSQL := `SELECT f.rowid, bm25(doc_chunks_fts, 3.0, 1.0) FROM doc_chunks_fts f`
 	args := []any{fq}
-	if q.Package != "" {
-		docSQL += ` JOIN doc_chunks d ON d.id = f.rowid WHERE doc_chunks_fts MATCH ? AND d.package = ?`
-		args = append(args, q.Package)
+	if filter, fargs := packageFilter(q, "d."); filter != "" {
+		docSQL += ` JOIN doc_chunks d ON d.id = f.rowid WHERE doc_chunks_fts MATCH ?` + filter
+		args = append(args, fargs...)
 	} else {
 		docSQL += ` WHERE doc_chunks_fts MATCH ?`
 	}
@@ -179,19 +182,56 @@ func (s *Store) keyword(ctx context.Context, q Query, withModules bool, n int) (
 	if err != nil {
 		return nil, err
 	}
+	normalize(out)
 	if withModules {
 		mods, err := s.rank(ctx, true, `SELECT f.rowid, bm25(code_modules_fts, 3.0, 1.0) FROM code_modules_fts f
 			JOIN code_modules m ON m.id = f.rowid WHERE code_modules_fts MATCH ? AND m.volume = ? ORDER BY 2 LIMIT ?`, fq, q.Volume, n)
 		if err != nil {
 			return nil, err
 		}
+		normalize(mods)
 		out = append(out, mods...)
-	}
-	for i := range out {
-		out[i].score = -out[i].score // bm25() is lower-is-better
 	}
 	slices.SortStableFunc(out, func(a, b candidate) int { return cmp.Compare(b.score, a.score) })
 	return out, nil
+}
+
+// packageFilter is the SQL condition (with its leading AND) and arguments that keep
+// doc chunks of the query's packages; "" when every package may match.
+func packageFilter(q Query, col string) (string, []any) {
+	var sql strings.Builder
+	var args []any
+	if q.Package != "" {
+		sql.WriteString(" AND " + col + "package = ?")
+		args = append(args, q.Package)
+	}
+	if q.Packages != nil {
+		sql.WriteString(" AND " + col + "package IN (''")
+		for _, p := range q.Packages {
+			sql.WriteString(", ?")
+			args = append(args, p)
+		}
+		sql.WriteString(")")
+	}
+	return sql.String(), args
+}
+
+// normalize turns one index's BM25 ranks (lower is better) into scores in (0, 1], the
+// best 1. The doc chunks and the code modules are two FTS tables whose raw scores do
+// not compare: BM25's IDF over a table of one or two modules is about 0 (FTS5 floors
+// it at 1e-6), so a saved module's raw score would sink below every doc chunk.
+func normalize(c []candidate) {
+	best := 0.0
+	for _, x := range c {
+		best = max(best, -x.score)
+	}
+	for i := range c {
+		if best > 0 {
+			c[i].score = -c[i].score / best
+		} else {
+			c[i].score = 1
+		}
+	}
 }
 
 // vector is the cosine ranking: libSQL's native index (vector_top_k) for doc chunks of
@@ -201,14 +241,15 @@ func (s *Store) keyword(ctx context.Context, q Query, withModules bool, n int) (
 func (s *Store) vector(ctx context.Context, q Query, withModules bool, blob []byte, n int) ([]candidate, error) {
 	docSQL := `SELECT id, coalesce(vector_distance_cos(embedding, ?), 1.0) FROM doc_chunks WHERE embedding IS NOT NULL AND length(embedding) = ?`
 	args := []any{blob, len(blob)}
-	if q.Package != "" {
-		docSQL += ` AND package = ?`
-		args = append(args, q.Package)
-	}
+	filter, fargs := packageFilter(q, "")
+	docSQL += filter
+	args = append(args, fargs...)
 	if d := s.vecDim(); d > 0 && 4*d == len(blob) && q.Package == "" {
+		// The native index's top n, then the allowed packages among them.
+		filter, fargs := packageFilter(q, "d.")
 		docSQL = `SELECT d.id, coalesce(vector_distance_cos(d.embedding, ?), 1.0) FROM vector_top_k('` + vecIndexName + `', vector32(?), ?) AS v
-			JOIN doc_chunks d ON d.id = v.id WHERE length(d.embedding) = ?`
-		args = []any{blob, blob, n, len(blob)}
+			JOIN doc_chunks d ON d.id = v.id WHERE length(d.embedding) = ?` + filter
+		args = append([]any{blob, blob, n, len(blob)}, fargs...)
 	}
 	out, err := s.rank(ctx, false, docSQL+` ORDER BY 2 LIMIT ?`, append(args, n)...)
 	if err != nil {
