@@ -183,36 +183,42 @@ func docFiles(root string) ([]string, error) {
 	return files, nil
 }
 
-// IndexDocsInBackground indexes the docs without making anyone wait: the dependency
-// snapshot is built first when it is missing (its build indexes the packages' own
-// docs), then IndexDocs runs. Once per Runner; Close stops and waits for it.
-// Searches meanwhile return what is indexed, with a note.
+// IndexDocsInBackground indexes the docs without making anyone wait: IndexDocs
+// runs, and, when the dependency snapshot is missing, it is built (its build indexes
+// the packages' own docs). Once per Runner; Close stops and waits for it. A search
+// meanwhile waits for IndexDocs up to searchWaitForDocs, then returns what is indexed
+// with a note.
 func (r *Runner) IndexDocsInBackground() {
 	r.mu.Lock()
-	if r.indexStarted || r.closed {
+	if r.docsDone != nil || r.closed {
 		r.mu.Unlock()
 		return
 	}
-	r.indexStarted, r.indexing = true, true
-	r.wg.Add(1)
+	done := make(chan struct{})
+	r.docsDone = done
+	r.wg.Add(2)
 	r.mu.Unlock()
 	go func() {
 		defer r.wg.Done()
-		defer func() {
-			r.mu.Lock()
-			r.indexing = false
-			r.mu.Unlock()
-		}()
-		ctx, cancel := context.WithTimeout(r.ctx, 30*time.Minute)
+		defer close(done)
+		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Minute)
 		defer cancel()
-		if _, err := r.EnsureSnapshot(ctx); err != nil {
-			r.log.Warn("build the dependency snapshot for its docs", "err", err)
-		}
 		if err := r.IndexDocs(ctx); err != nil {
 			r.log.Warn("index docs", "err", err)
 		}
 	}()
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(r.ctx, 30*time.Minute)
+		defer cancel()
+		if _, err := r.EnsureSnapshot(ctx); err != nil {
+			r.log.Warn("build the dependency snapshot", "err", err)
+		}
+	}()
 }
+
+// searchWaitForDocs is how long a search waits for the background indexing.
+const searchWaitForDocs = 10 * time.Second
 
 // packages are the configured packages' names.
 func (r *Runner) packages() []string {
@@ -225,13 +231,26 @@ func (r *Runner) packages() []string {
 
 // search runs a query over the configured packages' docs (and vol's modules).
 func (r *Runner) search(ctx context.Context, query, pkg, vol string, k int) (docsearch.Results, error) {
+	r.mu.Lock()
+	done := r.docsDone
+	r.mu.Unlock()
+	indexing := false
+	if done != nil {
+		t := time.NewTimer(searchWaitForDocs)
+		select {
+		case <-done:
+		case <-t.C:
+			indexing = true
+		case <-ctx.Done():
+			t.Stop()
+			return docsearch.Results{}, ctx.Err()
+		}
+		t.Stop()
+	}
 	res, err := r.store.Search(ctx, docsearch.Query{Text: query, Package: pkg, Packages: r.packages(), Volume: vol, K: k})
 	if err != nil {
 		return res, err
 	}
-	r.mu.Lock()
-	indexing := r.indexing
-	r.mu.Unlock()
 	if indexing {
 		note := "the docs are still being indexed: search again shortly for more"
 		if res.Note != "" {

@@ -88,9 +88,9 @@ type Runner struct {
 	// ownSpares are the keys of the spares this runner booted (Close ends those
 	// still unclaimed).
 	ownSpares map[string]bool
-	// indexing is set while the background docs indexing runs (see IndexDocsInBackground).
-	indexing     bool
-	indexStarted bool
+	// docsDone is closed when the background docs indexing ends; nil when none
+	// started (see IndexDocsInBackground).
+	docsDone chan struct{}
 	closed    bool
 
 	stop chan struct{}

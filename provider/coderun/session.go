@@ -1,6 +1,7 @@
 package coderun
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -282,7 +284,60 @@ func (s *Session) SaveModules(ctx context.Context, mods []docsearch.Module) erro
 	} else if !ok {
 		return fmt.Errorf("save modules: the session has no volume yet (run code first)")
 	}
+	var paths []string
+	for _, m := range mods {
+		paths = append(paths, m.Path)
+	}
+	missing, err := s.missingFiles(ctx, paths)
+	if err != nil {
+		return fmt.Errorf("save modules: %w", err)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("save modules: no such file under %s: %s (write the module first, then save it)",
+			rules.CoderunWorkspace, strings.Join(missing, ", "))
+	}
 	return s.r.store.SaveModules(ctx, s.Volume(), mods)
+}
+
+// missingFiles are the paths (relative to /workspace) that are not regular files in
+// the session's volume: looked up in the host directory, or in the session's sandbox
+// (booted when it has none).
+func (s *Session) missingFiles(ctx context.Context, paths []string) ([]string, error) {
+	var missing []string
+	if s.r.volumes() == nil {
+		root := s.r.hostVolume(s.Volume())
+		for _, p := range paths {
+			// Lstat: a symlink in the volume must not make a host file count.
+			if fi, err := os.Lstat(filepath.Join(root, filepath.FromSlash(p))); err != nil || !fi.Mode().IsRegular() {
+				missing = append(missing, p)
+			}
+		}
+		return missing, nil
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	st, err := s.ready(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	argv := append([]string{"sh", "-c", `cd "$0" && for p; do [ -f "$p" ] || printf '%s\n' "$p"; done`, rules.CoderunWorkspace}, paths...)
+	code, err := s.r.eng.Exec(ctx, st.Sandbox, engine.ExecRequest{Argv: argv, Timeout: 30 * time.Second, Stdout: &out})
+	if err != nil {
+		return nil, err
+	}
+	if code != 0 {
+		return nil, fmt.Errorf("look for the modules: exit code %d", code)
+	}
+	for l := range strings.Lines(out.String()) {
+		if l = strings.TrimSuffix(l, "\n"); l != "" {
+			missing = append(missing, l)
+		}
+	}
+	return missing, nil
 }
 
 // modulePath is a module's path relative to /workspace: absolute paths must be under
