@@ -91,7 +91,7 @@ type Runner struct {
 	// docsDone is closed when the background docs indexing ends; nil when none
 	// started (see IndexDocsInBackground).
 	docsDone chan struct{}
-	closed    bool
+	closed   bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup

@@ -254,7 +254,6 @@ func packageFilter(q Query, col string) (string, []any) {
 	return sql.String(), args
 }
 
-
 // vector is the cosine ranking: libSQL's native index (vector_top_k) for doc chunks of
 // all packages when the store has one of the query's dimension, else a scan with
 // vector_distance_cos (libSQL's, or ours on SQLite; either is NULL or 1 for a zero
