@@ -88,6 +88,8 @@ type Runner struct {
 	// ownSpares are the keys of the spares this runner booted (Close ends those
 	// still unclaimed).
 	ownSpares map[string]bool
+	// scans remembers the workspace files each volume's last scan saw.
+	scans scanCache
 	// docsDone is closed when the background docs indexing ends; nil when none
 	// started (see IndexDocsInBackground).
 	docsDone chan struct{}

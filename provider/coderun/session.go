@@ -265,6 +265,10 @@ func (s *Session) SearchDocs(ctx context.Context, query, pkg string, k int) (doc
 			return docsearch.Results{}, err
 		}
 		vol = ""
+	} else if pkg == "" {
+		if err := s.indexWorkspace(ctx, vol); err != nil {
+			s.r.log.Warn("index the workspace's modules", "session", s.id, "err", err)
+		}
 	}
 	return s.r.search(ctx, query, pkg, vol, k)
 }
