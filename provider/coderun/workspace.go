@@ -51,14 +51,24 @@ func (r *Runner) listWorkspace(ctx context.Context, sandbox string) (map[string]
 	if code != 0 {
 		return nil, fmt.Errorf("list %s: exit code %d", rules.CoderunWorkspace, code)
 	}
+	return parseFileList(out.String()), nil
+}
+
+// parseFileList reads find's "<mtime> <size> <path>" lines (written by the sandbox,
+// so untrusted): path → "<mtime> <size>". Malformed lines are skipped.
+func parseFileList(out string) map[string]string {
 	files := map[string]string{}
-	for l := range strings.Lines(out.String()) {
+	for l := range strings.Lines(out) {
 		f := strings.SplitN(strings.TrimSuffix(l, "\n"), " ", 3)
-		if len(f) == 3 && f[2] != "" {
-			files[f[2]] = f[0] + " " + f[1]
+		if len(f) != 3 || f[2] == "" || f[0] == "" || f[1] == "" {
+			continue
 		}
+		if _, err := modulePath(f[2]); err != nil {
+			continue
+		}
+		files[f[2]] = f[0] + " " + f[1]
 	}
-	return files, nil
+	return files
 }
 
 // indexWorkspace brings the session's auto-indexed modules up to date with the files
