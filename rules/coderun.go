@@ -27,6 +27,13 @@ const (
 	// dependency snapshot from a slim image (for a TLS-inspecting proxy on the way to
 	// the npm registry); /run is not part of a snapshot.
 	CoderunBuildCA = "/run/coderun-host-ca.pem"
+	// CoderunPkgDocsDir holds the script that reads the packages' README and type
+	// declarations, and its Deno cache, while the docs are collected (in /run: never
+	// part of a snapshot).
+	CoderunPkgDocsDir = "/run/coderun-pkgdocs"
+	// CoderunOutputBudgetKB is the default output budget of one tool answer to a
+	// model, in KiB of JSON (search_docs; run_code has output_budget_kb).
+	CoderunOutputBudgetKB = 16
 	// PortCoderunREPL is the REPL server's loopback port inside the sandbox.
 	PortCoderunREPL = 4790
 )

@@ -344,8 +344,11 @@ func NewCmdCodeGC(f *Factory, config *string, runF func(*CodeOptions) error) *co
 			"  sandboxctl code --config code.toml gc --ttl 24h",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.TTL < 0 {
+			if o.TTL < 0 && cmd.Flags().Changed("ttl") {
 				return usageError{errors.New("--ttl must not be negative")}
+			}
+			if !cmd.Flags().Changed("ttl") {
+				o.TTL = coderun.ConfigTTL
 			}
 			return codeRunE(o, config, runF, codeGC)(cmd, args)
 		},
@@ -386,9 +389,6 @@ func codeMCP(o *CodeOptions) error {
 		return err
 	}
 	defer done()
-	if err := r.IndexDocs(o.Ctx); err != nil {
-		a.progress("some docs could not be indexed: %v", err)
-	}
 	return r.ServeMCP(o.Ctx, io.NopCloser(a.stdin), nopCloser{a.stdout}, version.String())
 }
 

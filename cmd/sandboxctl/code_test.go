@@ -212,9 +212,11 @@ func TestCodeMCPInspector(t *testing.T) {
 	}{
 		{[]string{"--tool-name", "run_code", "--tool-arg", "code=import isOdd from 'is-odd'; isOdd(7)", "--tool-arg", "session=m1"}, `\"result\":true`},
 		{[]string{"--tool-name", "run_code", "--tool-arg", "code=throw new Error('nope')", "--tool-arg", "session=m1"}, `"isError": true`},
+		{[]string{"--tool-name", "run_code", "--tool-arg", "code=await Deno.mkdir('lib', {recursive: true}); await Deno.writeTextFile('lib/triage.ts', 'export const stale = 1;\\n')",
+			"--tool-arg", "session=m1"}, `\"success\":true`},
 		{[]string{"--tool-name", "save_code_modules", "--tool-arg", `modules=[{"path":"lib/triage.ts","description":"triage stale tickets"}]`, "--tool-arg", "session=m1"}, `\"saved\": 1`},
 		{[]string{"--tool-name", "search_docs", "--tool-arg", "query=stale tickets", "--tool-arg", "session=m1"}, `lib/triage.ts`},
-		{[]string{"--tool-name", "search_docs", "--tool-arg", "query=install"}, `\"title\": \"Installation\"`},
+		{[]string{"--tool-name", "search_docs", "--tool-arg", "query=install"}, `\"title\":\"Installation\"`},
 	}
 	for _, tt := range tests {
 		if out := call(append([]string{"--method", "tools/call"}, tt.args...)...); !strings.Contains(out, tt.want) {

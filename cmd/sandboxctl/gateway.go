@@ -40,7 +40,7 @@ func NewCmdGateway(f *Factory, runF func(*GatewayOptions) error) *cobra.Command 
 			"credential. Engine adapters register sandboxes on --admin with the token in\n" +
 			"$NAME. Runs until interrupted.",
 		Example: "  GATEWAY_ADMIN_TOKEN=\"$(head -c 24 /dev/urandom | base64)\" sandboxctl gateway --token-env GATEWAY_ADMIN_TOKEN",
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Token = f.getenv(tokenEnv); len(o.Token) < 16 {
 				return usageError{errorf("--token-env %s: the variable must hold an admin token of at least 16 characters", tokenEnv)}

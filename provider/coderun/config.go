@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -22,8 +23,12 @@ import (
 type Config struct {
 	// Enabled turns the feature on; off means no tools and no prompt addendum.
 	Enabled bool
-	// Provider is local, modal or e2b (default local).
+	// Provider is local, modal or e2b (default local); "deno" is accepted for the
+	// default engine and loads as local.
 	Provider string
+	// Region, when set, is where the engine places sandboxes on an engine that has
+	// regions (see RegionalEngine); elsewhere it is ignored with a warning.
+	Region string
 	// Mode is lazy (sandbox on the first run_code, the default) or warm (with the session).
 	Mode string
 	// Image is the base image (a name or id in the engine's image store) the dependency
@@ -69,7 +74,10 @@ type Dependency struct {
 	Package string
 	// Version is an npm version or range (default "latest").
 	Version string
-	// Docs are markdown URLs indexed for search_docs.
+	// Docs are indexed for search_docs besides the package's own README and type
+	// declarations: markdown URLs (http or https), files, or folders (their markdown,
+	// text and .d.ts files). LoadFile makes a relative path relative to the
+	// configuration file.
 	Docs []string
 	// SecretEnv names the host environment variable holding the package's secret; the
 	// code sees it under the same name.
@@ -113,7 +121,7 @@ const (
 	DefaultVolumeCapacityMB = 300
 	DefaultTimeout          = 300 * time.Second
 	DefaultMemoryMB         = 1280
-	DefaultOutputBudgetKB   = 16
+	DefaultOutputBudgetKB   = rules.CoderunOutputBudgetKB
 )
 
 // fileConfig is the TOML shape.
@@ -121,6 +129,7 @@ type fileConfig struct {
 	Sandbox *struct {
 		Enabled          bool   `toml:"enabled"`
 		Provider         string `toml:"provider"`
+		Region           string `toml:"region"`
 		Mode             string `toml:"mode"`
 		Image            string `toml:"image"`
 		VolumeTTLMinutes *int   `toml:"volume_ttl_minutes"`
@@ -152,7 +161,7 @@ func LoadFile(path string, getenv func(string) string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("load sandbox config: %w", err)
 	}
-	c, err := Parse(b, getenv)
+	c, err := parse(b, getenv, filepath.Dir(path))
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
@@ -162,8 +171,14 @@ func LoadFile(path string, getenv func(string) string) (Config, error) {
 // Parse reads the `[sandbox]` section of a TOML document, fills defaults, reads the
 // secrets from getenv and validates. A document without the section, or with
 // enabled = false, is the zero (off) Config. Other sections are ignored; unknown keys
-// inside `[sandbox]` are errors.
+// inside `[sandbox]` are errors. A relative docs path is relative to the working
+// directory.
 func Parse(data []byte, getenv func(string) string) (Config, error) {
+	return parse(data, getenv, "")
+}
+
+// parse is Parse with relative docs paths made relative to dir.
+func parse(data []byte, getenv func(string) string, dir string) (Config, error) {
 	var fc fileConfig
 	md, err := toml.Decode(string(data), &fc)
 	if err != nil {
@@ -178,9 +193,10 @@ func Parse(data []byte, getenv func(string) string) (Config, error) {
 	if s == nil || !s.Enabled {
 		return Config{}, nil
 	}
-	c := Config{Enabled: true, Provider: s.Provider, Mode: s.Mode, Image: s.Image,
+	c := Config{Enabled: true, Provider: s.Provider, Region: s.Region, Mode: s.Mode, Image: s.Image,
 		VolumeTTL: DefaultVolumeTTL, VolumeCapacityMB: DefaultVolumeCapacityMB, Timeout: DefaultTimeout, MemoryMB: DefaultMemoryMB}
-	if c.Provider == "" {
+	if c.Provider == "" || c.Provider == "deno" {
+		// "deno" names the runtime, not an engine: the default engine runs it.
 		c.Provider = "local"
 	}
 	if c.Mode == "" {
@@ -202,7 +218,13 @@ func Parse(data []byte, getenv func(string) string) (Config, error) {
 	positive("timeout_seconds", s.TimeoutSeconds, func(v int) { c.Timeout = time.Duration(v) * time.Second })
 	positive("memory_mb", s.MemoryMB, func(v int) { c.MemoryMB = v })
 	for _, d := range s.Dependencies {
-		dep := Dependency{Package: d.Package, Version: d.Version, Docs: d.Docs, SecretEnv: d.SecretEnv, Hosts: d.Hosts}
+		dep := Dependency{Package: d.Package, Version: d.Version, SecretEnv: d.SecretEnv, Hosts: d.Hosts}
+		for _, u := range d.Docs {
+			if !isDocsURL(u) && dir != "" && u != "" && !filepath.IsAbs(u) {
+				u = filepath.Join(dir, u)
+			}
+			dep.Docs = append(dep.Docs, u)
+		}
 		if dep.Version == "" {
 			dep.Version = "latest"
 		}
@@ -239,6 +261,8 @@ var (
 	// imageRef is an image name or id of an image store.
 	imageRef = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@-]*$`)
 	envName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// region is a region name as engines spell them (ord, us-east-1, eu-west).
+	region   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 	hostName = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 )
 
@@ -246,7 +270,10 @@ var (
 func (c Config) validate() []error {
 	var errs []error
 	if !slices.Contains([]string{"local", "modal", "e2b"}, c.Provider) {
-		errs = append(errs, fmt.Errorf("provider %q: want local, modal or e2b", c.Provider))
+		errs = append(errs, fmt.Errorf("provider %q: want local, modal, e2b or deno (the default engine)", c.Provider))
+	}
+	if c.Region != "" && !region.MatchString(c.Region) {
+		errs = append(errs, fmt.Errorf("region %q: want a region name such as ord or us-east-1", c.Region))
 	}
 	if c.Mode != "lazy" && c.Mode != "warm" {
 		errs = append(errs, fmt.Errorf("mode %q: want lazy or warm", c.Mode))
@@ -279,8 +306,8 @@ func (c Config) validate() []error {
 			errs = append(errs, fmt.Errorf("%s: version %q is not an npm version or range", where, d.Version))
 		}
 		for _, u := range d.Docs {
-			if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-				errs = append(errs, fmt.Errorf("%s: docs URL %q: want http(s)://host/path", where, u))
+			if err := checkDocs(u); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", where, err))
 			}
 		}
 		if d.SecretEnv != "" && !envName.MatchString(d.SecretEnv) {
@@ -304,6 +331,27 @@ func (c Config) validate() []error {
 		}
 	}
 	return errs
+}
+
+// isDocsURL reports whether a docs entry is a URL rather than a path.
+func isDocsURL(s string) bool { return strings.Contains(s, "://") }
+
+// checkDocs checks a docs entry: an http(s) URL, or a file or folder that exists (a
+// typo fails at start, not as a silently missing document).
+func checkDocs(s string) error {
+	if isDocsURL(s) {
+		if p, err := url.Parse(s); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return fmt.Errorf("docs URL %q: want http(s)://host/path, or a file or folder path", s)
+		}
+		return nil
+	}
+	if s == "" || strings.ContainsRune(s, 0) {
+		return fmt.Errorf("docs %q: want an http(s) URL, or a file or folder path", s)
+	}
+	if _, err := os.Stat(s); err != nil {
+		return fmt.Errorf("docs path %q: %w", s, err)
+	}
+	return nil
 }
 
 // validateStorage checks storage_url and storage_token_env: a URL hrana accepts, and a

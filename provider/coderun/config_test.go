@@ -67,6 +67,8 @@ func TestParseOffAndDefaults(t *testing.T) {
 		{"disabled", "[sandbox]\nenabled = false\nmemory_mb = -1\n", Config{}},
 		{"defaults", "[sandbox]\nenabled = true\n", Config{Enabled: true, Provider: "local", Mode: "lazy", VolumeTTL: DefaultVolumeTTL,
 			VolumeCapacityMB: DefaultVolumeCapacityMB, Timeout: DefaultTimeout, MemoryMB: DefaultMemoryMB}},
+		{"the seed's keys", "[sandbox]\nenabled = true\nprovider = 'deno'\nregion = 'ord'\n", Config{Enabled: true, Provider: "local", Region: "ord",
+			Mode: "lazy", VolumeTTL: DefaultVolumeTTL, VolumeCapacityMB: DefaultVolumeCapacityMB, Timeout: DefaultTimeout, MemoryMB: DefaultMemoryMB}},
 		{"an image", "[sandbox]\nenabled = true\nimage = 'registry.test/base:1'\n", Config{Enabled: true, Provider: "local", Mode: "lazy",
 			Image: "registry.test/base:1", VolumeTTL: DefaultVolumeTTL, VolumeCapacityMB: DefaultVolumeCapacityMB, Timeout: DefaultTimeout, MemoryMB: DefaultMemoryMB}},
 	}
@@ -104,6 +106,8 @@ func TestParseErrors(t *testing.T) {
 		{"dup package", dep("package = 'a'\n[[sandbox.dependencies]]\npackage = 'a'\n"), `"a" is listed twice`},
 		{"bad version", dep("package = 'a'\nversion = 'git+https://x'\n"), "not an npm version"},
 		{"docs scheme", dep("package = 'a'\ndocs = ['file:///etc/passwd']\n"), "docs URL"},
+		{"docs path missing", dep("package = 'a'\ndocs = ['/nonexistent/coderun-docs']\n"), `docs path "/nonexistent/coderun-docs"`},
+		{"region", "[sandbox]\nenabled = true\nregion = 'US East'\n", `region "US East"`},
 		{"secret env", dep("package = 'a'\nsecret_env = 'A-B'\n"), `secret_env "A-B"`},
 		{"host with scheme", dep("package = 'a'\nhosts = ['https://api.x.com']\n"), `host "https://api.x.com"`},
 		{"host with port", dep("package = 'a'\nhosts = ['api.x.com:443']\n"), "without scheme or port"},

@@ -116,8 +116,8 @@ func needRuntime(t testing.TB) *local.Engine {
 	return fixtureEng
 }
 
-// testConfig is the acceptance configuration: one small npm package, and a package
-// with a secret and a host.
+// testConfig is the acceptance configuration: small npm packages, one with a secret
+// and a host, and ms with its type declarations (@types/ms) for the packages' docs.
 func testConfig(t testing.TB, extra string) Config {
 	t.Helper()
 	c, err := Parse([]byte(`
@@ -135,6 +135,14 @@ package = "is-number"
 version = "7.0.0"
 secret_env = "CODERUN_TEST_TOKEN"
 hosts = ["api.example.test"]
+
+[[sandbox.dependencies]]
+package = "ms"
+version = "2.1.3"
+
+[[sandbox.dependencies]]
+package = "@types/ms"
+version = "2.1.0"
 `), func(k string) string {
 		if k == "CODERUN_TEST_TOKEN" {
 			return testSecret

@@ -43,7 +43,24 @@ type SearchDocsInput struct {
 	Query   string `json:"query" jsonschema:"what to look for"`
 	Package string `json:"package,omitempty" jsonschema:"search only this package's docs"`
 	K       int    `json:"k,omitempty" jsonschema:"how many results (default 5, at most 20)"`
+	Outline bool   `json:"outline,omitempty" jsonschema:"titles and first lines only: to see what there is, then search one package"`
 	Session string `json:"session,omitempty" jsonschema:"session id (default: this MCP session)"`
+}
+
+// searchDocsSchema is SearchDocsInput's schema with the configured packages as the
+// enum of package.
+func searchDocsSchema(pkgs []string) (*jsonschema.Schema, error) {
+	s, err := jsonschema.For[SearchDocsInput](nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(pkgs) > 0 {
+		p := s.Properties["package"]
+		for _, name := range pkgs {
+			p.Enum = append(p.Enum, name)
+		}
+	}
+	return s, nil
 }
 
 // SaveModulesInput is the input of save_code_modules.
@@ -89,15 +106,18 @@ type mcpTools struct {
 	defaultSession string
 
 	mu sync.Mutex
-	// used are the connection's own sessions (not those named by a session
-	// argument, which may be shared), closed when the connection ends.
+	// used are the sessions the connection used: its own (closed when the
+	// connection ends) and those named by a session argument, true for its own. A
+	// named session may be shared: it is closed at the end unless a call of it is in
+	// progress elsewhere.
 	used map[string]bool
 	wg   sync.WaitGroup
 }
 
 // ServeMCP serves run_code, search_docs and save_code_modules over one MCP
-// connection until it ends, then closes the sandbox of the connection's own session
-// (its volume stays). In warm mode that session boots as the connection starts.
+// connection until it ends, then closes the sandboxes of the sessions it used (their
+// volumes stay; a named session busy elsewhere is left to its caller). In warm mode
+// the connection's own session boots as the connection starts.
 func (r *Runner) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteCloser, version string) error {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -115,7 +135,11 @@ func (r *Runner) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteClo
 		"Packages import by name, from the code and from modules under /workspace. Files under /workspace persist for the session. " +
 		"Errors name the line of your code. Output over the budget comes back as a head and a tail: the whole is in $stdout and $result " +
 		"and in the files named in truncated. reset: true starts a fresh REPL. Returns {success, result?, error?, stdout, truncated?}."}, t.runCode)
-	mcp.AddTool(s, &mcp.Tool{Name: "search_docs", Description: "Search the documentation of the available packages, and the code modules saved in this session. " +
+	searchSchema, err := searchDocsSchema(r.packages())
+	if err != nil {
+		return err
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "search_docs", InputSchema: searchSchema, Description: "Search the documentation of the available packages, and the code modules saved in this session. " +
 		"Call it before writing code that uses a package. Returns results best first: {package, title, content, score, source}."}, t.searchDocs)
 	schema, err := saveModulesSchema()
 	if err != nil {
@@ -124,6 +148,8 @@ func (r *Runner) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteClo
 	mcp.AddTool(s, &mcp.Tool{Name: "save_code_modules", InputSchema: schema, Description: "Declare reusable modules you saved under /workspace " +
 		"(path, description, exports, usage) so search_docs finds them later in this session. The source stays in /workspace."}, t.saveModules)
 	r.refillSpares()
+	// Docs are indexed behind the connection: initialize never waits on a docs URL.
+	r.IndexDocsInBackground()
 	if r.cfg.Mode == "warm" {
 		// One stdio connection is one session: warm mode boots it now.
 		t.warm(ctx, nil)
@@ -154,11 +180,9 @@ func (t *mcpTools) open(id string, ss *mcp.ServerSession) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if own {
-		t.mu.Lock()
-		t.used[id] = true
-		t.mu.Unlock()
-	}
+	t.mu.Lock()
+	t.used[id] = t.used[id] || own
+	t.mu.Unlock()
 	return s, nil
 }
 
@@ -182,14 +206,21 @@ func (t *mcpTools) warm(ctx context.Context, ss *mcp.ServerSession) {
 func (t *mcpTools) closeAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for id := range t.used {
-		if s, err := t.r.Session(id); err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if err := s.Close(ctx); err != nil {
-				t.r.log.Warn("close session", "session", id, "err", err)
-			}
-			cancel()
+	for id, own := range t.used {
+		s, err := t.r.Session(id)
+		if err != nil {
+			continue
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if own {
+			err = s.Close(ctx)
+		} else {
+			err = s.closeIfIdle(ctx)
+		}
+		if err != nil {
+			t.r.log.Warn("close session", "session", id, "err", err)
+		}
+		cancel()
 	}
 }
 
@@ -236,7 +267,14 @@ func (t *mcpTools) searchDocs(ctx context.Context, req *mcp.CallToolRequest, in 
 	if err != nil {
 		return nil, nil, err
 	}
-	return jsonResult(res), nil, nil
+	if in.Outline {
+		res = res.Outline()
+	}
+	b, err := json.Marshal(res.Fit(t.r.searchBudget()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil, nil
 }
 
 func (t *mcpTools) saveModules(ctx context.Context, req *mcp.CallToolRequest, in SaveModulesInput) (*mcp.CallToolResult, any, error) {

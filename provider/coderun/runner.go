@@ -43,7 +43,8 @@ type Options struct {
 	Progress io.Writer
 	// Logger receives events; nil discards. Secrets are never logged.
 	Logger *slog.Logger
-	// HTTPClient fetches docs; nil means one with a 60 s timeout.
+	// HTTPClient fetches docs; nil means one with a 60 s timeout (each docs URL has
+	// DocsTimeout besides).
 	HTTPClient *http.Client
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -61,6 +62,8 @@ type Options struct {
 	// Spares is how many sandboxes to keep booted for new sessions (default 0); see
 	// spare.go.
 	Spares int
+	// DocsTimeout bounds the fetch of one docs URL (default 20 s).
+	DocsTimeout time.Duration
 }
 
 // DefaultDenoVersion is the Deno the dependency snapshot gets.
@@ -83,6 +86,14 @@ type Runner struct {
 	mu       sync.Mutex
 	sessions map[string]*Session
 	filling  bool // a refill of spares runs
+	// ownSpares are the keys of the spares this runner booted (Close ends those
+	// still unclaimed).
+	ownSpares map[string]bool
+	// scans remembers the workspace files each volume's last scan saw.
+	scans scanCache
+	// docsDone is closed when the background docs indexing ends; nil when none
+	// started (see IndexDocsInBackground).
+	docsDone chan struct{}
 	closed   bool
 
 	stop chan struct{}
@@ -90,6 +101,15 @@ type Runner struct {
 	// ctx ends with Close: background work (spares) stops.
 	ctx    context.Context
 	cancel context.CancelFunc
+}
+
+// RegionalEngine is an engine that places its sandboxes in a region the caller
+// chooses; New hands it Config.Region. On any other engine a region is ignored, with
+// a warning on Progress.
+type RegionalEngine interface {
+	engine.Engine
+	// UseRegion makes the engine create its sandboxes in region.
+	UseRegion(region string) error
 }
 
 // ErrOff: the configuration does not enable code execution.
@@ -131,6 +151,9 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	if o.NPM == "" {
 		o.NPM = "npm"
 	}
+	if o.DocsTimeout <= 0 {
+		o.DocsTimeout = 20 * time.Second
+	}
 	dir, err := filepath.Abs(o.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("new coderun: %w", err)
@@ -138,6 +161,16 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	o.DataDir = dir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("new coderun: %w", err)
+	}
+	if reg := o.Config.Region; reg != "" {
+		if re, ok := o.Engine.(RegionalEngine); ok {
+			if err := re.UseRegion(reg); err != nil {
+				return nil, fmt.Errorf("new coderun: region %q: %w", reg, err)
+			}
+		} else {
+			fmt.Fprintf(o.Progress, "region = %q is ignored: the %s engine has no regions\n", reg, o.Config.Provider)
+			o.Logger.Warn("region ignored: the engine has no regions", "component", "coderun", "region", reg, "provider", o.Config.Provider)
+		}
 	}
 	base, err := chooseBase(ctx, o)
 	if err != nil {
@@ -153,7 +186,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		return nil, fmt.Errorf("new coderun: %w", err)
 	}
 	r := &Runner{o: o, cfg: o.Config, eng: o.Engine, store: store, log: o.Logger.With("component", "coderun"),
-		sessions: map[string]*Session{}, stop: make(chan struct{}), base: base}
+		sessions: map[string]*Session{}, ownSpares: map[string]bool{}, stop: make(chan struct{}), base: base}
 	if base != "" {
 		r.images = o.Images
 	}
@@ -165,16 +198,24 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	return r, nil
 }
 
-// Close stops the background loop and closes the index. Session sandboxes keep
-// running (a later Runner on the same DataDir finds them); Session.Close ends them.
+// Close stops the background work, ends the unclaimed spares this runner booted and
+// closes the index. Session sandboxes keep running (a later Runner on the same
+// DataDir finds them); Session.Close ends them.
 func (r *Runner) Close() error {
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
 	r.closed = true
 	r.mu.Unlock()
 	r.cancel()
 	close(r.stop)
 	r.wg.Wait()
-	return r.store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := r.dropOwnSpares(ctx)
+	return errors.Join(err, r.store.Close())
 }
 
 // Config is the runner's configuration.
@@ -193,7 +234,7 @@ func (r *Runner) reapLoop() {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
-			rep, err := r.Cleanup(ctx, r.o.Now(), 0)
+			rep, err := r.Cleanup(ctx, r.o.Now(), ConfigTTL)
 			if err != nil {
 				r.log.Warn("cleanup", "err", err)
 			} else if len(rep.Sandboxes)+len(rep.Volumes) > 0 {
@@ -202,29 +243,6 @@ func (r *Runner) reapLoop() {
 			cancel()
 		}
 	}
-}
-
-// IndexDocs fetches every dependency's docs and indexes the changed chunks. A docs URL
-// that fails is reported on Progress and skipped; the error joins them all.
-func (r *Runner) IndexDocs(ctx context.Context) error {
-	var errs []error
-	for _, d := range r.cfg.Dependencies {
-		for _, u := range d.Docs {
-			st, err := r.store.FetchDocs(ctx, r.o.HTTPClient, d.Package, u)
-			if err != nil {
-				fmt.Fprintf(r.o.Progress, "docs of %s: %v\n", d.Package, err)
-				errs = append(errs, err)
-				continue
-			}
-			fmt.Fprintf(r.o.Progress, "docs of %s: %s: %d new, %d unchanged, %d removed chunks\n", d.Package, u, st.Added, st.Unchanged, st.Removed)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Search searches the docs of every package (pkg empty) or one, without a session.
-func (r *Runner) Search(ctx context.Context, query, pkg string, k int) (docsearch.Results, error) {
-	return r.store.Search(ctx, docsearch.Query{Text: query, Package: pkg, K: k})
 }
 
 // sessionState is what DataDir/sessions.json keeps of a session.

@@ -1,6 +1,7 @@
 package coderun
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -338,8 +339,12 @@ func (s *Session) SearchDocs(ctx context.Context, query, pkg string, k int) (doc
 			return docsearch.Results{}, err
 		}
 		vol = ""
+	} else if pkg == "" {
+		if err := s.indexWorkspace(ctx, vol); err != nil {
+			s.r.log.Warn("index the workspace's modules", "session", s.id, "err", err)
+		}
 	}
-	return s.r.store.Search(ctx, docsearch.Query{Text: query, Package: pkg, Volume: vol, K: k})
+	return s.r.search(ctx, query, pkg, vol, k)
 }
 
 // SaveModules indexes modules the model saved under /workspace (no source is stored;
@@ -357,7 +362,60 @@ func (s *Session) SaveModules(ctx context.Context, mods []docsearch.Module) erro
 	} else if !ok {
 		return fmt.Errorf("save modules: the session has no volume yet (run code first)")
 	}
+	var paths []string
+	for _, m := range mods {
+		paths = append(paths, m.Path)
+	}
+	missing, err := s.missingFiles(ctx, paths)
+	if err != nil {
+		return fmt.Errorf("save modules: %w", err)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("save modules: no such file under %s: %s (write the module first, then save it)",
+			rules.CoderunWorkspace, strings.Join(missing, ", "))
+	}
 	return s.r.store.SaveModules(ctx, s.Volume(), mods)
+}
+
+// missingFiles are the paths (relative to /workspace) that are not regular files in
+// the session's volume: looked up in the host directory, or in the session's sandbox
+// (booted when it has none).
+func (s *Session) missingFiles(ctx context.Context, paths []string) ([]string, error) {
+	var missing []string
+	if s.r.volumes() == nil {
+		root := s.r.hostVolume(s.Volume())
+		for _, p := range paths {
+			// Lstat: a symlink in the volume must not make a host file count.
+			if fi, err := os.Lstat(filepath.Join(root, filepath.FromSlash(p))); err != nil || !fi.Mode().IsRegular() {
+				missing = append(missing, p)
+			}
+		}
+		return missing, nil
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	st, err := s.ready(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	argv := append([]string{"sh", "-c", `cd "$0" && for p; do [ -f "$p" ] || printf '%s\n' "$p"; done`, rules.CoderunWorkspace}, paths...)
+	code, err := s.r.eng.Exec(ctx, st.Sandbox, engine.ExecRequest{Argv: argv, Timeout: 30 * time.Second, Stdout: &out})
+	if err != nil {
+		return nil, err
+	}
+	if code != 0 {
+		return nil, fmt.Errorf("look for the modules: exit code %d", code)
+	}
+	for l := range strings.Lines(out.String()) {
+		if l = strings.TrimSuffix(l, "\n"); l != "" {
+			missing = append(missing, l)
+		}
+	}
+	return missing, nil
 }
 
 // modulePath is a module's path relative to /workspace: absolute paths must be under
@@ -385,14 +443,40 @@ func (s *Session) Close(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	return s.terminate(ctx)
+}
+
+// closeIfIdle is Close unless a call of the session is in progress (in any process):
+// then it leaves the sandbox to that call, and to the reaper.
+func (s *Session) closeIfIdle(ctx context.Context) error {
+	if !s.mu.TryLock() {
+		return nil
+	}
+	defer s.mu.Unlock()
+	unlock, err := s.r.lockSession(s.id, false)
+	if err != nil || unlock == nil {
+		return err
+	}
+	defer unlock()
+	return s.terminate(ctx)
+}
+
+// terminate destroys the sandbox; the caller holds the session's lock.
+func (s *Session) terminate(ctx context.Context) error {
 	st, err := s.state()
 	if err != nil || st.Sandbox == "" {
 		return err
 	}
-	if err := s.r.eng.Terminate(ctx, st.Sandbox); err != nil {
-		return fmt.Errorf("close session %s: %w", s.id, err)
+	// The state forgets the sandbox before the engine ends it: the state lock is not
+	// held across the terminate, and no other call may dial a sandbox that is going.
+	if err := s.update(func(p *sessionState) { p.Sandbox, p.Pid = "", 0 }); err != nil {
+		return err
 	}
-	return s.update(func(p *sessionState) { p.Sandbox, p.Pid = "", 0 })
+	if err := s.r.eng.Terminate(ctx, st.Sandbox); err != nil {
+		return errors.Join(fmt.Errorf("close session %s: %w", s.id, err),
+			s.r.restoreVictim(reapVictim{id: s.id, st: st}))
+	}
+	return nil
 }
 
 // Sandbox is the id of the session's live sandbox, or "".
@@ -405,145 +489,4 @@ func (s *Session) Sandbox(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	return st.Sandbox, nil
-}
-
-// ReapIdle destroys the sandboxes of sessions unused for IdleTimeout (volumes stay)
-// and returns their session ids.
-func (r *Runner) ReapIdle(ctx context.Context, now time.Time) ([]string, error) {
-	var idle []string
-	err := r.withState(func(m map[string]*sessionState) error {
-		for id, st := range m {
-			if st.Sandbox == "" || now.Sub(st.LastUsed) < r.o.IdleTimeout {
-				continue
-			}
-			if !isSpare(id) {
-				// A session with a call in progress is busy, not idle.
-				unlock, err := r.lockSession(id, false)
-				if err != nil {
-					return err
-				}
-				if unlock == nil {
-					continue
-				}
-				unlock()
-			}
-			if isSpare(id) {
-				// An unclaimed spare idles out too; the next claim boots another.
-				if err := r.eng.Terminate(ctx, st.Sandbox); err != nil {
-					return err
-				}
-				if err := r.removeVolume(ctx, st.Volume); err != nil {
-					return err
-				}
-				delete(m, id)
-				continue
-			}
-			if err := r.eng.Terminate(ctx, st.Sandbox); err != nil {
-				return err
-			}
-			st.Sandbox, st.Pid = "", 0
-			idle = append(idle, id)
-		}
-		return nil
-	})
-	return idle, err
-}
-
-// CleanupReport says what Cleanup removed.
-type CleanupReport struct {
-	// Sandboxes are the sessions whose idle sandbox was destroyed.
-	Sandboxes []string `json:"sandboxes"`
-	// Volumes are the volumes deleted with their registry rows and code modules.
-	Volumes []string `json:"volumes"`
-}
-
-// Cleanup destroys idle sandboxes, then deletes volumes unused for volume_ttl_minutes
-// (ttl, when positive, overrides it) with their registry rows and code modules. A
-// volume mounted by a live sandbox is kept.
-func (r *Runner) Cleanup(ctx context.Context, now time.Time, ttl time.Duration) (CleanupReport, error) {
-	if ttl <= 0 {
-		ttl = r.cfg.VolumeTTL
-	}
-	rep := CleanupReport{Sandboxes: []string{}, Volumes: []string{}}
-	var err error
-	if rep.Sandboxes, err = r.ReapIdle(ctx, now); err != nil {
-		return rep, err
-	}
-	inUse := map[string]bool{}
-	err = r.withState(func(m map[string]*sessionState) error {
-		for _, st := range m {
-			if st.Sandbox != "" {
-				inUse[st.Volume] = true
-			}
-		}
-		for id, st := range m {
-			if !isSpare(id) {
-				// A session with a call in progress is busy, not idle.
-				unlock, err := r.lockSession(id, false)
-				if err != nil {
-					return err
-				}
-				if unlock == nil {
-					continue
-				}
-				unlock()
-			}
-			if isSpare(id) {
-				inUse[st.Volume] = true
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return rep, err
-	}
-	vols, err := r.store.Volumes(ctx)
-	if err != nil {
-		return rep, err
-	}
-	for _, v := range vols {
-		gone, err := r.expireVolume(ctx, v, now, ttl, inUse[v.Name])
-		if err != nil {
-			return rep, err
-		}
-		if gone {
-			rep.Volumes = append(rep.Volumes, v.Name)
-		}
-	}
-	return rep, nil
-}
-
-// expireVolume deletes a registered volume, its registry row and its code modules
-// when the volume is gone or unused for ttl: its last access is the later of the
-// registry's (every run_code) and the engine's (every mount). A volume that a session
-// holds (inUse) or a live sandbox mounts stays.
-func (r *Runner) expireVolume(ctx context.Context, v docsearch.Volume, now time.Time, ttl time.Duration, inUse bool) (bool, error) {
-	vs, err := r.volume(ctx, v.Name)
-	if err != nil {
-		return false, err
-	}
-	last := v.LastAccessed
-	if vs.lastAccessed.After(last) {
-		last = vs.lastAccessed
-	}
-	if vs.exists && (inUse || len(vs.usedBy) > 0 || now.Sub(last) < ttl) {
-		return false, nil
-	}
-	if err := r.removeVolume(ctx, v.Name); errors.Is(err, engine.ErrInUse) {
-		return false, nil // a sandbox mounted it since
-	} else if err != nil {
-		return false, err
-	}
-	if err := r.store.DeleteVolume(ctx, v.Name); err != nil {
-		return false, err
-	}
-	err = r.withState(func(m map[string]*sessionState) error {
-		for _, st := range m {
-			if st.Volume == v.Name {
-				st.Volume = "" // the next sandbox gets a new volume
-			}
-		}
-		return nil
-	})
-	return err == nil, err
 }

@@ -159,6 +159,10 @@ func (r *Runner) EnsureSnapshot(ctx context.Context) (SnapshotInfo, error) {
 			return fmt.Errorf("build snapshot %s: %w", r.SnapshotName(), err)
 		}
 		fmt.Fprintf(r.o.Progress, "snapshot %s = %s, built in %v\n", info.Name, info.ID, time.Since(start).Round(time.Millisecond))
+		// The packages' own docs are searchable from the first session on.
+		if err := r.indexPackageDocs(ctx, info); err != nil {
+			fmt.Fprintf(r.o.Progress, "docs of the packages: %v\n", err)
+		}
 		return nil
 	})
 	return info, err
@@ -171,7 +175,7 @@ func (r *Runner) buildCopy(ctx context.Context, name string) (SnapshotInfo, erro
 		Labels: map[string]string{"coderun": "build"}}
 	// The machine's CAs too (the sandbox sees the host's /etc/ssl): a TLS-inspecting
 	// proxy on the way to the registry is common.
-	id, err := r.buildSnapshot(ctx, spec, []string{"DENO_TLS_CA_STORE=mozilla,system"}, nil)
+	id, err := r.buildSnapshot(ctx, name, spec, []string{"DENO_TLS_CA_STORE=mozilla,system"}, nil)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -209,9 +213,9 @@ type sandboxFile struct {
 
 // buildSnapshot boots the build sandbox of spec, writes Deno, the package.json, the
 // REPL server and extra files into it, runs `deno install` with env added, warms the
-// REPL's code cache, and returns the engine's Snapshot of it; the sandbox is
-// terminated.
-func (r *Runner) buildSnapshot(ctx context.Context, spec engine.Spec, env []string, extra []sandboxFile) (string, error) {
+// REPL's code cache, keeps the packages' docs for the snapshot name, and returns the
+// engine's Snapshot of it; the sandbox is terminated.
+func (r *Runner) buildSnapshot(ctx context.Context, name string, spec engine.Spec, env []string, extra []sandboxFile) (string, error) {
 	denoBin, err := r.hostDeno(ctx)
 	if err != nil {
 		return "", err
@@ -267,6 +271,13 @@ func (r *Runner) buildSnapshot(ctx context.Context, spec engine.Spec, env []stri
 	}
 	r.killREPL(ctx, sessionState{Sandbox: info.ID, Pid: pid})
 	if err := r.eng.Remove(ctx, info.ID, rules.CoderunREPLLog); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	fmt.Fprintf(r.o.Progress, "reading the packages' docs\n")
+	if docs, err := r.collectPackageDocs(ctx, info.ID); err != nil {
+		// Docs are not worth a failed build; a later IndexDocs reads them again.
+		fmt.Fprintf(r.o.Progress, "docs of the packages: %v\n", err)
+	} else if err := r.savePackageDocs(name, docs); err != nil {
 		return "", err
 	}
 	fmt.Fprintf(r.o.Progress, "snapshotting\n")

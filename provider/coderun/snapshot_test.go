@@ -165,9 +165,13 @@ func (e noImages) Capabilities() engine.Capabilities {
 	return c
 }
 
+// otherStore is an image store that cannot build Debian bases.
+type otherStore struct{ ImageStore }
+
 // The dependency snapshot is an image only with an image store, on an engine that
 // boots images, and with a base: the configured one, or the default when the store
-// has it. A configured base the store lacks is an error of the build, not a copy.
+// has it or can build it. A configured base the store lacks is an error of the build,
+// not a copy.
 func TestChooseBase(t *testing.T) {
 	eng := needRuntime(t)
 	if fixtureImages == nil {
@@ -177,22 +181,29 @@ func TestChooseBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	noMmdebstrap := t.TempDir()
 	tests := []struct {
 		name   string
 		image  string
 		eng    engine.Engine
 		images ImageStore
+		path   string // PATH, when set
 		want   string
 	}{
-		{"no store", "", eng, nil, ""},
-		{"an engine without images", "", noImages{eng}, fixtureImages, ""},
-		{"the default base in the store", "", eng, fixtureImages, imagetest.BaseRef},
-		{"the default base not in the store", "", eng, empty, ""},
-		{"a configured base", "registry.test/base:1", eng, empty, "registry.test/base:1"},
-		{"a configured base, no images", "registry.test/base:1", noImages{eng}, fixtureImages, ""},
+		{"no store", "", eng, nil, "", ""},
+		{"an engine without images", "", noImages{eng}, fixtureImages, "", ""},
+		{"the default base in the store", "", eng, fixtureImages, "", imagetest.BaseRef},
+		{"the default base buildable", "", eng, empty, "", imagetest.BaseRef},
+		{"the default base not buildable: no mmdebstrap", "", eng, empty, noMmdebstrap, ""},
+		{"the default base not buildable: another store", "", eng, otherStore{empty}, "", ""},
+		{"a configured base", "registry.test/base:1", eng, empty, "", "registry.test/base:1"},
+		{"a configured base, no images", "registry.test/base:1", noImages{eng}, fixtureImages, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.path != "" {
+				t.Setenv("PATH", tt.path)
+			}
 			c := testConfig(t, "")
 			c.Image = tt.image
 			r, err := New(t.Context(), Options{Config: c, Engine: tt.eng, Images: tt.images, DataDir: t.TempDir(), ReapEvery: -1})

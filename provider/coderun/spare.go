@@ -35,25 +35,56 @@ func (r *Runner) claimSpare(ctx context.Context, s *Session) (sessionState, bool
 	if alive, err := r.volumeAlive(ctx, volumeName(s.id)); err != nil || alive {
 		return sessionState{}, false
 	}
+	// The engine is asked outside the state lock (every call takes that lock): a
+	// spare is picked under it, checked, and claimed under it if it is still there.
 	var got sessionState
-	var found bool
-	err := r.withState(func(m map[string]*sessionState) error {
-		for key, sp := range m {
-			if !isSpare(key) || sp.Pid == 0 {
-				continue
+	for range 8 {
+		var key string
+		var sp sessionState
+		if err := r.withState(func(m map[string]*sessionState) error {
+			for k, p := range m {
+				if isSpare(k) && p.Pid != 0 {
+					key, sp = k, *p
+					return nil
+				}
+			}
+			return nil
+		}); err != nil || key == "" {
+			return sessionState{}, false
+		}
+		if info, err := r.eng.Get(ctx, sp.Sandbox); err != nil || info.State != engine.StateRunning {
+			// A dead spare goes; the volume stays for Cleanup (it is registered
+			// nowhere, so remove it now).
+			_ = r.withState(func(m map[string]*sessionState) error {
+				if p := m[key]; p != nil && p.Sandbox == sp.Sandbox {
+					delete(m, key)
+				}
+				return nil
+			})
+			_ = r.eng.Terminate(ctx, sp.Sandbox)
+			_ = r.removeVolume(ctx, sp.Volume)
+			continue
+		}
+		claimed := false
+		if err := r.withState(func(m map[string]*sessionState) error {
+			p := m[key]
+			if p == nil || p.Sandbox != sp.Sandbox {
+				return nil // another call claimed it
 			}
 			delete(m, key)
-			if info, err := r.eng.Get(ctx, sp.Sandbox); err != nil || info.State != engine.StateRunning {
-				continue
-			}
-			got, found = *sp, true
+			got = *p
 			got.LastUsed = r.o.Now()
 			m[s.id] = &got
+			claimed = true
 			return nil
+		}); err != nil {
+			return sessionState{}, false
 		}
-		return nil
-	})
-	if err != nil || !found {
+		if claimed {
+			break
+		}
+	}
+	if got.Sandbox == "" {
 		return sessionState{}, false
 	}
 	if err := r.store.TouchVolume(ctx, got.Volume, s.id, r.o.Now()); err != nil {
@@ -140,6 +171,11 @@ func (r *Runner) bootSpare(ctx context.Context) error {
 			return nil
 		})
 	}
+	if err == nil {
+		r.mu.Lock()
+		r.ownSpares[key] = true
+		r.mu.Unlock()
+	}
 	if err != nil {
 		_ = r.eng.Terminate(context.WithoutCancel(ctx), info.ID)
 		_ = r.removeVolume(context.WithoutCancel(ctx), vol)
@@ -149,10 +185,29 @@ func (r *Runner) bootSpare(ctx context.Context) error {
 
 // DropSpares terminates the spares and deletes their volumes.
 func (r *Runner) DropSpares(ctx context.Context) error {
+	return r.dropSpares(ctx, func(string) bool { return true })
+}
+
+// dropOwnSpares ends the unclaimed spares this runner booted: a process that exits
+// leaves none running (those of a process that died are reaped as idle by the next
+// one, after IdleTimeout).
+func (r *Runner) dropOwnSpares(ctx context.Context) error {
+	r.mu.Lock()
+	own := r.ownSpares
+	r.ownSpares = map[string]bool{}
+	r.mu.Unlock()
+	if len(own) == 0 {
+		return nil
+	}
+	return r.dropSpares(ctx, func(key string) bool { return own[key] })
+}
+
+// dropSpares terminates the spares whose key which accepts, outside the state lock.
+func (r *Runner) dropSpares(ctx context.Context, which func(key string) bool) error {
 	var spares []sessionState
 	err := r.withState(func(m map[string]*sessionState) error {
 		for key, sp := range m {
-			if isSpare(key) {
+			if isSpare(key) && which(key) {
 				spares = append(spares, *sp)
 				delete(m, key)
 			}

@@ -3,9 +3,11 @@ package docsearch
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch/hrana"
@@ -16,14 +18,20 @@ type IndexStats struct {
 	Added     int `json:"added"`
 	Unchanged int `json:"unchanged"`
 	Removed   int `json:"removed"`
+	// NotModified: the server answered 304 to a conditional fetch.
+	NotModified bool `json:"notModified,omitempty"`
 }
 
 // IndexDocs indexes one markdown document of a package: chunks whose hash is already
 // stored for (pkg, source) are kept as they are, new ones are added (and embedded when
 // the store has an Embedder), and chunks no longer in the document are removed.
 func (s *Store) IndexDocs(ctx context.Context, pkg, source, md string) (IndexStats, error) {
+	return s.IndexChunks(ctx, pkg, source, ChunkMarkdown(md))
+}
+
+// IndexChunks indexes the chunks of one document of a package, as IndexDocs does.
+func (s *Store) IndexChunks(ctx context.Context, pkg, source string, chunks []Chunk) (IndexStats, error) {
 	var st IndexStats
-	chunks := ChunkMarkdown(md)
 	want := map[string]Chunk{}
 	var order []string
 	for _, c := range chunks {
@@ -178,7 +186,9 @@ func stmtSize(st stmt) int {
 const maxDocBytes = 32 << 20
 
 // FetchDocs fetches a markdown document with client (nil: http.DefaultClient) and
-// indexes it with IndexDocs.
+// indexes it with IndexDocs. The document's ETag and Last-Modified are kept, and the
+// next fetch is conditional: a 304 leaves the index as it is (Unchanged counts the
+// chunks it has).
 func (s *Store) FetchDocs(ctx context.Context, client *http.Client, pkg, url string) (IndexStats, error) {
 	if client == nil {
 		client = http.DefaultClient
@@ -188,11 +198,30 @@ func (s *Store) FetchDocs(ctx context.Context, client *http.Client, pkg, url str
 		return IndexStats{}, fmt.Errorf("fetch docs %s: %w", url, err)
 	}
 	req.Header.Set("Accept", "text/markdown, text/plain;q=0.9, */*;q=0.1")
+	var etag, modified string
+	var chunks int
+	err = s.db.QueryRowContext(ctx, `SELECT v.etag, v.last_modified, (SELECT count(*) FROM doc_chunks d WHERE d.package = v.package AND d.source = v.source)
+		FROM doc_validators v WHERE v.package = ? AND v.source = ?`, pkg, url).Scan(&etag, &modified, &chunks)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return IndexStats{}, fmt.Errorf("fetch docs %s: %w", url, err)
+	}
+	if chunks > 0 {
+		// Without chunks (the document was pruned) a 304 would leave nothing indexed.
+		if etag != "" {
+			req.Header.Set("If-None-Match", etag)
+		}
+		if modified != "" {
+			req.Header.Set("If-Modified-Since", modified)
+		}
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return IndexStats{}, fmt.Errorf("fetch docs: %w", err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotModified && chunks > 0 {
+		return IndexStats{Unchanged: chunks, NotModified: true}, nil
+	}
 	if resp.StatusCode != http.StatusOK {
 		return IndexStats{}, fmt.Errorf("fetch docs %s: %s", url, resp.Status)
 	}
@@ -200,5 +229,45 @@ func (s *Store) FetchDocs(ctx context.Context, client *http.Client, pkg, url str
 	if _, err := io.Copy(&b, io.LimitReader(resp.Body, maxDocBytes)); err != nil {
 		return IndexStats{}, fmt.Errorf("fetch docs %s: %w", url, err)
 	}
-	return s.IndexDocs(ctx, pkg, url, b.String())
+	st, err := s.IndexDocs(ctx, pkg, url, b.String())
+	if err != nil {
+		return st, err
+	}
+	etag, modified = resp.Header.Get("ETag"), resp.Header.Get("Last-Modified")
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO doc_validators (package, source, etag, last_modified) VALUES (?, ?, ?, ?)
+		ON CONFLICT (package, source) DO UPDATE SET etag = excluded.etag, last_modified = excluded.last_modified`,
+		pkg, url, etag, modified); err != nil {
+		return st, fmt.Errorf("fetch docs %s: %w", url, err)
+	}
+	return st, nil
+}
+
+// PruneDocs deletes the chunks of pkg's documents whose source starts with prefix
+// but is not in keep: the documents of a package version no longer configured.
+func (s *Store) PruneDocs(ctx context.Context, pkg, prefix string, keep []string) (int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, source FROM doc_chunks WHERE package = ? AND substr(source, 1, ?) = ?`, pkg, len(prefix), prefix)
+	if err != nil {
+		return 0, fmt.Errorf("prune docs of %s: %w", pkg, err)
+	}
+	var plan []stmt
+	n := 0
+	for rows.Next() {
+		var id int64
+		var src string
+		if err := rows.Scan(&id, &src); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("prune docs of %s: %w", pkg, err)
+		}
+		if slices.Contains(keep, src) {
+			continue
+		}
+		plan = append(plan, deleteStmts("doc_chunks", id)...)
+		plan = append(plan, s.deleteVecStmts(id)...)
+		n++
+	}
+	rows.Close()
+	if err := s.writePlan(ctx, plan); err != nil {
+		return 0, fmt.Errorf("prune docs of %s: %w", pkg, err)
+	}
+	return n, nil
 }

@@ -125,7 +125,7 @@ func (r *remoteDB) reset(t testing.TB) {
 	}
 	defer c.Close()
 	var drops []hrana.Stmt
-	for _, table := range []string{vecTable, "doc_chunks_fts", "doc_chunks", "code_modules_fts", "code_modules", "session_volumes"} {
+	for _, table := range []string{vecTable, "doc_chunks_fts", "doc_chunks", "code_modules_fts", "code_modules", "session_volumes", "doc_validators"} {
 		drops = append(drops, hrana.Stmt{SQL: "DROP TABLE IF EXISTS " + table})
 	}
 	if _, err := c.Batch(t.Context(), drops); err != nil {
@@ -143,6 +143,9 @@ var suite = []struct {
 	{"HybridSearch", TestHybridSearch},
 	{"SelectiveQuery", TestSelectiveQuery},
 	{"VectorIndex", testVectorIndex},
+	{"ConfiguredPackagesOnly", TestConfiguredPackagesOnly},
+	{"ModuleRanksFromTheFirst", TestModuleRanksFromTheFirst},
+	{"ConditionalFetch", TestConditionalFetch},
 }
 
 func runSuite(t *testing.T, r *remoteDB) {

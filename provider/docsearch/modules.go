@@ -182,3 +182,25 @@ func moduleText(m Module) string {
 }
 
 func jsonUnmarshalStrings(s string, out *[]string) error { return json.Unmarshal([]byte(s), out) }
+
+// DeleteModules removes the modules of a volume at paths (files no longer there).
+func (s *Store) DeleteModules(ctx context.Context, volume string, paths []string) error {
+	if len(paths) == 0 {
+		return nil
+	}
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, p := range paths {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM code_modules_fts WHERE rowid IN (SELECT id FROM code_modules WHERE volume = ? AND path = ?)`, volume, p); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM code_modules WHERE volume = ? AND path = ?`, volume, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete modules: %w", err)
+	}
+	return nil
+}

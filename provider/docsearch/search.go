@@ -15,6 +15,9 @@ type Query struct {
 	Text string
 	// Package, when set, limits the search to that package's docs (no modules).
 	Package string
+	// Packages, when not nil, are the packages whose docs may be returned (those
+	// configured now: the index may keep docs of others).
+	Packages []string
 	// Volume, when set and registered, adds that volume's code modules.
 	Volume string
 	// K is how many results; zero means 5.
@@ -51,6 +54,8 @@ type candidate struct {
 	module bool
 	id     int64
 	score  float64 // higher is better
+	// matched is how many of the query's terms the row has (keyword ranking).
+	matched int
 }
 
 func (c candidate) key() string { return fmt.Sprint(c.module, c.id) }
@@ -166,11 +171,13 @@ func (s *Store) keyword(ctx context.Context, q Query, withModules bool, n int) (
 	if err != nil || fq == "" {
 		return nil, err
 	}
-	docSQL := `SELECT f.rowid, bm25(doc_chunks_fts, 3.0, 1.0) FROM doc_chunks_fts f`
-	args := []any{fq}
-	if q.Package != "" {
-		docSQL += ` JOIN doc_chunks d ON d.id = f.rowid WHERE doc_chunks_fts MATCH ? AND d.package = ?`
-		args = append(args, q.Package)
+	terms := strings.Split(fq, " OR ")
+	cov, covArgs := coverage("doc_chunks_fts", terms)
+	docSQL := `SELECT f.rowid, bm25(doc_chunks_fts, 3.0, 1.0), ` + cov + ` FROM doc_chunks_fts f`
+	args := append(covArgs, fq)
+	if filter, fargs := packageFilter(q, "d."); filter != "" {
+		docSQL += ` JOIN doc_chunks d ON d.id = f.rowid WHERE doc_chunks_fts MATCH ?` + filter
+		args = append(args, fargs...)
 	} else {
 		docSQL += ` WHERE doc_chunks_fts MATCH ?`
 	}
@@ -179,19 +186,72 @@ func (s *Store) keyword(ctx context.Context, q Query, withModules bool, n int) (
 	if err != nil {
 		return nil, err
 	}
+	combine(out, len(terms))
 	if withModules {
-		mods, err := s.rank(ctx, true, `SELECT f.rowid, bm25(code_modules_fts, 3.0, 1.0) FROM code_modules_fts f
-			JOIN code_modules m ON m.id = f.rowid WHERE code_modules_fts MATCH ? AND m.volume = ? ORDER BY 2 LIMIT ?`, fq, q.Volume, n)
+		cov, covArgs := coverage("code_modules_fts", terms)
+		mods, err := s.rank(ctx, true, `SELECT f.rowid, bm25(code_modules_fts, 3.0, 1.0), `+cov+` FROM code_modules_fts f
+			JOIN code_modules m ON m.id = f.rowid WHERE code_modules_fts MATCH ? AND m.volume = ? ORDER BY 2 LIMIT ?`,
+			append(covArgs, fq, q.Volume, n)...)
 		if err != nil {
 			return nil, err
 		}
+		combine(mods, len(terms))
 		out = append(out, mods...)
-	}
-	for i := range out {
-		out[i].score = -out[i].score // bm25() is lower-is-better
 	}
 	slices.SortStableFunc(out, func(a, b candidate) int { return cmp.Compare(b.score, a.score) })
 	return out, nil
+}
+
+// coverage is an SQL expression counting how many of the terms a row of table
+// matches (one uncorrelated full-text lookup per term, in the same statement).
+func coverage(table string, terms []string) (string, []any) {
+	parts := make([]string, len(terms))
+	args := make([]any, len(terms))
+	for i, t := range terms {
+		parts[i] = `(f.rowid IN (SELECT rowid FROM ` + table + ` WHERE ` + table + ` MATCH ?))`
+		args[i] = t
+	}
+	return "(" + strings.Join(parts, " + ") + ")", args
+}
+
+// combine turns one index's candidates into scores in (0, 1] that compare across
+// the two indexes: the share of the query's terms a row matches first, then its BM25
+// relative to the best of its index. Raw BM25 scores of the doc chunks and the code
+// modules do not compare: BM25's IDF over a table of one or two modules is about 0
+// (FTS5 floors it at 1e-6), so a saved module's raw score would sink below every doc
+// chunk.
+func combine(c []candidate, terms int) {
+	best := 0.0
+	for _, x := range c {
+		best = max(best, -x.score) // bm25() is lower-is-better
+	}
+	for i := range c {
+		norm := 1.0
+		if best > 0 {
+			norm = -c[i].score / best
+		}
+		c[i].score = (float64(min(c[i].matched, terms)) + norm) / float64(terms+1)
+	}
+}
+
+// packageFilter is the SQL condition (with its leading AND) and arguments that keep
+// doc chunks of the query's packages; "" when every package may match.
+func packageFilter(q Query, col string) (string, []any) {
+	var sql strings.Builder
+	var args []any
+	if q.Package != "" {
+		sql.WriteString(" AND " + col + "package = ?")
+		args = append(args, q.Package)
+	}
+	if q.Packages != nil {
+		sql.WriteString(" AND " + col + "package IN (''")
+		for _, p := range q.Packages {
+			sql.WriteString(", ?")
+			args = append(args, p)
+		}
+		sql.WriteString(")")
+	}
+	return sql.String(), args
 }
 
 // vector is the cosine ranking: libSQL's native index (vector_top_k) for doc chunks of
@@ -201,14 +261,15 @@ func (s *Store) keyword(ctx context.Context, q Query, withModules bool, n int) (
 func (s *Store) vector(ctx context.Context, q Query, withModules bool, blob []byte, n int) ([]candidate, error) {
 	docSQL := `SELECT id, coalesce(vector_distance_cos(embedding, ?), 1.0) FROM doc_chunks WHERE embedding IS NOT NULL AND length(embedding) = ?`
 	args := []any{blob, len(blob)}
-	if q.Package != "" {
-		docSQL += ` AND package = ?`
-		args = append(args, q.Package)
-	}
+	filter, fargs := packageFilter(q, "")
+	docSQL += filter
+	args = append(args, fargs...)
 	if d := s.vecDim(); d > 0 && 4*d == len(blob) && q.Package == "" {
+		// The native index's top n, then the allowed packages among them.
+		filter, fargs := packageFilter(q, "d.")
 		docSQL = `SELECT d.id, coalesce(vector_distance_cos(d.embedding, ?), 1.0) FROM vector_top_k('` + vecIndexName + `', vector32(?), ?) AS v
-			JOIN doc_chunks d ON d.id = v.id WHERE length(d.embedding) = ?`
-		args = []any{blob, blob, n, len(blob)}
+			JOIN doc_chunks d ON d.id = v.id WHERE length(d.embedding) = ?` + filter
+		args = append([]any{blob, blob, n, len(blob)}, fargs...)
 	}
 	out, err := s.rank(ctx, false, docSQL+` ORDER BY 2 LIMIT ?`, append(args, n)...)
 	if err != nil {
@@ -235,10 +296,18 @@ func (s *Store) rank(ctx context.Context, module bool, query string, args ...any
 		return nil, err
 	}
 	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
 	var out []candidate
 	for rows.Next() {
 		c := candidate{module: module}
-		if err := rows.Scan(&c.id, &c.score); err != nil {
+		dest := []any{&c.id, &c.score}
+		if len(cols) > 2 {
+			dest = append(dest, &c.matched)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		out = append(out, c)

@@ -68,6 +68,14 @@ var schema = []string{
 	UNIQUE (volume, path)
 )`,
 	`CREATE VIRTUAL TABLE IF NOT EXISTS code_modules_fts USING fts5(title, content, tokenize = 'porter unicode61')`,
+	// The HTTP validators of fetched documents, for conditional fetches.
+	`CREATE TABLE IF NOT EXISTS doc_validators (
+	package       TEXT NOT NULL,
+	source        TEXT NOT NULL,
+	etag          TEXT NOT NULL,
+	last_modified TEXT NOT NULL,
+	PRIMARY KEY (package, source)
+)`,
 }
 
 // Options configure a Store.
