@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch"
-	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Docs come from three places: the packages themselves (README and type declarations,
