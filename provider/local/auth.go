@@ -1,10 +1,10 @@
 package local
 
-// Who may use a sandbox's control socket: only a process of the engine's user outside
-// every sandbox. Init reads the peer's credentials (SO_PEERCRED, taken by the kernel at
-// connect) in the host's user namespace: a process of any isolated sandbox has a uid
-// of the sandbox range, never the engine's; a process of this sandbox is also visible
-// in its pid namespace, which the engine never is (its pid reads 0). Unisolated
+// Who may use a sandbox's control socket: only a process outside every sandbox. The
+// socket is in the sandbox's directory of the data dir (0700), mounted in no sandbox;
+// init reads the peer's credentials (SO_PEERCRED, taken by the kernel at connect): a
+// process of this sandbox is visible in its pid namespace, which the engine never is
+// (its pid reads 0). Unisolated
 // sandboxes run as the engine's user on the host, so an engine refuses to run them
 // beside isolated ones (the data dir's mode file), and the data dir is 0700.
 
@@ -36,10 +36,15 @@ func trustedPeer(c net.Conn, isolated bool) bool {
 	cerr := raw.Control(func(fd uintptr) {
 		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	})
-	if cerr != nil || err != nil || cred.Uid != uint32(os.Geteuid()) {
+	if cerr != nil || err != nil {
 		return false
 	}
-	return !isolated || cred.Pid == 0
+	if isolated {
+		// Init is in the sandbox's user namespace, where the engine's uid may have no
+		// name (it reads as the overflow id); the engine is outside its pid namespace.
+		return cred.Pid == 0
+	}
+	return cred.Uid == uint32(os.Geteuid())
 }
 
 // fileMode is the data dir's record of the kind of sandboxes it holds.

@@ -235,7 +235,7 @@ func imageRoot(cfg initConfig, r, stage string, userns int) error {
 	}
 	for _, n := range []string{"hostname", "hosts", "resolv.conf"} {
 		dst := filepath.Join(r, "etc", n)
-		if err := ensureMountpoint(r, stage, "/etc/"+n, false); err != nil {
+		if _, err := ensureMountpoint(r, stage, "/etc/"+n, false); err != nil {
 			return err
 		}
 		if err := bindReadOnly(filepath.Join(etc, n), dst, false); err != nil {
@@ -261,7 +261,7 @@ func writableDirs(cfg initConfig, r, stage string) error {
 	for _, b := range binds {
 		dst := filepath.Join(r, b[1])
 		if fi, err := os.Stat(dst); err != nil || !fi.IsDir() {
-			if err := ensureMountpoint(r, stage, "/"+b[1], true); err != nil {
+			if _, err := ensureMountpoint(r, stage, "/"+b[1], true); err != nil {
 				return err
 			}
 		}
