@@ -359,12 +359,8 @@ func (e *Engine) endShim(st boxState, timeout time.Duration) error {
 	if st.ShimPid <= 0 {
 		return nil
 	}
-	alive := func() bool {
-		start, state, ok := procStart(st.ShimPid)
-		return ok && start == st.ShimStart && state != 'Z' && state != 'X'
-	}
 	deadline := time.Now().Add(timeout)
-	for alive() {
+	for shimAlive(st) {
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(st.ShimPid, syscall.SIGKILL)
 			cmd := exec.Command(e.runtime, "--root", e.runtimeRoot(), "delete", "--force", st.ID)
