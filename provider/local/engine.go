@@ -105,6 +105,9 @@ type boxState struct {
 	// Image is the image the sandbox booted from (its layers are the overlay's).
 	Image   *engine.RootFS `json:"image,omitempty"`
 	Runtime string         `json:"runtime,omitempty"`
+	// SecretEnv are the secrets' NAME=placeholder entries (never their values), for
+	// every exec's environment.
+	SecretEnv []string `json:"secretEnv,omitempty"`
 }
 
 // NewEngine opens (or creates) the data dir, re-adopts the sandboxes still alive and

@@ -34,7 +34,7 @@ func (e *Engine) environ(st boxState, extra []string) []string {
 	if st.Image != nil {
 		imageEnv = st.Image.Env
 	}
-	for _, list := range [][]string{imageEnv, st.Spec.Env, extra} {
+	for _, list := range [][]string{imageEnv, st.Spec.Env, st.SecretEnv, extra} {
 		for _, kv := range list {
 			k, v, _ := strings.Cut(kv, "=")
 			if k != "" {
@@ -46,6 +46,13 @@ func (e *Engine) environ(st boxState, extra []string) []string {
 		for k, v := range proxyEnv() {
 			if _, set := m[k]; !set {
 				m[k] = v
+			}
+		}
+	}
+	if len(st.SecretEnv) > 0 {
+		for _, k := range trustEnv {
+			if _, set := m[k]; !set {
+				m[k] = caBundlePath
 			}
 		}
 	}

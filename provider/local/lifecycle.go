@@ -133,6 +133,9 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 	} else {
 		sc := shimConfig{Init: cfg, Runtime: e.runtime, RuntimeRoot: e.runtimeRoot(), InitBinary: e.initBinary,
 			Limits: bx.st.Applied, Cgroup: "sandbox-" + bx.st.ID}
+		if len(spec.Secrets) > 0 && !(spec.Egress && bx.st.NetNS) {
+			return engine.Info{}, fmt.Errorf("secrets need the engine's egress proxy (Spec.Egress, without Spec.Network): %w", engine.ErrUnsupported)
+		}
 		if spec.Egress && bx.st.NetNS {
 			if _, err := egress.NewPolicy(spec.EgressHosts); err != nil {
 				return engine.Info{}, fmt.Errorf("egress: %w", err)
@@ -189,10 +192,18 @@ func (e *Engine) startShim(ctx context.Context, bx *box, sc shimConfig, tunnels 
 	// A mount namespace of its own: the sandbox's root is mounted there only.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
 	return e.startHelper(ctx, bx, cmd, b, tunnels, func(rest string) (int, error) {
-		pid, err := strconv.Atoi(rest)
+		p, env, _ := strings.Cut(rest, " ")
+		pid, err := strconv.Atoi(p)
 		if err != nil || pid <= 0 {
 			return 0, fmt.Errorf("sandbox shim: bad answer %q", rest)
 		}
+		var placeholders []string
+		if err := json.Unmarshal([]byte(env), &placeholders); err != nil {
+			return 0, fmt.Errorf("sandbox shim: bad answer %q: %w", rest, err)
+		}
+		bx.mu.Lock()
+		bx.st.SecretEnv = placeholders
+		bx.mu.Unlock()
 		return pid, nil
 	})
 }

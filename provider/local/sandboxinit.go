@@ -35,6 +35,10 @@ type initConfig struct {
 	// Tunnels are the sandbox ports served by the host listeners (the shim's fds 5, 6,
 	// …; an unisolated init's the same).
 	Tunnels []int `json:"tunnels,omitempty"`
+	// TrustPEM is a certificate the sandbox trusts besides the system's (the
+	// authority of its secrets' proxy), added to its copy of caBundlePath; the shim
+	// sets it and init never gets it.
+	TrustPEM []byte `json:"-"`
 	// DeadlineMs ends the sandbox (exit 124) at this Unix time in ms; 0 means never.
 	DeadlineMs int64 `json:"deadlineMs,omitempty"`
 }

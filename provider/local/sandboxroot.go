@@ -54,6 +54,11 @@ func buildRoot(cfg initConfig, r string) (bool, error) {
 	if err := writableDirs(cfg, r, stage); err != nil {
 		return false, err
 	}
+	if len(cfg.TrustPEM) > 0 {
+		if err := addTrust(r, stage, cfg.TrustPEM); err != nil {
+			return false, fmt.Errorf("trust the secrets' authority: %w", err)
+		}
+	}
 	var overlays []string
 	for _, b := range cfg.Binds {
 		fi, err := os.Stat(b.Source)
@@ -208,4 +213,32 @@ func ensureMountpoint(r, stage, target string, dir bool) (string, error) {
 		return "", fmt.Errorf("overlay on %s: %w", strings.TrimPrefix(anc, r), err)
 	}
 	return anc, create()
+}
+
+// caBundlePath is the system's certificate bundle inside a sandbox (Debian's).
+const caBundlePath = "/etc/ssl/certs/ca-certificates.crt"
+
+// trustEnv are the variables that name a certificate bundle for the programs that do
+// not read the system's (or read it only at build time); they name caBundlePath.
+var trustEnv = []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "DENO_CERT", "REQUESTS_CA_BUNDLE"}
+
+// addTrust binds, read-only over the root's caBundlePath, the root's bundle (if any)
+// with pem appended.
+func addTrust(r, stage string, pem []byte) error {
+	dst := filepath.Join(r, caBundlePath)
+	old, err := os.ReadFile(dst)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if len(old) > 0 && old[len(old)-1] != '\n' {
+		old = append(old, '\n')
+	}
+	tmp := filepath.Join(stage, "ca-certificates.crt")
+	if err := os.WriteFile(tmp, append(old, pem...), 0o644); err != nil {
+		return err
+	}
+	if _, err := ensureMountpoint(r, stage, caBundlePath, false); err != nil {
+		return err
+	}
+	return bindReadOnly(tmp, dst, false)
 }

@@ -127,7 +127,13 @@ func shimMain() int {
 		s.deleteContainer()
 		return fail(err)
 	}
-	fmt.Fprintf(ready, "ok %d\n", pid)
+	// The secrets' placeholders (never their values) go to the engine with the pid,
+	// for every exec's environment.
+	env, err := json.Marshal(s.secrets.Env())
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(ready, "ok %d %s\n", pid, env)
 	ready.Close()
 	code := s.wait(pid)
 	s.deleteContainer()
@@ -136,6 +142,7 @@ func shimMain() int {
 
 type shim struct {
 	cfg     shimConfig
+	secrets *egress.Secrets
 	dir, id string
 	netns   int // the sandbox's network namespace, once created
 	created bool
@@ -157,6 +164,17 @@ func (s *shim) start() (int, error) {
 		return 0, fmt.Errorf("make / private: %w", err)
 	}
 	t0 := time.Now()
+	if len(s.cfg.Secrets) > 0 {
+		list := make([]engine.Secret, len(s.cfg.Secrets))
+		for i, x := range s.cfg.Secrets {
+			list[i] = engine.Secret{Name: x.Name, Value: x.Value, Hosts: x.Hosts}
+		}
+		var err error
+		if s.secrets, err = egress.NewSecrets(list); err != nil {
+			return 0, fmt.Errorf("secrets: %w", err)
+		}
+		s.cfg.Init.TrustPEM = s.secrets.TrustPEM()
+	}
 	if err := os.MkdirAll(shimMountBase, 0o711); err != nil {
 		return 0, err
 	}
@@ -362,18 +380,13 @@ func (s *shim) serveTunnels() error {
 // entered it, and stays with the shim. Upstream connections and name lookups are the
 // host's.
 func (s *shim) serveEgress() error {
-	var sec *egress.Secrets
-	if len(s.cfg.Secrets) > 0 {
-		list := make([]engine.Secret, len(s.cfg.Secrets))
-		for i, x := range s.cfg.Secrets {
-			list[i] = engine.Secret{Name: x.Name, Value: x.Value, Hosts: x.Hosts}
-		}
-		var err error
-		if sec, err = egress.NewSecrets(list); err != nil {
-			return err
-		}
+	hosts := s.cfg.EgressHosts
+	if len(hosts) > 0 {
+		// A secret's hosts are allowed too (an empty list already allows every
+		// public host).
+		hosts = append(append([]string(nil), hosts...), s.secrets.Hosts()...)
 	}
-	g, err := egress.New(egress.Config{Hosts: s.cfg.EgressHosts, Secrets: sec})
+	g, err := egress.New(egress.Config{Hosts: hosts, Secrets: s.secrets})
 	if err != nil {
 		return err
 	}
