@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -40,11 +41,27 @@ func trustedPeer(c net.Conn, isolated bool) bool {
 		return false
 	}
 	if isolated {
-		// Init is in the sandbox's user namespace, where the engine's uid may have no
-		// name (it reads as the overflow id); the engine is outside its pid namespace.
-		return cred.Pid == 0
+		// Init is in the sandbox's user namespace, where the engine (the host's root)
+		// has no id and reads as the overflow id; it is outside the sandbox's pid
+		// namespace. A process of another sandbox has a mapped id (its root is 0
+		// here), and its nobody, which reads as the overflow id too, may not open the
+		// socket (0600, the host's root's).
+		return cred.Pid == 0 && cred.Uid == overflowUID()
 	}
 	return cred.Uid == uint32(os.Geteuid())
+}
+
+// overflowUID is the id an unmapped uid reads as in a user namespace.
+func overflowUID() uint32 {
+	b, err := os.ReadFile("/proc/sys/kernel/overflowuid")
+	if err != nil {
+		return 65534
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 65534
+	}
+	return uint32(n)
 }
 
 // fileMode is the data dir's record of the kind of sandboxes it holds.

@@ -357,6 +357,7 @@ func (e *Engine) destroy(bx *box) (err error) {
 		}
 	}
 	e.cg.remove(st.Cgroups)
+	e.releaseVolumes(st)
 	unmountDisk(e.sandboxDir(st.ID))
 	if err := os.RemoveAll(e.sandboxDir(st.ID)); err != nil {
 		return err

@@ -288,7 +288,7 @@ func (s *shim) start() (int, error) {
 	t3 := time.Now()
 	line, err := readLine(readyR, 30*time.Second)
 	if err != nil {
-		return 0, fmt.Errorf("sandbox init: %w (see %s)", err, fileInitLg)
+		return 0, fmt.Errorf("sandbox init: %w: %s", err, logTail(filepath.Join(s.dir, fileInitLg)))
 	}
 	if line != "ok" {
 		return 0, fmt.Errorf("sandbox init: %s", strings.TrimPrefix(line, "error: "))
@@ -348,6 +348,10 @@ func (s *shim) controlListener() (*os.File, error) {
 	}
 	ul := ln.(*net.UnixListener)
 	ul.SetUnlinkOnClose(false)
+	if err := os.Chmod(p, 0o600); err != nil {
+		ul.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
 	f, err := ul.File()
 	ul.Close()
 	if err != nil {
