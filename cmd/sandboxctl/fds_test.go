@@ -76,7 +76,7 @@ func TestCreateLeavesCallerDescriptorsOutside(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
 		if err != nil {
-			err = fmt.Errorf("sandboxctl %q: %v\nstderr: %s", args, err, stderr.String())
+			err = fmt.Errorf("sandboxctl %q: %v\nstdout: %s\nstderr: %s", args, err, stdout.String(), stderr.String())
 		}
 		return stdout.String(), err
 	}
@@ -94,7 +94,7 @@ func TestCreateLeavesCallerDescriptorsOutside(t *testing.T) {
 	}
 	id := res.SandboxID
 
-	out, err = ctl(nil, "exec", id, "--", "sh", "-c", "ls -l /proc/self/fd; echo ---; ls -l /proc/1/fd 2>&1")
+	out, err = ctl(nil, "exec", id, "--", "sh", "-c", "ls -l /proc/self/fd; echo ---; ls -l /proc/1/fd 2>&1; true")
 	if err != nil {
 		t.Fatal(err)
 	}

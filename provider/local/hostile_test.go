@@ -121,12 +121,20 @@ func hostileEngine(t *testing.T, k rootKind) (*Engine, engine.Spec, string, *sto
 func newHostileBox(t *testing.T, k rootKind, spec engine.Spec) hostileBox {
 	t.Helper()
 	e, base, dataDir, s := hostileEngine(t, k)
+	return hostileBox{e: e, dataDir: dataDir, store: s}.create(t, k, base, spec)
+}
+
+// create is newHostileBox on an engine the test opened already (b.e).
+func (b hostileBox) create(t *testing.T, k rootKind, base, spec engine.Spec) hostileBox {
+	t.Helper()
+	e := b.e
 	info := k.create(t, e, base, spec)
-	b := hostileBox{e: e, info: info, dataDir: dataDir, store: s}
+	b.info = info
 	if out, code := b.sh(t, "id -u"); code != 0 || out != "0\n" {
 		t.Fatalf("id -u inside = %q (exit %d): the attacker is root inside, a command must run as root", out, code)
 	}
-	if err := e.WriteFile(t.Context(), info.ID, hostileProbePath, hostileProbe(t), 0o755); err != nil {
+	probe := hostileProbe(t)
+	if err := e.WriteFile(t.Context(), info.ID, hostileProbePath, probe, 0o755); err != nil {
 		t.Fatalf("copy the probe in through the file API: %v", err)
 	}
 	return b
@@ -191,6 +199,10 @@ func TestHostile(t *testing.T) {
 // starts, as a shell's or a CI runner's would be) reaches no sandbox process, nor
 // does any descriptor of the engine: tunnel listeners, ready pipes, namespaces.
 func testHostileDescriptors(t *testing.T, k rootKind) {
+	// The engine, the image and the probe first: the descriptors below must reach
+	// only what the engine starts for the sandbox.
+	e, base, dataDir, s := hostileEngine(t, k)
+	hostileProbe(t)
 	mark := "hostile-fd-" + randomWord(t)
 	dir := filepath.Join(t.TempDir(), mark+"-dir")
 	file := filepath.Join(dir, mark+"-file")
@@ -215,7 +227,7 @@ func testHostileDescriptors(t *testing.T, k rootKind) {
 			syscall.Close(fd)
 		}
 	})
-	b := newHostileBox(t, k, engine.Spec{Ports: []int{7000}, Egress: true})
+	b := hostileBox{e: e, dataDir: dataDir, store: s}.create(t, k, base, engine.Spec{Ports: []int{7000}, Egress: true})
 	for _, fd := range leaked {
 		syscall.Close(fd)
 	}
@@ -990,6 +1002,8 @@ func testHostileScript(t *testing.T, k rootKind) {
 		t.Fatal(err)
 	}
 	name := hostFileName(t)
+	e, base, dataDir, s := hostileEngine(t, k)
+	hostileProbe(t)
 	ids := []string{}
 	for _, p := range []string{"/etc/gitconfig", "/etc/environment", "/etc/profile.d"} {
 		ids = append(ids, p+"="+hostMarker(t, p))
@@ -1009,7 +1023,7 @@ func testHostileScript(t *testing.T, k rootKind) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newHostileBox(t, k, engine.Spec{Ports: []int{7000}, Egress: true})
+	b := hostileBox{e: e, dataDir: dataDir, store: s}.create(t, k, base, engine.Spec{Ports: []int{7000}, Egress: true})
 	syscall.Close(fd)
 	if err := b.e.WriteFile(t.Context(), b.info.ID, "/tmp/hostile.sh", script, 0o755); err != nil {
 		t.Fatal(err)
