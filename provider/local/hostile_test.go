@@ -697,7 +697,7 @@ func FuzzParseMountinfo(f *testing.F) {
 // tmpfs with nosuid and nodev, or a file system without storage (proc, devpts).
 func testHostileWrites(t *testing.T, k rootKind) {
 	b := newHostileBox(t, k, engine.Spec{})
-	t.Run("/usr/local/bin", func(t *testing.T) {
+	t.Run("usr-local-bin", func(t *testing.T) {
 		if out, code := b.sh(t, "touch /usr/local/bin/hostile && echo created"); code == 0 {
 			t.Errorf("root inside wrote to /usr/local/bin: %q", out)
 		}
