@@ -302,8 +302,12 @@ func (e *Engine) startHelper(ctx context.Context, bx *box, cmd *exec.Cmd, config
 			return err
 		}
 		istart, _, _ := procStart(ipid)
+		pidns := ""
+		if ipid != pid {
+			pidns, _ = os.Readlink("/proc/" + strconv.Itoa(ipid) + "/ns/pid")
+		}
 		bx.mu.Lock()
-		bx.st.Pid, bx.st.PidStart = ipid, istart
+		bx.st.Pid, bx.st.PidStart, bx.st.PidNS = ipid, istart, pidns
 		bx.mu.Unlock()
 	case <-ctx.Done():
 		readyR.Close()
