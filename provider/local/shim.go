@@ -231,17 +231,35 @@ func (s *shim) start() (int, error) {
 		cfgW.Close()
 		return 0, err
 	}
-	defer logf.Close()
 	t1 := time.Now()
+	// Init's output reaches the log through a pipe: no file of the host is open inside.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		readyW.Close()
+		cfgW.Close()
+		return 0, err
+	}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(logf, outR)
+		outR.Close()
+		logf.Close()
+	}()
 	cmd := s.runtimeCmd("create", "--bundle", bundle, "--pid-file", filepath.Join(s.dir, filePid),
 		"--preserve-fds", "2", s.id)
 	// Passed through to init: its stdin is the configuration, its output the log.
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = cfgR, logf, logf
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = cfgR, outW, outW
 	cmd.ExtraFiles = []*os.File{ctl, readyW}
 	err = cmd.Run()
 	readyW.Close()
+	outW.Close()
 	if err != nil {
 		cfgW.Close()
+		select { // the runtime's message, for the error
+		case <-copied:
+		case <-time.After(time.Second):
+		}
 		return 0, fmt.Errorf("%s create: %w: %s", filepath.Base(s.cfg.Runtime), err, logTail(filepath.Join(s.dir, fileInitLg)))
 	}
 	s.created = true
