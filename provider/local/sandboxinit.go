@@ -7,6 +7,7 @@ package local
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -135,10 +136,9 @@ func containerInit() int {
 		fmt.Fprintf(os.Stderr, "sandbox init: %v\n", err)
 		return 1
 	}
-	if err := closeFdsFrom(3, initCtlFd, initReadyFd); err != nil {
+	if err := closeFdsFrom(3, initReadyFd); err != nil {
 		return fail(err)
 	}
-	unix.CloseOnExec(initCtlFd)
 	unix.CloseOnExec(initReadyFd)
 	_ = os.WriteFile("/proc/self/comm", []byte("sandbox-init"), 0) // what ps shows inside
 	// Not dumpable: its /proc/1/fd and /proc/1/environ need CAP_SYS_PTRACE, which no
@@ -146,8 +146,8 @@ func containerInit() int {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("prctl: %w", err))
 	}
-	var cfg initConfig
-	if err := json.NewDecoder(io.LimitReader(os.Stdin, maxSpawnMsg)).Decode(&cfg); err != nil {
+	cfg, ctlFd, err := readInitConfig(0)
+	if err != nil {
 		return fail(fmt.Errorf("read config: %w", err))
 	}
 	if devNull, err := os.Open("/dev/null"); err == nil {
@@ -156,7 +156,7 @@ func containerInit() int {
 		}
 		devNull.Close()
 	}
-	f := os.NewFile(initCtlFd, "control")
+	f := os.NewFile(uintptr(ctlFd), "control")
 	ln, err := net.FileListener(f)
 	f.Close()
 	if err != nil {
@@ -172,6 +172,49 @@ func containerInit() int {
 	ready.Close()
 	in.acceptLoop(ln)
 	return 0
+}
+
+// readInitConfig reads init's configuration from the socket fd until its end, and the
+// control socket's listener sent with it.
+func readInitConfig(fd int) (initConfig, int, error) {
+	var cfg initConfig
+	var data []byte
+	ctl := -1
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return cfg, -1, err
+		}
+		if scms, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, scm := range scms {
+				if rights, err := unix.ParseUnixRights(&scm); err == nil {
+					for _, r := range rights {
+						if ctl < 0 {
+							ctl = r
+						} else {
+							unix.Close(r)
+						}
+					}
+				}
+			}
+		}
+		if n == 0 {
+			break
+		}
+		data = append(data, buf[:n]...)
+		if len(data) > maxSpawnMsg {
+			return cfg, -1, errors.New("configuration too large")
+		}
+	}
+	if ctl < 0 {
+		return cfg, -1, errors.New("no control socket came with the configuration")
+	}
+	return cfg, ctl, json.Unmarshal(data, &cfg)
 }
 
 // acceptLoop serves the control socket's connections from the engine.

@@ -76,11 +76,11 @@ const (
 	shimTunnelFd = 5 // and on, one per Spec.Ports entry
 )
 
-// Descriptors of the container's init (after its 0, 1, 2).
-const (
-	initCtlFd   = 3 // the control socket's listener
-	initReadyFd = 4 // init writes "ok\n" here once it serves
-)
+// initReadyFd is the container's init's ready pipe (after its 0, 1, 2): init writes
+// "ok\n" there once it serves. Its stdin is a socket pair on which the shim sends its
+// configuration and, with it, the control socket's listener, made inside the
+// sandbox's network namespace once the runtime has created it.
+const initReadyFd = 3
 
 // shimMountBase is where, in its own mount namespace, the shim mounts a small tmpfs
 // for the sandbox's root and init binary: the runtime reaches them from inside the
@@ -209,22 +209,19 @@ func (s *shim) start() (int, error) {
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
 		return 0, fmt.Errorf("write the bundle: %w", err)
 	}
-	ctl, err := s.controlListener()
-	if err != nil {
-		return 0, err
-	}
-	defer ctl.Close()
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		return 0, err
 	}
 	defer readyR.Close()
-	cfgR, cfgW, err := os.Pipe()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		readyW.Close()
 		return 0, err
 	}
+	cfgR := os.NewFile(uintptr(pair[1]), "config")
 	defer cfgR.Close()
+	cfgW := os.NewFile(uintptr(pair[0]), "config")
 	logf, err := os.OpenFile(filepath.Join(s.dir, fileInitLg), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		readyW.Close()
@@ -247,10 +244,10 @@ func (s *shim) start() (int, error) {
 		logf.Close()
 	}()
 	cmd := s.runtimeCmd("create", "--bundle", bundle, "--pid-file", filepath.Join(s.dir, filePid),
-		"--preserve-fds", "2", s.id)
+		"--preserve-fds", "1", s.id)
 	// Passed through to init: its stdin is the configuration, its output the log.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = cfgR, outW, outW
-	cmd.ExtraFiles = []*os.File{ctl, readyW}
+	cmd.ExtraFiles = []*os.File{readyW}
 	err = cmd.Run()
 	readyW.Close()
 	outW.Close()
@@ -279,16 +276,27 @@ func (s *shim) start() (int, error) {
 	if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(initOOMScoreAdj)), 0); err != nil {
 		fmt.Fprintf(os.Stderr, "sandbox shim: init's oom_score_adj: %v (the commands run at %d)\n", err, cmdOOMScoreAdj)
 	}
-	// The configuration goes in while the host side is made ready.
-	icfg := s.cfg.Init
-	go func() {
-		_ = json.NewEncoder(cfgW).Encode(icfg)
-		cfgW.Close()
-	}()
 	if s.cfg.Init.NetNS {
 		if s.netns, err = unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			cfgW.Close()
 			return 0, fmt.Errorf("the sandbox's network namespace: %w", err)
 		}
+	}
+	// The control socket belongs to the sandbox's network namespace: no socket of the
+	// host's network is ever open inside.
+	ctl, err := s.controlListener()
+	if err != nil {
+		cfgW.Close()
+		return 0, err
+	}
+	b, err = json.Marshal(s.cfg.Init)
+	if err == nil {
+		err = unix.Sendmsg(int(cfgW.Fd()), b, unix.UnixRights(int(ctl.Fd())), nil, 0)
+	}
+	ctl.Close()
+	cfgW.Close()
+	if err != nil {
+		return 0, fmt.Errorf("configure init: %w", err)
 	}
 	if err := s.serveTunnels(); err != nil {
 		return 0, err
@@ -360,7 +368,17 @@ func (s *shim) controlListener() (*os.File, error) {
 	defer unix.Close(dirFd)
 	p := "/proc/self/fd/" + strconv.Itoa(dirFd) + "/" + fileCtl
 	_ = os.Remove(p)
-	ln, err := net.Listen("unix", p)
+	var ln net.Listener
+	listen := func() error {
+		var err error
+		ln, err = net.Listen("unix", p)
+		return err
+	}
+	if s.netns > 0 {
+		err = inNetns(s.netns, listen)
+	} else {
+		err = listen()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
