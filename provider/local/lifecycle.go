@@ -259,6 +259,9 @@ func (e *Engine) startHelper(ctx context.Context, bx *box, cmd *exec.Cmd, config
 	if cmd.Args[0] == "sandbox-init" {
 		bx.st.Pid, bx.st.PidStart = pid, start
 		bx.st.ShimPid, bx.st.ShimStart = 0, 0
+		// An unisolated init enters the sandbox's cgroups before it starts anything
+		// (a container's are the runtime's to enter).
+		e.cg.enter(bx.st.Cgroups, pid)
 	}
 	bx.st.Dead = false
 	// Saved at once: whoever finds the directory can end this process.
