@@ -15,9 +15,12 @@ import (
 	"syscall"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/cli"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
 func main() {
+	// The local engine's hidden modes (a sandbox's shim and init) come first.
+	local.MaybeRunInit()
 	cli.Main()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)

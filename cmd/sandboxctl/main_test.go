@@ -21,6 +21,7 @@ import (
 var update = flag.Bool("update", false, "rewrite golden files")
 
 func TestMain(m *testing.M) {
+	local.MaybeRunInit()
 	testscript.Main(m, map[string]func(){
 		"sandboxctl": func() {
 			os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))

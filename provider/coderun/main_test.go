@@ -36,6 +36,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	local.MaybeRunInit()
 	dir, err := os.MkdirTemp("", "coderun-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

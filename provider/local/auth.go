@@ -1,10 +1,10 @@
 package local
 
-// Who may use a sandbox's control socket: only a process of the engine's user outside
-// every sandbox. Init reads the peer's credentials (SO_PEERCRED, taken by the kernel at
-// connect) in the host's user namespace: a process of any isolated sandbox has a uid
-// of the sandbox range, never the engine's; a process of this sandbox is also visible
-// in its pid namespace, which the engine never is (its pid reads 0). Unisolated
+// Who may use a sandbox's control socket: only a process outside every sandbox. The
+// socket is in the sandbox's directory of the data dir (0700), mounted in no sandbox;
+// init reads the peer's credentials (SO_PEERCRED, taken by the kernel at connect): a
+// process of this sandbox is visible in its pid namespace, which the engine never is
+// (its pid reads 0). Unisolated
 // sandboxes run as the engine's user on the host, so an engine refuses to run them
 // beside isolated ones (the data dir's mode file), and the data dir is 0700.
 
@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -36,10 +37,31 @@ func trustedPeer(c net.Conn, isolated bool) bool {
 	cerr := raw.Control(func(fd uintptr) {
 		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	})
-	if cerr != nil || err != nil || cred.Uid != uint32(os.Geteuid()) {
+	if cerr != nil || err != nil {
 		return false
 	}
-	return !isolated || cred.Pid == 0
+	if isolated {
+		// Init is in the sandbox's user namespace, where the engine (the host's root)
+		// has no id and reads as the overflow id; it is outside the sandbox's pid
+		// namespace. A process of another sandbox has a mapped id (its root is 0
+		// here), and its nobody, which reads as the overflow id too, may not open the
+		// socket (0600, the host's root's).
+		return cred.Pid == 0 && cred.Uid == overflowUID()
+	}
+	return cred.Uid == uint32(os.Geteuid())
+}
+
+// overflowUID is the id an unmapped uid reads as in a user namespace.
+func overflowUID() uint32 {
+	b, err := os.ReadFile("/proc/sys/kernel/overflowuid")
+	if err != nil {
+		return 65534
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 65534
+	}
+	return uint32(n)
 }
 
 // fileMode is the data dir's record of the kind of sandboxes it holds.

@@ -56,6 +56,27 @@ func BenchmarkEngineCreate(b *testing.B) {
 	d.report(b)
 }
 
+// BenchmarkTerminate is a running bare sandbox (one tunnel) until its processes,
+// container, shim, cgroups and directory are gone; the create is outside the timer.
+func BenchmarkTerminate(b *testing.B) {
+	e := benchEngine(b)
+	var d durations
+	for b.Loop() {
+		b.StopTimer()
+		info, err := e.Create(b.Context(), engine.Spec{Ports: []int{4000}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		if err := e.Terminate(b.Context(), info.ID); err != nil {
+			b.Fatal(err)
+		}
+		d = append(d, time.Since(start))
+	}
+	d.report(b)
+}
+
 // BenchmarkEngineCreateImage is BenchmarkEngineCreate from a two-layer image (the
 // overlay, its id-mapped layers and the sandbox's upper layer).
 func BenchmarkEngineCreateImage(b *testing.B) {

@@ -8,11 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -32,8 +30,9 @@ const sandboxPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 type EngineOptions struct {
 	// DataDir holds the engine's state: sandboxes, snapshots, tunnels. Required.
 	DataDir string
-	// Unisolated runs sandboxes as plain host processes (no namespaces): an explicit
-	// opt-in for machines where namespaces are not permitted. Paths inside such a
+	// Unisolated runs sandboxes as plain host processes (no OCI runtime, no
+	// namespaces, no isolation at all): an explicit opt-in for machines without root or
+	// a runtime. Paths inside such a
 	// sandbox are host paths; Info.Home is its home directory.
 	Unisolated bool
 	// SandboxMCP and Proliferate are host paths of the binaries bound read-only at
@@ -47,14 +46,18 @@ type EngineOptions struct {
 	Logger *slog.Logger
 }
 
-// Engine is the local engine.Engine: every sandbox is a tree of processes in its own
-// mount, pid, uts, ipc and network namespaces under an init process of this binary.
+// Engine is the local engine.Engine: every sandbox is a container of an OCI runtime
+// (runc), whose PID 1 is this binary in its init mode, beside a host-side shim
+// (shim.go) that holds what stays outside.
 type Engine struct {
 	o    EngineOptions
 	dir  string
 	caps engine.Capabilities
 	log  *slog.Logger
 	cg   cgroups
+	// runtime is the OCI runtime binary; initBinary this binary, bound into every
+	// sandbox as its init.
+	runtime, initBinary string
 
 	mu     sync.Mutex
 	boxes  map[string]*box
@@ -79,30 +82,38 @@ type box struct {
 
 // boxState is dir/sandboxes/<id>/state.json.
 type boxState struct {
-	ID       string          `json:"id"`
-	Name     string          `json:"name,omitempty"`
-	Created  time.Time       `json:"created"`
-	Spec     engine.Spec     `json:"spec"`
-	Isolated bool            `json:"isolated"`
-	NetNS    bool            `json:"netns"`
-	Pid      int             `json:"pid"`      // init, on the host
-	PidStart uint64          `json:"pidStart"` // its start time, against pid reuse
-	PidNS    string          `json:"pidNs,omitempty"`
-	Tunnels  []engine.Tunnel `json:"tunnels,omitempty"`
-	Applied  engine.Limits   `json:"applied,omitempty"`
-	Want     engine.Limits   `json:"want,omitempty"` // the spec's limits with the defaults
-	Cgroups  []string        `json:"cgroups,omitempty"`
-	Paused   bool            `json:"paused,omitempty"`
-	Dead     bool            `json:"dead,omitempty"`
-	ExitCode *int            `json:"exitCode,omitempty"`
+	ID       string      `json:"id"`
+	Name     string      `json:"name,omitempty"`
+	Created  time.Time   `json:"created"`
+	Spec     engine.Spec `json:"spec"`
+	Isolated bool        `json:"isolated"`
+	NetNS    bool        `json:"netns"`
+	Pid      int         `json:"pid"`      // init, on the host
+	PidStart uint64      `json:"pidStart"` // its start time, against pid reuse
+	PidNS    string      `json:"pidNs,omitempty"`
+	// ShimPid is the sandbox's host-side shim (none for an unisolated sandbox), and
+	// ShimStart its start time.
+	ShimPid   int             `json:"shimPid,omitempty"`
+	ShimStart uint64          `json:"shimStart,omitempty"`
+	Tunnels   []engine.Tunnel `json:"tunnels,omitempty"`
+	Applied   engine.Limits   `json:"applied,omitempty"`
+	Want      engine.Limits   `json:"want,omitempty"` // the spec's limits with the defaults
+	Cgroups   []string        `json:"cgroups,omitempty"`
+	Paused    bool            `json:"paused,omitempty"`
+	Dead      bool            `json:"dead,omitempty"`
+	ExitCode  *int            `json:"exitCode,omitempty"`
 	// Image is the image the sandbox booted from (its layers are the overlay's).
 	Image   *engine.RootFS `json:"image,omitempty"`
 	Runtime string         `json:"runtime,omitempty"`
+	// SecretEnv are the secrets' NAME=placeholder entries (never their values), for
+	// every exec's environment.
+	SecretEnv []string `json:"secretEnv,omitempty"`
 }
 
 // NewEngine opens (or creates) the data dir, re-adopts the sandboxes still alive and
-// marks the others dead. In isolated mode it refuses with ErrNotIsolated when this
-// process may not create namespaces.
+// marks the others dead. In isolated mode it refuses with ErrNotIsolated when the
+// machine has no OCI runtime (naming the package to install) or this process is not
+// root.
 func NewEngine(o EngineOptions) (*Engine, error) {
 	if o.DataDir == "" {
 		return nil, errors.New("new engine: DataDir is required")
@@ -125,8 +136,14 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	}
 	e := &Engine{o: o, dir: dir, log: log.With("component", "local-engine"), boxes: map[string]*box{}}
 	if !o.Unisolated {
-		if err := probeNamespaces(); err != nil {
-			return nil, fmt.Errorf("new engine: %w: %v (opt into unisolated mode to run without isolation)", engine.ErrNotIsolated, err)
+		if e.runtime, err = findRuntime(runtimeRunc); err != nil {
+			return nil, fmt.Errorf("new engine: %w", err)
+		}
+		if os.Geteuid() != 0 {
+			return nil, fmt.Errorf("new engine: %w: %s runs sandboxes for root only: run as root (or opt into unisolated mode, which has no isolation)", engine.ErrNotIsolated, runtimeRunc)
+		}
+		if e.initBinary, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("new engine: this binary's path, to bind as the sandboxes' init: %w", err)
 		}
 	}
 	e.cg = detectCgroups()
@@ -135,7 +152,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	e.caps = engine.Capabilities{Isolated: !o.Unisolated, Snapshot: true,
 		Pause: e.cg.freezer(), Limits: e.cg.limits(), DialPort: true,
 		Volumes: !o.Unisolated && volumesUsable(), Images: o.Images != nil && !o.Unisolated,
-		Runtimes: []string{runtimeUserns}, Names: true, TTY: true, FileErrors: true, ExecKill: true}
+		Runtimes: []string{runtimeRunc}, Names: true, TTY: true, FileErrors: true, ExecKill: true}
 	if o.Unisolated {
 		e.caps.Runtimes = []string{runtimeNone}
 	}
@@ -143,23 +160,6 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		return nil, fmt.Errorf("new engine: %w", err)
 	}
 	return e, nil
-}
-
-func nsFlags(netns bool) uintptr {
-	f := uintptr(syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC)
-	if netns {
-		f |= syscall.CLONE_NEWNET
-	}
-	return f
-}
-
-// probeNamespaces starts this binary in its probe mode inside new namespaces.
-func probeNamespaces() error {
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{"sandbox-probe"}
-	cmd.Env = []string{initEnv + "=probe"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: nsFlags(true)}
-	return cmd.Run()
 }
 
 // Capabilities say what this engine does: isolation unless unisolated, pause when the
@@ -198,7 +198,7 @@ func validEngineID(id string) bool {
 }
 
 // Close ends this Engine's use of the data dir; sandboxes and their tunnels (served by
-// their init) keep running.
+// their shims) keep running.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	e.closed = true

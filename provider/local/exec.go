@@ -34,7 +34,7 @@ func (e *Engine) environ(st boxState, extra []string) []string {
 	if st.Image != nil {
 		imageEnv = st.Image.Env
 	}
-	for _, list := range [][]string{imageEnv, st.Spec.Env, extra} {
+	for _, list := range [][]string{imageEnv, st.Spec.Env, st.SecretEnv, extra} {
 		for _, kv := range list {
 			k, v, _ := strings.Cut(kv, "=")
 			if k != "" {
@@ -46,6 +46,13 @@ func (e *Engine) environ(st boxState, extra []string) []string {
 		for k, v := range proxyEnv() {
 			if _, set := m[k]; !set {
 				m[k] = v
+			}
+		}
+	}
+	if len(st.SecretEnv) > 0 {
+		for _, k := range trustEnv {
+			if _, set := m[k]; !set {
+				m[k] = caBundlePath
 			}
 		}
 	}
@@ -65,14 +72,33 @@ func (e *Engine) environ(st boxState, extra []string) []string {
 
 // dialControl connects to the sandbox's init. The socket is reached through an open
 // directory descriptor so the data dir's length never hits the 108-byte limit.
-func (e *Engine) dialControl(ctx context.Context, id string) (net.Conn, error) {
-	fd, err := unix.Open(e.sandboxDir(id), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+//
+// For a sandbox with its own network, the connection's socket is made in that
+// namespace (a unix socket's accepted end belongs to the connecting socket's
+// namespace): no socket of the host's network is ever open inside.
+func (e *Engine) dialControl(ctx context.Context, st boxState) (net.Conn, error) {
+	fd, err := unix.Open(e.sandboxDir(st.ID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
+	p := "/proc/self/fd/" + strconv.Itoa(fd) + "/" + fileCtl
 	var d net.Dialer
-	return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd)+"/"+fileCtl)
+	if !st.Isolated || !st.NetNS {
+		return d.DialContext(ctx, "unix", p)
+	}
+	nsfd, err := unix.Open("/proc/"+strconv.Itoa(st.Pid)+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(nsfd)
+	var c net.Conn
+	err = inNetns(nsfd, func() error {
+		var err error
+		c, err = d.DialContext(ctx, "unix", p)
+		return err
+	})
+	return c, err
 }
 
 // Exec runs req inside the sandbox. A command that cannot start (not found, not
@@ -96,7 +122,7 @@ func (e *Engine) exec(ctx context.Context, id string, req engine.ExecRequest, de
 	if st.Paused {
 		return -1, 0, fmt.Errorf("exec in sandbox %s: it is paused", id)
 	}
-	conn, err := e.dialControl(ctx, id)
+	conn, err := e.dialControl(ctx, st)
 	if err != nil {
 		return -1, 0, fmt.Errorf("exec in sandbox %s: %w", id, err)
 	}

@@ -14,16 +14,6 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// Runtimes of this engine (Capabilities.Runtimes, Info.Runtime).
-const (
-	// runtimeUserns is init in the sandbox's namespaces, its commands in a user
-	// namespace with the sandbox's id mapping, a seccomp filter and the default
-	// capability set.
-	runtimeUserns = "userns"
-	// runtimeNone is an unisolated sandbox: host processes.
-	runtimeNone = "none"
-)
-
 // gvisorRefusal is why this engine does not offer gVisor, as measured with Debian
 // 12's runsc (0.0~20221219) on cgroup v1 (docs/local-engine.md, "gVisor: measured,
 // refused"; TestGvisorRefusalStillHolds checks the first reason).
@@ -31,19 +21,6 @@ const gvisorRefusal = "gVisor: Debian's runsc 2022-12 answers EINVAL to statx an
 	"AT_NO_AUTOMOUNT, so ls and stat fail on every path; it has no OOM killer, so an over-limit " +
 	"allocation kills the whole sandbox, sidecar included; and it enforces no pids limit but " +
 	"RLIMIT_NPROC per uid"
-
-// checkRuntime refuses a runtime this engine does not offer.
-func (e *Engine) checkRuntime(name string) (string, error) {
-	def := e.caps.Runtimes[0]
-	if name == "" || name == def {
-		return def, nil
-	}
-	why := ""
-	if name == "gvisor" || name == "runsc" {
-		why = " (" + gvisorRefusal + ")"
-	}
-	return "", fmt.Errorf("runtime %q: this engine offers %v%s: %w", name, e.caps.Runtimes, why, engine.ErrUnsupported)
-}
 
 // resolveImage finds the spec's image and makes the sandbox directory sd's upper
 // layer and work directory, owned by the sandbox's root.

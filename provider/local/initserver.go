@@ -18,35 +18,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
-	"golang.org/x/sys/unix"
 )
-
-// keptCaps are the capabilities processes of an isolated sandbox keep (a container
-// runtime's default set, less CAP_MKNOD); every other one leaves the bounding set. They
-// hold in the sandbox's user namespace only: no process inside has a capability on the
-// host, and the mount, uts and network namespaces are not theirs.
-var keptCaps = map[int]bool{
-	unix.CAP_CHOWN: true, unix.CAP_DAC_OVERRIDE: true, unix.CAP_FSETID: true, unix.CAP_FOWNER: true,
-	unix.CAP_NET_RAW: true, unix.CAP_SETGID: true, unix.CAP_SETUID: true,
-	unix.CAP_SETFCAP: true, unix.CAP_SETPCAP: true, unix.CAP_NET_BIND_SERVICE: true,
-	unix.CAP_SYS_CHROOT: true, unix.CAP_KILL: true, unix.CAP_AUDIT_WRITE: true,
-}
-
-// dropCaps drops every capability but keptCaps from the calling thread's bounding set
-// (per thread: a child inherits its forking thread's).
-func dropCaps() {
-	last := 40
-	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			last = n
-		}
-	}
-	for c := 0; c <= last; c++ {
-		if !keptCaps[c] {
-			_ = unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
-		}
-	}
-}
 
 type spawnRes struct {
 	pid  int
@@ -56,8 +28,8 @@ type spawnRes struct {
 
 type initServer struct {
 	cfg initConfig
-	// sp starts the commands of an isolated sandbox (its user namespace); nil in an
-	// unisolated one, whose init forks them itself.
+	// sp starts the commands of a sandbox in a container (at the commands' OOM
+	// score); nil in an unisolated one, whose init forks them itself.
 	sp      *spawnClient
 	mu      sync.Mutex // held while forking and while reaping
 	waiters map[int]chan syscall.WaitStatus

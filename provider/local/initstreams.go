@@ -5,7 +5,6 @@ import (
 	"os"
 
 	"github.com/creack/pty"
-	"golang.org/x/sys/unix"
 )
 
 // streams are the standard descriptors of a command init starts and its ends of them.
@@ -45,10 +44,6 @@ func (in *initServer) openStreams(req ctlRequest) (*streams, error) {
 			cols, rows = 80, 24
 		}
 		_ = pty.Setsize(m, &pty.Winsize{Cols: cols, Rows: rows})
-		if in.sp != nil {
-			// Owned by root and group tty of the sandbox, as a pty opened inside.
-			_ = unix.Fchown(int(tty.Fd()), hostID(0), hostID(ttyGID))
-		}
 		st.ptmx, st.stdinW, st.stdoutR = m, m, m
 		st.files = []uintptr{tty.Fd(), tty.Fd(), tty.Fd()}
 		st.closeAfterStart = append(st.closeAfterStart, tty)

@@ -101,7 +101,8 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 		return engine.Info{}, fmt.Errorf("mounts and volumes need an isolated sandbox: %w", engine.ErrUnsupported)
 	}
 	// The tunnels' host listeners are made here, on the host's network, and handed to
-	// init, which serves them from inside: they live exactly as long as the sandbox.
+	// the shim (or an unisolated init), which serves them: they live exactly as long
+	// as the sandbox.
 	var lns []*os.File
 	defer func() {
 		for _, f := range lns {
@@ -125,20 +126,28 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 		cfg.Tunnels = append(cfg.Tunnels, p)
 		bx.st.Tunnels = append(bx.st.Tunnels, engine.Tunnel{Port: p, Host: "127.0.0.1", HostPort: ln.Addr().(*net.TCPAddr).Port})
 	}
-	if spec.Egress && bx.st.NetNS {
-		if _, err := egress.NewPolicy(spec.EgressHosts); err != nil {
-			return engine.Info{}, fmt.Errorf("egress: %w", err)
+	if !bx.st.Isolated {
+		if err := e.startInit(ctx, bx, cfg, lns); err != nil {
+			return engine.Info{}, err
 		}
-		cfg.EgressHosts = spec.EgressHosts
-		f, err := os.Open("/proc/self/ns/net")
-		if err != nil {
-			return engine.Info{}, fmt.Errorf("egress: %w", err)
+	} else {
+		sc := shimConfig{Init: cfg, Runtime: e.runtime, RuntimeRoot: e.runtimeRoot(), InitBinary: e.initBinary,
+			Limits: bx.st.Applied, Cgroup: "sandbox-" + bx.st.ID}
+		if len(spec.Secrets) > 0 && !(spec.Egress && bx.st.NetNS) {
+			return engine.Info{}, fmt.Errorf("secrets need the engine's egress proxy (Spec.Egress, without Spec.Network): %w", engine.ErrUnsupported)
 		}
-		lns = append(lns, f)
-		cfg.HostNetFd = 5 + len(cfg.Tunnels)
-	}
-	if err := e.startInit(ctx, bx, cfg, lns); err != nil {
-		return engine.Info{}, err
+		if spec.Egress && bx.st.NetNS {
+			if _, err := egress.NewPolicy(spec.EgressHosts); err != nil {
+				return engine.Info{}, fmt.Errorf("egress: %w", err)
+			}
+			sc.Egress, sc.EgressHosts = true, spec.EgressHosts
+			for _, x := range spec.Secrets {
+				sc.Secrets = append(sc.Secrets, shimSecret{Name: x.Name, Value: x.Value, Hosts: x.Hosts})
+			}
+		}
+		if err := e.startShim(ctx, bx, sc, lns); err != nil {
+			return engine.Info{}, err
+		}
 	}
 	if img != nil {
 		// The production layout, where the image lacks it.
@@ -157,8 +166,53 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 	return e.info(bx), nil
 }
 
-// startInit starts the sandbox's init and waits until it serves its control socket.
+// startInit starts the init of an unisolated sandbox, a host process, and waits until
+// it serves its control socket.
 func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig, tunnels []*os.File) error {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"sandbox-init"}
+	cmd.Env = []string{initEnv + "=" + modeHostInit, "PATH=" + sandboxPATH}
+	return e.startHelper(ctx, bx, cmd, b, tunnels, func(string) (int, error) { return cmd.Process.Pid, nil })
+}
+
+// startShim starts the sandbox's shim and waits until the sandbox's init serves its
+// control socket; the shim answers "ok <init's pid>".
+func (e *Engine) startShim(ctx context.Context, bx *box, sc shimConfig, tunnels []*os.File) error {
+	b, err := json.Marshal(sc)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"sandbox-shim"}
+	cmd.Env = []string{initEnv + "=" + modeShim}
+	// A mount namespace of its own: the sandbox's root is mounted there only.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	return e.startHelper(ctx, bx, cmd, b, tunnels, func(rest string) (int, error) {
+		p, env, _ := strings.Cut(rest, " ")
+		pid, err := strconv.Atoi(p)
+		if err != nil || pid <= 0 {
+			return 0, fmt.Errorf("sandbox shim: bad answer %q", rest)
+		}
+		var placeholders []string
+		if err := json.Unmarshal([]byte(env), &placeholders); err != nil {
+			return 0, fmt.Errorf("sandbox shim: bad answer %q: %w", rest, err)
+		}
+		bx.mu.Lock()
+		bx.st.SecretEnv = placeholders
+		bx.mu.Unlock()
+		return pid, nil
+	})
+}
+
+// startHelper starts cmd (an unisolated init or a shim) with config on its fd 3, the
+// ready pipe on fd 4 and the tunnels' listeners from fd 5 on, and waits for its
+// "ok" line; initPid turns the rest of that line into the pid of the sandbox's init.
+func (e *Engine) startHelper(ctx context.Context, bx *box, cmd *exec.Cmd, config []byte, tunnels []*os.File,
+	initPid func(rest string) (int, error)) error {
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -169,30 +223,28 @@ func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig, tunnels
 		cfgW.Close()
 		return err
 	}
-	logf, err := os.OpenFile(filepath.Join(cfg.Dir, fileInitLg), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(filepath.Join(e.sandboxDir(bx.st.ID), fileInitLg), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
+		cfgR.Close()
+		cfgW.Close()
+		readyR.Close()
+		readyW.Close()
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{"sandbox-init"}
-	cmd.Env = []string{initEnv + "=1", "PATH=" + sandboxPATH}
 	cmd.ExtraFiles = append([]*os.File{cfgR, readyW}, tunnels...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if cfg.Isolated {
-		cmd.SysProcAttr.Cloneflags = nsFlags(cfg.NetNS)
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
+	cmd.SysProcAttr.Setsid = true
 	err = cmd.Start()
 	cfgR.Close()
 	readyW.Close()
 	if err != nil {
 		cfgW.Close()
 		readyR.Close()
-		if cfg.Isolated && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL)) {
-			return fmt.Errorf("%w: %v", engine.ErrNotIsolated, err)
-		}
-		return fmt.Errorf("start init: %w", err)
+		return fmt.Errorf("start %s: %w", cmd.Args[0], err)
 	}
 	pid := cmd.Process.Pid
 	done := make(chan struct{})
@@ -201,27 +253,33 @@ func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig, tunnels
 		close(done)
 	}()
 	start, _, _ := procStart(pid)
-	pidns := ""
-	if cfg.Isolated {
-		pidns, _ = os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/pid")
-	}
 	bx.mu.Lock()
 	bx.done = done
-	bx.st.Pid, bx.st.PidStart, bx.st.PidNS = pid, start, pidns
+	bx.st.ShimPid, bx.st.ShimStart = pid, start
+	if cmd.Args[0] == "sandbox-init" {
+		bx.st.Pid, bx.st.PidStart = pid, start
+		bx.st.ShimPid, bx.st.ShimStart = 0, 0
+		// An unisolated init enters the sandbox's cgroups before it starts anything
+		// (a container's are the runtime's to enter).
+		e.cg.enter(bx.st.Cgroups, pid)
+	}
 	bx.st.Dead = false
-	// Saved at once: whoever finds the directory can end this init.
+	// Saved at once: whoever finds the directory can end this process.
 	err = e.saveState(bx.st)
 	bx.st.Dead = true
 	bx.mu.Unlock()
 	if err != nil {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
+		cfgW.Close()
+		readyR.Close()
 		return err
 	}
-	// Limits and the freezer apply before init starts anything.
-	e.applyLimits(bx, pid)
-	b, _ := json.Marshal(cfg)
-	_, _ = cfgW.Write(b)
+	_, werr := cfgW.Write(config)
 	cfgW.Close()
+	if werr != nil {
+		readyR.Close()
+		return fmt.Errorf("configure %s: %w", cmd.Args[0], werr)
+	}
 	type answer struct {
 		line string
 		err  error
@@ -234,13 +292,26 @@ func (e *Engine) startInit(ctx context.Context, bx *box, cfg initConfig, tunnels
 	select {
 	case a := <-ch:
 		readyR.Close()
-		if a.line != "ok" {
+		rest, ok := strings.CutPrefix(a.line, "ok")
+		if !ok {
 			msg := strings.TrimPrefix(a.line, "error: ")
 			if msg == "" {
 				msg = fmt.Sprint(a.err)
 			}
-			return fmt.Errorf("sandbox init: %s", msg)
+			return fmt.Errorf("%s: %s", cmd.Args[0], msg)
 		}
+		ipid, err := initPid(strings.TrimSpace(rest))
+		if err != nil {
+			return err
+		}
+		istart, _, _ := procStart(ipid)
+		pidns := ""
+		if ipid != pid {
+			pidns, _ = os.Readlink("/proc/" + strconv.Itoa(ipid) + "/ns/pid")
+		}
+		bx.mu.Lock()
+		bx.st.Pid, bx.st.PidStart, bx.st.PidNS = ipid, istart, pidns
+		bx.mu.Unlock()
 	case <-ctx.Done():
 		readyR.Close()
 		return ctx.Err()
@@ -269,7 +340,7 @@ func (e *Engine) destroy(bx *box) (err error) {
 	if st.Paused || len(st.Cgroups) > 0 {
 		e.cg.thaw(st.Cgroups)
 	}
-	if st.Pid > 0 {
+	if st.Pid > 0 || st.ShimPid > 0 {
 		if initAlive(st) {
 			_ = syscall.Kill(st.Pid, syscall.SIGKILL)
 		}
@@ -286,11 +357,38 @@ func (e *Engine) destroy(bx *box) (err error) {
 		if err := waitGone(st, 10*time.Second); err != nil {
 			return err
 		}
+		// The shim deletes the container once init is gone; one that does not is
+		// ended, and the container deleted here.
+		if err := e.endShim(st, 5*time.Second); err != nil {
+			return err
+		}
 	}
 	e.cg.remove(st.Cgroups)
+	e.releaseVolumes(st)
 	unmountDisk(e.sandboxDir(st.ID))
 	if err := os.RemoveAll(e.sandboxDir(st.ID)); err != nil {
 		return err
+	}
+	return nil
+}
+
+// endShim waits for the sandbox's shim to exit, and, past timeout, kills it and deletes
+// the container itself.
+func (e *Engine) endShim(st boxState, timeout time.Duration) error {
+	if st.ShimPid <= 0 {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	for shimAlive(st) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(st.ShimPid, syscall.SIGKILL)
+			cmd := exec.Command(e.runtime, "--root", e.runtimeRoot(), "delete", "--force", st.ID)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("sandbox %s: delete its container: %v: %s", st.ID, err, bytes.TrimSpace(out))
+			}
+			return nil
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 	return nil
 }

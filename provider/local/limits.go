@@ -8,8 +8,6 @@ package local
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -50,14 +48,4 @@ func checkApplied(asked, applied engine.Limits) error {
 		}
 	}
 	return nil
-}
-
-// applyLimits puts init (pid) into the sandbox's cgroups (made by prepare).
-func (e *Engine) applyLimits(bx *box, pid int) {
-	bx.mu.Lock()
-	groups := bx.st.Cgroups
-	bx.mu.Unlock()
-	e.cg.enter(groups, pid)
-	// Init is never the one the OOM killer chooses (its commands start at 0).
-	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("-1000"), 0)
 }

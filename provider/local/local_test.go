@@ -29,6 +29,7 @@ import (
 var sandboxMCP string
 
 func TestMain(m *testing.M) {
+	MaybeRunInit()
 	if testHelper() {
 		return
 	}

@@ -27,12 +27,13 @@ var systemDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32
 
 // etcFromHost are the entries of the host's /etc a sandbox without an image sees
 // (read-only): what programs need to run, nothing that names the host's users,
-// secrets or services.
+// secrets or services, and nothing that configures the host's own sessions
+// (gitconfig, environment, profile.d).
 var etcFromHost = []string{
 	"alternatives", "ssl", "ca-certificates", "ca-certificates.conf", "ld.so.cache", "ld.so.conf",
 	"ld.so.conf.d", "localtime", "timezone", "protocols", "services", "rpc", "ethertypes", "mime.types",
-	"terminfo", "inputrc", "bash.bashrc", "profile", "profile.d", "environment", "shells", "login.defs",
-	"pam.d", "pam.conf", "security", "sudo.conf", "gitconfig", "host.conf", "gai.conf", "magic",
+	"terminfo", "inputrc", "bash.bashrc", "profile", "shells", "login.defs",
+	"pam.d", "pam.conf", "security", "sudo.conf", "host.conf", "gai.conf", "magic",
 	"magic.mime", "debian_version", "os-release", "lsb-release", "skel", "xdg", "perl", "python3",
 	"vim", "nanorc", "mke2fs.conf", "subuid", "subgid", "adduser.conf", "deluser.conf", "bindresvport.blacklist",
 }
@@ -235,7 +236,7 @@ func imageRoot(cfg initConfig, r, stage string, userns int) error {
 	}
 	for _, n := range []string{"hostname", "hosts", "resolv.conf"} {
 		dst := filepath.Join(r, "etc", n)
-		if err := ensureMountpoint(r, stage, "/etc/"+n, false); err != nil {
+		if _, err := ensureMountpoint(r, stage, "/etc/"+n, false); err != nil {
 			return err
 		}
 		if err := bindReadOnly(filepath.Join(etc, n), dst, false); err != nil {
@@ -261,7 +262,7 @@ func writableDirs(cfg initConfig, r, stage string) error {
 	for _, b := range binds {
 		dst := filepath.Join(r, b[1])
 		if fi, err := os.Stat(dst); err != nil || !fi.IsDir() {
-			if err := ensureMountpoint(r, stage, "/"+b[1], true); err != nil {
+			if _, err := ensureMountpoint(r, stage, "/"+b[1], true); err != nil {
 				return err
 			}
 		}

@@ -1,15 +1,15 @@
 package local
 
-// The init of a sandbox: the engine re-executes its own binary with initEnv set, in
-// new mount, pid, uts, ipc (and net) namespaces. This process is PID 1 of the sandbox:
-// it builds the sandbox's root (the host's root read-only, the sandbox's own writable
-// directories), pivots into it, and then serves the control socket (exec) and reaps
-// every process of the sandbox. When it dies the kernel kills everything in its pid
-// namespace and the mount namespace goes with the last process.
+// The init of a sandbox: PID 1 inside the runtime's container (the engine's own binary,
+// bound read-only at initPath, in its container mode), or, for an unisolated sandbox,
+// a host process. It serves the control socket (exec) and reaps every process of the
+// sandbox. When it dies the kernel kills everything in its pid namespace.
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -20,10 +20,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// initEnv marks the hidden init mode of any binary that links this package.
-const initEnv = "_SANDBOX_MCP_ENGINE_INIT"
-
-// initConfig is what the engine sends to init on fd 3.
+// initConfig is what init gets: on stdin inside a container (from the shim), on fd 3
+// as a host process (unisolated). The shim builds the root from it.
 type initConfig struct {
 	ID       string `json:"id"`
 	Dir      string `json:"dir"` // the sandbox's directory on the host
@@ -35,13 +33,13 @@ type initConfig struct {
 	// Layers are the image's layer directories on the host, lowest first; empty
 	// means the host's system directories.
 	Layers []string `json:"layers,omitempty"`
-	// Tunnels are the sandbox ports served by the host listeners on fds 5, 6, ….
+	// Tunnels are the sandbox ports served by the host listeners (the shim's fds 5, 6,
+	// …; an unisolated init's the same).
 	Tunnels []int `json:"tunnels,omitempty"`
-	// HostNetFd, when not zero, is the host's network namespace: init serves the
-	// egress proxy.
-	HostNetFd int `json:"hostNetFd,omitempty"`
-	// EgressHosts is the sandbox's Spec.EgressHosts, for the egress proxy.
-	EgressHosts []string `json:"egressHosts,omitempty"`
+	// TrustPEM is a certificate the sandbox trusts besides the system's (the
+	// authority of its secrets' proxy), added to its copy of caBundlePath; the shim
+	// sets it and init never gets it.
+	TrustPEM []byte `json:"-"`
 	// DeadlineMs ends the sandbox (exit 124) at this Unix time in ms; 0 means never.
 	DeadlineMs int64 `json:"deadlineMs,omitempty"`
 }
@@ -61,7 +59,6 @@ const (
 	dirTmp     = "disk/tmp"
 	dirVarTmp  = "disk/vartmp"
 	dirRun     = "disk/run"
-	dirRoot    = "root"  // the mount point of the sandbox's root, only used inside
 	dirStage   = "stage" // overlay upper dirs, only used inside
 	fileCtl    = "control.sock"
 	fileExit   = "exit"
@@ -69,28 +66,13 @@ const (
 	fileInitLg = "init.log"
 )
 
-func init() {
-	switch os.Getenv(initEnv) {
-	case "":
-		return
-	case "probe":
-		os.Exit(0)
-	case "spawner":
-		os.Unsetenv(initEnv)
-		unix.CloseOnExec(3)
-		os.Exit(spawnerMain())
-	default:
-		os.Exit(sandboxInit())
-	}
-}
-
-// sandboxInit runs init; it returns only on a failed start.
+// sandboxInit is the init of an unisolated sandbox, a host process; it returns only
+// on a failed start.
 func sandboxInit() int {
-	os.Unsetenv(initEnv)
-	_ = os.WriteFile("/proc/self/comm", []byte("sandbox-init"), 0) // what ps shows inside
+	_ = os.WriteFile("/proc/self/comm", []byte("sandbox-init"), 0) // what ps shows
 	cfgFile, ready := os.NewFile(3, "config"), os.NewFile(4, "ready")
 	var cfg initConfig
-	err := json.NewDecoder(cfgFile).Decode(&cfg)
+	err := json.NewDecoder(io.LimitReader(cfgFile, maxSpawnMsg)).Decode(&cfg)
 	cfgFile.Close()
 	fail := func(err error) int {
 		fmt.Fprintf(ready, "error: %v\n", err)
@@ -99,6 +81,13 @@ func sandboxInit() int {
 	}
 	if err != nil {
 		return fail(fmt.Errorf("read config: %w", err))
+	}
+	keep := []int{4}
+	for i := range cfg.Tunnels {
+		keep = append(keep, 5+i)
+	}
+	if err := closeFdsFrom(3, keep...); err != nil {
+		return fail(err)
 	}
 	dirFd, err := unix.Open(cfg.Dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -113,13 +102,7 @@ func sandboxInit() int {
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	// Signals from inside the sandbox do not end it; the engine ends it with SIGKILL.
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
-	var sp *spawnClient
-	if cfg.Isolated {
-		if sp, err = isolate(cfg); err != nil {
-			return fail(err)
-		}
-	}
-	in := &initServer{cfg: cfg, waiters: map[int]chan syscall.WaitStatus{}, sp: sp}
+	in := &initServer{cfg: cfg, waiters: map[int]chan syscall.WaitStatus{}}
 	go in.reaper()
 	for i, port := range cfg.Tunnels {
 		f := os.NewFile(uintptr(5+i), "tunnel")
@@ -138,13 +121,111 @@ func sandboxInit() int {
 	}
 	fmt.Fprintln(ready, "ok")
 	ready.Close()
+	in.acceptLoop(ln)
+	return 0
+}
+
+// containerInit is PID 1 of a sandbox inside the runtime's container: the exec server,
+// the reaper of every process and the owner of the PTYs. Its descriptors are the
+// runtime's 0, 1, 2, the control socket's listener and the ready pipe; it closes
+// anything else before it serves. It returns only on a failed start.
+func containerInit() int {
+	ready := os.NewFile(initReadyFd, "ready")
+	fail := func(err error) int {
+		fmt.Fprintf(ready, "error: %v\n", err)
+		fmt.Fprintf(os.Stderr, "sandbox init: %v\n", err)
+		return 1
+	}
+	if err := closeFdsFrom(3, initReadyFd); err != nil {
+		return fail(err)
+	}
+	unix.CloseOnExec(initReadyFd)
+	_ = os.WriteFile("/proc/self/comm", []byte("sandbox-init"), 0) // what ps shows inside
+	// Not dumpable: its /proc/1/fd and /proc/1/environ need CAP_SYS_PTRACE, which no
+	// process inside has.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("prctl: %w", err))
+	}
+	cfg, ctlFd, err := readInitConfig(0)
+	if err != nil {
+		return fail(fmt.Errorf("read config: %w", err))
+	}
+	if devNull, err := os.Open("/dev/null"); err == nil {
+		if err := unix.Dup3(int(devNull.Fd()), 0, 0); err != nil {
+			return fail(fmt.Errorf("stdin: %w", err))
+		}
+		devNull.Close()
+	}
+	f := os.NewFile(uintptr(ctlFd), "control")
+	ln, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		return fail(fmt.Errorf("control socket: %w", err))
+	}
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
+	in := &initServer{cfg: cfg, waiters: map[int]chan syscall.WaitStatus{}, sp: newSpawnClient()}
+	go in.reaper()
+	if cfg.DeadlineMs > 0 {
+		time.AfterFunc(time.Until(time.UnixMilli(cfg.DeadlineMs)), func() { os.Exit(124) })
+	}
+	fmt.Fprintln(ready, "ok")
+	ready.Close()
+	in.acceptLoop(ln)
+	return 0
+}
+
+// readInitConfig reads init's configuration from the socket fd until its end, and the
+// control socket's listener sent with it.
+func readInitConfig(fd int) (initConfig, int, error) {
+	var cfg initConfig
+	var data []byte
+	ctl := -1
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return cfg, -1, err
+		}
+		if scms, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, scm := range scms {
+				if rights, err := unix.ParseUnixRights(&scm); err == nil {
+					for _, r := range rights {
+						if ctl < 0 {
+							ctl = r
+						} else {
+							unix.Close(r)
+						}
+					}
+				}
+			}
+		}
+		if n == 0 {
+			break
+		}
+		data = append(data, buf[:n]...)
+		if len(data) > maxSpawnMsg {
+			return cfg, -1, errors.New("configuration too large")
+		}
+	}
+	if ctl < 0 {
+		return cfg, -1, errors.New("no control socket came with the configuration")
+	}
+	return cfg, ctl, json.Unmarshal(data, &cfg)
+}
+
+// acceptLoop serves the control socket's connections from the engine.
+func (in *initServer) acceptLoop(ln net.Listener) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		if !trustedPeer(c, cfg.Isolated) {
+		if !trustedPeer(c, in.cfg.Isolated) {
 			c.Close()
 			continue
 		}
@@ -159,53 +240,4 @@ func writeExitCode(dirFd, code int) {
 	}
 	_, _ = unix.Write(fd, []byte(strconv.Itoa(code)))
 	unix.Close(fd)
-}
-
-// isolate makes init non-dumpable, starts the spawner, builds the sandbox's root and
-// pivots into it, sets the host name and brings up the loopback and the egress proxy.
-func isolate(cfg initConfig) (*spawnClient, error) {
-	// Not dumpable: its /proc/1/fd, /proc/1/root and /proc/1/environ need
-	// CAP_SYS_PTRACE, which no process inside has (an open descriptor of init's
-	// is a way back to the host).
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return nil, fmt.Errorf("prctl: %w", err)
-	}
-	if cfg.HostNetFd > 0 {
-		unix.CloseOnExec(cfg.HostNetFd)
-	}
-	if err := privateProc(); err != nil {
-		return nil, err
-	}
-	sp := newSpawnClient()
-	spPid, err := sp.start()
-	if err != nil {
-		return nil, err
-	}
-	userns, err := unix.Open("/proc/"+strconv.Itoa(spPid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("the spawner's user namespace: %w", err)
-	}
-	err = setupRoot(cfg, userns)
-	unix.Close(userns)
-	if err != nil {
-		return nil, fmt.Errorf("set up the sandbox root: %w", err)
-	}
-	if err := unix.Sethostname([]byte(cfg.ID)); err != nil {
-		return nil, fmt.Errorf("sethostname: %w", err)
-	}
-	if cfg.NetNS {
-		if err := loopbackUp(); err != nil {
-			return nil, fmt.Errorf("loopback: %w", err)
-		}
-		if cfg.HostNetFd > 0 {
-			g, _, err := newEgressProxy(cfg.HostNetFd, cfg.EgressHosts, nil)
-			if err == nil {
-				err = serveEgress(g)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("egress proxy: %w", err)
-			}
-		}
-	}
-	return sp, nil
 }

@@ -10,8 +10,6 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // ttyGID is group tty inside.
@@ -20,53 +18,59 @@ const ttyGID = 5
 // rootOwner makes a tmpfs belong to the sandbox's root.
 var rootOwner = fmt.Sprintf(",uid=%d,gid=%d", hostID(0), hostID(0))
 
-// setupRoot builds the sandbox's root under cfg.Dir/root and pivots into it: the
-// image's layers under the sandbox's upper layer, or the host's system directories
-// read-only with a /etc of its own (rootfs.go); then the sandbox's writable
-// directories, /dev, /proc, /sys and the spec's mounts. userns is the sandbox's user
-// namespace, whose mapping shifts the host's (and the image's) root-owned files to
-// the sandbox's root.
-func setupRoot(cfg initConfig, userns int) error {
-	r := filepath.Join(cfg.Dir, dirRoot)
+// buildRoot builds the sandbox's root at r, in the shim's own mount
+// namespace, for the runtime to pivot into: the image's layers under the sandbox's
+// upper layer, or the host's system directories read-only with a /etc of its own
+// (rootfs.go); then the sandbox's writable directories and the spec's mounts. It says
+// whether the root itself is to be read-only (the default root). The runtime mounts
+// /proc, /dev and /sys. Mounts are id-mapped with a user namespace of the sandbox's
+// mapping (the same as the container's), so the host's (and the image's) root-owned
+// files belong to the sandbox's root.
+func buildRoot(cfg initConfig, r string) (bool, error) {
+	userns, closeNS, err := sandboxUserns()
+	if err != nil {
+		return false, err
+	}
+	defer closeNS()
 	stage := filepath.Join(cfg.Dir, dirStage)
 	for _, d := range []string{r, stage} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
+			return false, err
 		}
 	}
-	if err := unix.Mount("tmpfs", stage, "tmpfs", 0, "mode=0700"); err != nil {
-		return fmt.Errorf("stage tmpfs: %w", err)
+	// Small and capped: it holds only the overlays' upper directories that make
+	// mount points, and the sandbox's /etc files of an image root.
+	if err := unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size=4m"); err != nil {
+		return false, fmt.Errorf("stage tmpfs: %w", err)
 	}
-	var err error
 	if len(cfg.Layers) > 0 {
 		err = imageRoot(cfg, r, stage, userns)
 	} else {
 		err = systemRoot(cfg, r, userns)
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := writableDirs(cfg, r, stage); err != nil {
-		return err
+		return false, err
 	}
-	if err := setupDev(filepath.Join(r, "dev")); err != nil {
-		return fmt.Errorf("/dev: %w", err)
-	}
-	if err := setupProc(r); err != nil {
-		return fmt.Errorf("/proc: %w", err)
-	}
-	if err := unix.Mount("sysfs", filepath.Join(r, "sys"), "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		if err := bindReadOnly("/sys", filepath.Join(r, "sys"), true); err != nil {
-			return fmt.Errorf("/sys: %w", err)
+	if len(cfg.TrustPEM) > 0 {
+		if err := addTrust(r, stage, cfg.TrustPEM); err != nil {
+			return false, fmt.Errorf("trust the secrets' authority: %w", err)
 		}
 	}
+	var overlays []string
 	for _, b := range cfg.Binds {
 		fi, err := os.Stat(b.Source)
 		if err != nil {
-			return fmt.Errorf("mount %s: %w", b.Target, err)
+			return false, fmt.Errorf("mount %s: %w", b.Target, err)
 		}
-		if err := ensureMountpoint(r, stage, b.Target, fi.IsDir()); err != nil {
-			return fmt.Errorf("mount %s: %w", b.Target, err)
+		anc, err := ensureMountpoint(r, stage, b.Target, fi.IsDir())
+		if err != nil {
+			return false, fmt.Errorf("mount %s: %w", b.Target, err)
+		}
+		if anc != "" {
+			overlays = append(overlays, anc)
 		}
 		// Id-mapped: host files keep their owner as seen from the sandbox (the
 		// host's root is its root), never setuid, never a device. Not a host
@@ -82,48 +86,63 @@ func setupRoot(cfg initConfig, userns int) error {
 			mount = plainMount
 		}
 		if err := mount(b.Source, filepath.Join(r, b.Target), userns, attr); err != nil {
-			return fmt.Errorf("mount %s: %w", b.Target, err)
+			return false, fmt.Errorf("mount %s: %w", b.Target, err)
+		}
+	}
+	// An overlay made for a mount point (/usr/local/bin for the bound binaries) is
+	// read-only once its mount points exist: nothing is writable outside the disk.
+	for _, anc := range overlays {
+		if err := setReadOnly(anc, false); err != nil {
+			return false, fmt.Errorf("read-only %s: %w", strings.TrimPrefix(anc, r), err)
 		}
 	}
 	for _, h := range cfg.Hide {
 		dst := filepath.Join(r, h)
 		if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
-			if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY, "size=4k,mode=0755"); err != nil {
-				return fmt.Errorf("hide %s: %w", h, err)
+			if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "size=4k,mode=0755"); err != nil {
+				return false, fmt.Errorf("hide %s: %w", h, err)
 			}
 		}
 	}
-	readOnly := []string{filepath.Join(r, "dev")}
 	if len(cfg.Layers) == 0 {
-		readOnly = append(readOnly, r, filepath.Join(r, "home"))
-	}
-	for _, d := range readOnly {
-		if err := setReadOnly(d, false); err != nil {
-			return fmt.Errorf("read-only %s: %w", d, err)
+		if err := setReadOnly(filepath.Join(r, "home"), false); err != nil {
+			return false, fmt.Errorf("read-only /home: %w", err)
 		}
+		return true, nil
 	}
-	if err := os.Chdir(r); err != nil {
-		return err
-	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %w", err)
-	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detach the old root: %w", err)
-	}
-	return os.Chdir("/")
+	return false, nil
 }
 
-// privateProc makes init's mount namespace private and mounts the sandbox's procfs on
-// /proc: Go writes a child's uid_map under /proc/<pid>, a pid of this namespace.
-func privateProc() error {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make / private: %w", err)
+// sandboxUserns returns a user namespace with the sandbox's id mapping (for
+// id-mapped mounts), held by a child of this process until closed.
+func sandboxUserns() (int, func(), error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return -1, nil, err
 	}
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount /proc: %w", err)
+	defer r.Close()
+	attr := &syscall.ProcAttr{
+		Env:   []string{initEnv + "=" + modeHold},
+		Files: []uintptr{r.Fd()},
+		Sys: &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: idMap, GidMappings: idMap,
+			GidMappingsEnableSetgroups: true},
 	}
-	return nil
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{"sandbox-userns"}, attr)
+	if err != nil {
+		w.Close()
+		return -1, nil, fmt.Errorf("make the sandbox's user namespace: %w", err)
+	}
+	end := func() {
+		w.Close()
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, 0, nil)
+	}
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		end()
+		return -1, nil, fmt.Errorf("the sandbox's user namespace: %w", err)
+	}
+	return fd, func() { unix.Close(fd); end() }, nil
 }
 
 // bindReadOnly bind-mounts src on dst (recursively when rec) and makes it read-only.
@@ -149,10 +168,10 @@ func setReadOnly(path string, rec bool) error {
 // ensureMountpoint creates target (a directory or an empty file) inside the root r.
 // Where its parent is read-only host land, the nearest existing ancestor gets a
 // tmpfs-backed overlay first, so nothing is ever created on the host.
-func ensureMountpoint(r, stage, target string, dir bool) error {
+func ensureMountpoint(r, stage, target string, dir bool) (string, error) {
 	p := filepath.Join(r, target)
 	if _, err := os.Lstat(p); err == nil {
-		return nil
+		return "", nil
 	}
 	anc := filepath.Dir(p)
 	for {
@@ -172,11 +191,11 @@ func ensureMountpoint(r, stage, target string, dir bool) error {
 	}
 	err := create()
 	if err == nil || !errors.Is(err, syscall.EROFS) {
-		return err
+		return "", err
 	}
 	up, err := os.MkdirTemp(stage, "up-")
 	if err != nil {
-		return err
+		return "", err
 	}
 	// The merged directory takes the upper one's mode and owner: the lower one's.
 	if fi, err := os.Stat(anc); err == nil {
@@ -187,92 +206,39 @@ func ensureMountpoint(r, stage, target string, dir bool) error {
 	}
 	work, err := os.MkdirTemp(stage, "work-")
 	if err != nil {
-		return err
+		return "", err
 	}
 	opts := "lowerdir=" + anc + ",upperdir=" + up + ",workdir=" + work
-	if err := unix.Mount("overlay", anc, "overlay", 0, opts); err != nil {
-		return fmt.Errorf("overlay on %s: %w", strings.TrimPrefix(anc, r), err)
+	if err := unix.Mount("overlay", anc, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return "", fmt.Errorf("overlay on %s: %w", strings.TrimPrefix(anc, r), err)
 	}
-	return create()
+	return anc, create()
 }
 
-// setupDev makes a minimal /dev: the harmless character devices bound from the host,
-// a private devpts and a /dev/shm.
-func setupDev(dev string) error {
-	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID, "mode=0755"+rootOwner); err != nil {
-		return err
-	}
-	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		dst := filepath.Join(dev, n)
-		if err := os.WriteFile(dst, nil, 0o666); err != nil {
-			return err
-		}
-		if err := unix.Mount("/dev/"+n, dst, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind /dev/%s: %w", n, err)
-		}
-	}
-	for _, d := range []string{"pts", "shm"} {
-		if err := os.Mkdir(filepath.Join(dev, d), 0o755); err != nil {
-			return err
-		}
-	}
-	if err := unix.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid="+strconv.Itoa(hostID(ttyGID))); err != nil {
-		return fmt.Errorf("devpts: %w", err)
-	}
-	shm := fmt.Sprintf("mode=1777,size=%d%s", rules.DefaultShmBytes, rootOwner)
-	if err := unix.Mount("shm", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, shm); err != nil {
-		return err
-	}
-	for name, target := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd",
-		"stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
-		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// caBundlePath is the system's certificate bundle inside a sandbox (Debian's).
+const caBundlePath = "/etc/ssl/certs/ca-certificates.crt"
 
-// setupProc mounts the sandbox's own /proc with the kernel-wide knobs read-only and
-// the kernel's memory and keys masked, as container runtimes do.
-func setupProc(r string) error {
-	proc := filepath.Join(r, "proc")
-	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return err
-	}
-	for _, n := range []string{"sys", "sysrq-trigger", "irq", "bus", "fs"} {
-		p := filepath.Join(proc, n)
-		if _, err := os.Stat(p); err != nil {
-			continue
-		}
-		if err := bindReadOnly(p, p, true); err != nil {
-			return err
-		}
-	}
-	for _, n := range []string{"kcore", "keys", "timer_list", "sched_debug", "kallsyms"} {
-		p := filepath.Join(proc, n)
-		if _, err := os.Stat(p); err != nil {
-			continue
-		}
-		if err := unix.Mount(filepath.Join(r, "dev/null"), p, "", unix.MS_BIND, ""); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// trustEnv are the variables that name a certificate bundle for the programs that do
+// not read the system's (or read it only at build time); they name caBundlePath.
+var trustEnv = []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "DENO_CERT", "REQUESTS_CA_BUNDLE"}
 
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
+// addTrust binds, read-only over the root's caBundlePath, the root's bundle (if any)
+// with pem appended.
+func addTrust(r, stage string, pem []byte) error {
+	dst := filepath.Join(r, caBundlePath)
+	old, err := os.ReadFile(dst)
+	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
+	if len(old) > 0 && old[len(old)-1] != '\n' {
+		old = append(old, '\n')
+	}
+	tmp := filepath.Join(stage, "ca-certificates.crt")
+	if err := os.WriteFile(tmp, append(old, pem...), 0o644); err != nil {
 		return err
 	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+	if _, err := ensureMountpoint(r, stage, caBundlePath, false); err != nil {
 		return err
 	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+	return bindReadOnly(tmp, dst, false)
 }

@@ -1,19 +1,15 @@
 package local
 
-// The spawner: the one process of an isolated sandbox that starts commands. Init stays
-// root of the host's user namespace (it mounts, pivots, serves tunnels and the egress
-// proxy from the host's network); the spawner runs in a child user namespace that maps
-// the sandbox's ids 0…65535 to the host's rules.HostIDBase…, so every command is a
-// process with a non-zero uid on the host, and the mount, uts, ipc and network
-// namespaces belong to the host's user namespace: root inside cannot mount, set the
-// hostname or touch the network's configuration. All commands share that one user
-// namespace, so root inside can signal and inspect every process of its sandbox.
+// The spawner: the one process of a sandbox that starts commands, a child of init
+// inside the container. It exists for the OOM killer: init runs at an OOM score of
+// -1000 (never the victim), and a child inherits its parent's score, so the commands
+// are forked by a process that raised its own to cmdOOMScoreAdj first. The isolation
+// (user namespace, capabilities, seccomp) is the runtime's, inherited from init.
 //
 // Init sends each command over a socket pair (fd 3 of the spawner): a length-prefixed
 // JSON spawnMsg whose header carries the command's three standard descriptors
-// (SCM_RIGHTS). The spawner forks it from one locked thread whose capability bounding
-// set and seccomp filter every command inherits, and answers with its pid; when a
-// command exits it sends its wait status. Orphans re-parent to init, which reaps them.
+// (SCM_RIGHTS). The spawner forks it and answers with its pid; when a command exits it
+// sends its wait status. Orphans re-parent to init, which reaps them.
 
 import (
 	"encoding/binary"
@@ -23,7 +19,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -89,8 +84,7 @@ func newSpawnClient() *spawnClient {
 	return &spawnClient{waiters: map[int]chan syscall.WaitStatus{}}
 }
 
-// start starts a spawner (this binary in its spawner mode) in a new user namespace
-// with the sandbox's mapping, and returns its pid.
+// start starts a spawner (this binary in its spawner mode) and returns its pid.
 func (c *spawnClient) start() (int, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -105,20 +99,14 @@ func (c *spawnClient) start() (int, error) {
 	}
 	defer devNull.Close()
 	attr := &syscall.ProcAttr{
-		Env:   []string{initEnv + "=spawner"},
-		Files: []uintptr{devNull.Fd(), devNull.Fd(), devNull.Fd(), child.Fd()},
-		Sys: &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: idMap, GidMappings: idMap,
-			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
-			GidMappingsEnableSetgroups: true},
+		Env:   []string{initEnv + "=" + modeSpawner},
+		Files: []uintptr{devNull.Fd(), devNull.Fd(), os.Stderr.Fd(), child.Fd()},
 	}
 	pid, err := syscall.ForkExec("/proc/self/exe", []string{"sandbox-spawner"}, attr)
 	if err != nil {
 		unix.Close(fds[0])
 		return 0, fmt.Errorf("start the spawner: %w", err)
 	}
-	// Everything inside starts at an OOM score of 0 (init itself is never chosen):
-	// written by init, it is also the floor below which no command can go.
-	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("0"), 0)
 	conn := &spawnConn{fd: fds[0], pid: pid, replies: make(chan spawnReply, 1), done: make(chan struct{})}
 	c.conn = conn
 	go c.read(conn)
@@ -283,13 +271,17 @@ func writeMsg(fd int, v any) error {
 
 // spawnerMain is the spawner process; it returns when init is gone.
 func spawnerMain() int {
-	runtime.LockOSThread() // the forking thread: its bounding set and filter are inherited
 	_ = os.WriteFile("/proc/self/comm", []byte("sandbox-spawner"), 0)
+	// The commands' OOM score, inherited by every one: raising one's own score needs
+	// no privilege, and a spawner that cannot is refused rather than run commands
+	// that could make init the victim.
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(cmdOOMScoreAdj)), 0); err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox spawner: oom_score_adj: %v\n", err)
+		return 1
+	}
 	// Not dumpable: no process inside can read its descriptors or memory.
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	dropCaps()
-	if err := installSeccomp(); err != nil {
-		fmt.Fprintf(os.Stderr, "sandbox spawner: seccomp: %v\n", err)
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox spawner: prctl: %v\n", err)
 		return 1
 	}
 	const sock = 3

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -61,6 +62,15 @@ func initAlive(st boxState) bool {
 	return ok && start == st.PidStart && state != 'Z' && state != 'X'
 }
 
+// shimAlive reports whether the sandbox's shim still runs.
+func shimAlive(st boxState) bool {
+	if st.ShimPid <= 0 {
+		return false
+	}
+	start, state, ok := procStart(st.ShimPid)
+	return ok && start == st.ShimStart && state != 'Z' && state != 'X'
+}
+
 // refresh returns the sandbox's state, marking it dead (and saving that) when its
 // init is gone. bx.mu must not be held.
 func (e *Engine) refresh(bx *box) engine.State {
@@ -80,6 +90,10 @@ func (e *Engine) refreshLocked(bx *box) engine.State {
 		return engine.StateRunning
 	}
 	bx.st.Dead = true
+	// The shim records init's exit code once it has reaped it.
+	for deadline := time.Now().Add(2 * time.Second); shimAlive(bx.st) && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Millisecond)
+	}
 	if b, err := os.ReadFile(filepath.Join(e.sandboxDir(bx.st.ID), fileExit)); err == nil {
 		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
 			bx.st.ExitCode = &n

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -400,6 +401,29 @@ func (e *Engine) mountVolumes(spec engine.Spec) ([]bindMount, error) {
 		return nil
 	})
 	return binds, err
+}
+
+// releaseVolumes unmounts from the host the volumes of st that no other live sandbox
+// mounts; the loop device frees itself with its last mount (autoclear), once the
+// shims that still hold a copy of the mount have ended. A volume stays mounted while
+// any sandbox uses it: a second mount of its image through another loop device would
+// be a second file system over the same blocks.
+func (e *Engine) releaseVolumes(st boxState) {
+	if len(st.Spec.Volumes) == 0 {
+		return
+	}
+	err := e.withVolumesLock(func() error {
+		users := e.volumeUsers()
+		for _, v := range st.Spec.Volumes {
+			if others := slices.DeleteFunc(slices.Clone(users[v.Name]), func(id string) bool { return id == st.ID }); len(others) == 0 {
+				unmountVolume(filepath.Join(e.volumeDir(v.Name), volumeMnt))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		e.log.Warn("release volumes", "sandbox", st.ID, "err", err)
+	}
 }
 
 func unmountVolume(mnt string) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
@@ -232,4 +233,55 @@ func TestVolumeEngineFiles(t *testing.T) {
 	if err := e.Remove(t.Context(), box.ID, "/data/sub"); err != nil {
 		t.Fatalf("Remove in a volume: %v", err)
 	}
+}
+
+// TestVolumeReleasedWhenUnused: a volume stays mounted on the host while a sandbox
+// uses it and is released (no mount, no loop device) when the last one ends; the
+// data dir is then removable.
+func TestVolumeReleasedWhenUnused(t *testing.T) {
+	e := newVolumeEngine(t)
+	createVolume(t, e, "shared", 16<<20)
+	spec := engine.Spec{Volumes: []engine.VolumeMount{{Name: "shared", Target: "/data"}}}
+	a := createBox(t, e, spec)
+	b := createBox(t, e, spec)
+	if out, code := sh(t, e, a.ID, "sh", "-c", "echo kept > /data/f"); code != 0 {
+		t.Fatalf("write in a: %q (exit %d)", out, code)
+	}
+	if err := e.Terminate(t.Context(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(e.volumeDir("shared"), volumeMnt)
+	if !isMountPoint(mnt) {
+		t.Fatal("the volume was released while another sandbox uses it")
+	}
+	if out, _ := sh(t, e, b.ID, "cat", "/data/f"); out != "kept\n" {
+		t.Errorf("read in b = %q, want kept", out)
+	}
+	if err := e.Terminate(t.Context(), b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if isMountPoint(mnt) {
+		t.Error("the volume stays mounted on the host after its last sandbox ended")
+	}
+	img := filepath.Join(e.volumeDir("shared"), volumeImage)
+	for i := 0; loopBacking(img) != ""; i++ {
+		if i == 200 {
+			t.Fatalf("loop device %s still backs %s", loopBacking(img), img)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := os.RemoveAll(e.dir); err != nil {
+		t.Errorf("rm -rf of the data dir: %v", err)
+	}
+}
+
+// loopBacking names the loop device whose backing file is img, if any.
+func loopBacking(img string) string {
+	devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, d := range devs {
+		if b, err := os.ReadFile(d); err == nil && strings.TrimSpace(string(b)) == img {
+			return strings.Split(d, "/")[3]
+		}
+	}
+	return ""
 }

@@ -17,7 +17,10 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	local.MaybeRunInit()
+	goleak.VerifyTestMain(m)
+}
 
 // faultEnv names the fault TestFaulty's engine has (set by TestContractChecksCanFail).
 const faultEnv = "_ENGINETEST_FAULT"

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
 // The server's tunnels, exec processes and streams end with Close. The SDK keeps each
@@ -11,5 +13,6 @@ import (
 // not), and a gRPC client connection's callback serializer lives as long as it: those
 // client-side goroutines are ignored.
 func TestMain(m *testing.M) {
+	local.MaybeRunInit()
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"))
 }

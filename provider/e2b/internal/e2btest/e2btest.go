@@ -37,6 +37,7 @@ const APIKey = "e2b_0123456789abcdef0123456789abcdef01234567"
 // Main runs a test binary's tests with *sandboxMCP set to a sandbox-mcp built for
 // them (removed afterwards), then checks that no goroutine leaked; it exits.
 func Main(m *testing.M, sandboxMCP *string) {
+	local.MaybeRunInit()
 	dir, err := os.MkdirTemp("", "e2b-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,0 +1,536 @@
+package local
+
+// The shim: one host-side process per sandbox, this binary in its shim mode. The engine
+// starts it in a mount namespace of its own (so the sandbox's root, binds and volumes
+// are mounted there and nowhere on the host, and go with it), hands it its
+// configuration over a pipe, and it:
+//
+//   - builds the sandbox's root file system (rootfs.go, sandboxroot.go);
+//   - writes the OCI bundle (bundle.go) and runs the runtime's create and start, with
+//     the control socket's listener and init's ready pipe as the only descriptors
+//     passed in (--preserve-fds);
+//   - serves the sandbox's tunnels (host listeners it holds) and its egress proxy (a
+//     listener made inside the sandbox's network namespace, dialing from the host's
+//     network with the host's resolver);
+//   - is the subreaper of the container's init, and, when init ends, records its exit
+//     code, deletes the container and exits.
+//
+// Nothing the shim holds is open in any sandbox process: it marks every descriptor it
+// did not expect close-on-exec at start, and the runtime gets only what it needs.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
+)
+
+// shimConfig is what the engine sends to the shim on fd 3.
+type shimConfig struct {
+	Init initConfig `json:"init"`
+	// Runtime is the OCI runtime binary; RuntimeRoot its --root (under the data dir).
+	Runtime     string `json:"runtime"`
+	RuntimeRoot string `json:"runtimeRoot"`
+	// InitBinary is the host path of the binary bound at initPath.
+	InitBinary string        `json:"initBinary"`
+	Limits     engine.Limits `json:"limits"`
+	Cgroup     string        `json:"cgroup"`
+	// Egress serves the egress proxy inside the sandbox's network namespace.
+	Egress      bool     `json:"egress,omitempty"`
+	EgressHosts []string `json:"egressHosts,omitempty"`
+	// Secrets carry their values: this pipe is the only way they take.
+	Secrets []shimSecret `json:"secrets,omitempty"`
+}
+
+// shimSecret is an engine.Secret with its value (which engine.Secret never marshals).
+type shimSecret struct {
+	Name  string   `json:"name"`
+	Value string   `json:"value"`
+	Hosts []string `json:"hosts"`
+}
+
+// Descriptors of the shim.
+const (
+	shimCfgFd    = 3
+	shimReadyFd  = 4
+	shimTunnelFd = 5 // and on, one per Spec.Ports entry
+)
+
+// initReadyFd is the container's init's ready pipe (after its 0, 1, 2): init writes
+// "ok\n" there once it serves. Its stdin is a socket pair on which the shim sends its
+// configuration and, with it, the control socket's listener, made inside the
+// sandbox's network namespace once the runtime has created it.
+const initReadyFd = 3
+
+// shimMountBase is where, in its own mount namespace, the shim mounts a small tmpfs
+// for the sandbox's root and init binary: the runtime reaches them from inside the
+// sandbox's user namespace, where the data dir (0700, the host's root) cannot be
+// traversed. The directory on the host stays empty.
+const shimMountBase = "/run/sandbox-mcp-shim"
+
+// Files of a sandbox directory the shim writes.
+const (
+	dirBundle = "bundle"
+	filePid   = "bundle/pid"
+)
+
+// shimMain is the shim process.
+func shimMain() int {
+	ready := os.NewFile(shimReadyFd, "ready")
+	fail := func(err error) int {
+		fmt.Fprintf(ready, "error: %v\n", err)
+		fmt.Fprintf(os.Stderr, "sandbox shim: %v\n", err)
+		return 1
+	}
+	cfgFile := os.NewFile(shimCfgFd, "config")
+	var cfg shimConfig
+	err := json.NewDecoder(io.LimitReader(cfgFile, maxSpawnMsg)).Decode(&cfg)
+	cfgFile.Close()
+	if err != nil {
+		return fail(fmt.Errorf("read config: %w", err))
+	}
+	keep := []int{shimReadyFd}
+	for i := range cfg.Init.Tunnels {
+		keep = append(keep, shimTunnelFd+i)
+	}
+	if err := closeFdsFrom(3, keep...); err != nil {
+		return fail(err)
+	}
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
+	// The container's init re-parents to the shim when the runtime's create exits.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("become a subreaper: %w", err))
+	}
+	s := &shim{cfg: cfg, dir: cfg.Init.Dir, id: cfg.Init.ID}
+	pid, err := s.start()
+	if err != nil {
+		s.deleteContainer()
+		return fail(err)
+	}
+	// The secrets' placeholders (never their values) go to the engine with the pid,
+	// for every exec's environment.
+	env, err := json.Marshal(s.secrets.Env())
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(ready, "ok %d %s\n", pid, env)
+	ready.Close()
+	code := s.wait(pid)
+	s.deleteContainer()
+	return code
+}
+
+type shim struct {
+	cfg     shimConfig
+	secrets *egress.Secrets
+	dir, id string
+	netns   int // the sandbox's network namespace, once created
+	created bool
+}
+
+// runtimeCmd is a command of the OCI runtime on this sandbox's runtime root.
+func (s *shim) runtimeCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(s.cfg.Runtime, append([]string{"--root", s.cfg.RuntimeRoot}, args...)...)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Stderr = os.Stderr
+	cmd.Stdout = os.Stderr
+	return cmd
+}
+
+// start builds the root, creates and starts the container and returns its init's
+// host pid once init serves.
+func (s *shim) start() (int, error) {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return 0, fmt.Errorf("make / private: %w", err)
+	}
+	t0 := time.Now()
+	if len(s.cfg.Secrets) > 0 {
+		list := make([]engine.Secret, len(s.cfg.Secrets))
+		for i, x := range s.cfg.Secrets {
+			list[i] = engine.Secret{Name: x.Name, Value: x.Value, Hosts: x.Hosts}
+		}
+		var err error
+		if s.secrets, err = egress.NewSecrets(list); err != nil {
+			return 0, fmt.Errorf("secrets: %w", err)
+		}
+		s.cfg.Init.TrustPEM = s.secrets.TrustPEM()
+	}
+	if err := os.MkdirAll(shimMountBase, 0o711); err != nil {
+		return 0, err
+	}
+	if err := unix.Mount("tmpfs", shimMountBase, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0711,size=64k"); err != nil {
+		return 0, fmt.Errorf("mount %s: %w", shimMountBase, err)
+	}
+	root, initBin := filepath.Join(shimMountBase, "root"), filepath.Join(shimMountBase, "init")
+	if err := os.WriteFile(initBin, nil, 0o755); err != nil {
+		return 0, err
+	}
+	if err := unix.Mount(s.cfg.InitBinary, initBin, "", unix.MS_BIND, ""); err != nil {
+		return 0, fmt.Errorf("bind the init binary: %w", err)
+	}
+	ro, err := buildRoot(s.cfg.Init, root)
+	if err != nil {
+		return 0, fmt.Errorf("set up the sandbox root: %w", err)
+	}
+	tRoot := time.Since(t0)
+	spec, err := ociSpec(bundleConfig{ID: s.id, Root: root, ReadOnly: ro,
+		Init: initBin, NetNS: s.cfg.Init.NetNS, Limits: s.cfg.Limits, Cgroup: s.cfg.Cgroup})
+	if err != nil {
+		return 0, err
+	}
+	bundle := filepath.Join(s.dir, dirBundle)
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return 0, err
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return 0, err
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
+		return 0, fmt.Errorf("write the bundle: %w", err)
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer readyR.Close()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		readyW.Close()
+		return 0, err
+	}
+	cfgR := os.NewFile(uintptr(pair[1]), "config")
+	defer cfgR.Close()
+	cfgW := os.NewFile(uintptr(pair[0]), "config")
+	logf, err := os.OpenFile(filepath.Join(s.dir, fileInitLg), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		readyW.Close()
+		cfgW.Close()
+		return 0, err
+	}
+	t1 := time.Now()
+	// Init's output reaches the log through a pipe: no file of the host is open inside.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		readyW.Close()
+		cfgW.Close()
+		return 0, err
+	}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(logf, outR)
+		outR.Close()
+		logf.Close()
+	}()
+	cmd := s.runtimeCmd("create", "--bundle", bundle, "--pid-file", filepath.Join(s.dir, filePid),
+		"--preserve-fds", "1", s.id)
+	// Passed through to init: its stdin is the configuration, its output the log.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = cfgR, outW, outW
+	cmd.ExtraFiles = []*os.File{readyW}
+	err = cmd.Run()
+	readyW.Close()
+	outW.Close()
+	if err != nil {
+		cfgW.Close()
+		select { // the runtime's message, for the error
+		case <-copied:
+		case <-time.After(time.Second):
+		}
+		return 0, fmt.Errorf("%s create: %w: %s", filepath.Base(s.cfg.Runtime), err, logTail(filepath.Join(s.dir, fileInitLg)))
+	}
+	s.created = true
+	tCreate := time.Since(t1)
+	pb, err := os.ReadFile(filepath.Join(s.dir, filePid))
+	if err != nil {
+		cfgW.Close()
+		return 0, fmt.Errorf("read init's pid: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(pb)))
+	if err != nil || pid <= 0 {
+		cfgW.Close()
+		return 0, fmt.Errorf("read init's pid: %q", pb)
+	}
+	// Init is never the OOM victim; where even the host's root may not lower a score
+	// (no CAP_SYS_RESOURCE), the commands' higher score still makes them the victims.
+	if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(initOOMScoreAdj)), 0); err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox shim: init's oom_score_adj: %v (the commands run at %d)\n", err, cmdOOMScoreAdj)
+	}
+	if s.cfg.Init.NetNS {
+		if s.netns, err = unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			cfgW.Close()
+			return 0, fmt.Errorf("the sandbox's network namespace: %w", err)
+		}
+	}
+	// The control socket belongs to the sandbox's network namespace: no socket of the
+	// host's network is ever open inside.
+	ctl, err := s.controlListener()
+	if err != nil {
+		cfgW.Close()
+		return 0, err
+	}
+	b, err = json.Marshal(s.cfg.Init)
+	if err == nil {
+		err = unix.Sendmsg(int(cfgW.Fd()), b, unix.UnixRights(int(ctl.Fd())), nil, 0)
+	}
+	ctl.Close()
+	cfgW.Close()
+	if err != nil {
+		return 0, fmt.Errorf("configure init: %w", err)
+	}
+	if err := s.serveTunnels(); err != nil {
+		return 0, err
+	}
+	if s.cfg.Egress && s.cfg.Init.NetNS {
+		if err := s.serveEgress(); err != nil {
+			return 0, fmt.Errorf("egress proxy: %w", err)
+		}
+	}
+	t2 := time.Now()
+	if err := s.runtimeCmd("start", s.id).Run(); err != nil {
+		return 0, fmt.Errorf("%s start: %w", filepath.Base(s.cfg.Runtime), err)
+	}
+	tStart := time.Since(t2)
+	t3 := time.Now()
+	line, err := readLine(readyR, 30*time.Second)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox init: %w: %s", err, logTail(filepath.Join(s.dir, fileInitLg)))
+	}
+	if line != "ok" {
+		return 0, fmt.Errorf("sandbox init: %s", strings.TrimPrefix(line, "error: "))
+	}
+	fmt.Fprintf(os.Stderr, "sandbox shim: root %v, create %v, start %v, init %v\n", tRoot, tCreate, tStart, time.Since(t3))
+	return pid, nil
+}
+
+// logTail is the last lines of a log, for an error message.
+func logTail(p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "no log"
+	}
+	b = []byte(strings.TrimSpace(string(b)))
+	if len(b) > 600 {
+		b = b[len(b)-600:]
+	}
+	return strings.ReplaceAll(string(b), "\n", "; ")
+}
+
+// readLine reads one line from f within timeout.
+func readLine(f *os.File, timeout time.Duration) (string, error) {
+	ch := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(f).ReadString('\n')
+		if err != nil && line == "" {
+			errc <- fmt.Errorf("it ended before it was ready: %w", err)
+			return
+		}
+		ch <- strings.TrimSpace(line)
+	}()
+	select {
+	case l := <-ch:
+		return l, nil
+	case err := <-errc:
+		return "", err
+	case <-time.After(timeout):
+		return "", fmt.Errorf("not ready after %v", timeout)
+	}
+}
+
+// controlListener makes the control socket in the sandbox's directory (reached
+// through a directory descriptor: the data dir's path may be long).
+func (s *shim) controlListener() (*os.File, error) {
+	dirFd, err := unix.Open(s.dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dirFd)
+	p := "/proc/self/fd/" + strconv.Itoa(dirFd) + "/" + fileCtl
+	_ = os.Remove(p)
+	var ln net.Listener
+	listen := func() error {
+		var err error
+		ln, err = net.Listen("unix", p)
+		return err
+	}
+	if s.netns > 0 {
+		err = inNetns(s.netns, listen)
+	} else {
+		err = listen()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	ul := ln.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	if err := os.Chmod(p, 0o600); err != nil {
+		ul.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	f, err := ul.File()
+	ul.Close()
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	return f, nil
+}
+
+// serveTunnels forwards every connection of each host listener to its port on the
+// sandbox's loopback.
+func (s *shim) serveTunnels() error {
+	for i, port := range s.cfg.Init.Tunnels {
+		f := os.NewFile(uintptr(shimTunnelFd+i), "tunnel")
+		ln, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("tunnel for port %d: %w", port, err)
+		}
+		if s.netns > 0 {
+			go serveTunnelInto(ln, s.netns, port)
+		} else {
+			go serveTunnel(ln, port)
+		}
+	}
+	return nil
+}
+
+// serveEgress serves the egress proxy on 127.0.0.1:rules.PortEgressProxy inside the
+// sandbox's network namespace: the listening socket is made there by a thread that
+// entered it, and stays with the shim. Upstream connections and name lookups are the
+// host's.
+func (s *shim) serveEgress() error {
+	hosts := s.cfg.EgressHosts
+	if len(hosts) > 0 {
+		// A secret's hosts are allowed too (an empty list already allows every
+		// public host).
+		hosts = append(append([]string(nil), hosts...), s.secrets.Hosts()...)
+	}
+	g, err := egress.New(egress.Config{Hosts: hosts, Secrets: s.secrets})
+	if err != nil {
+		return err
+	}
+	var ln net.Listener
+	err = inNetns(s.netns, func() error {
+		var err error
+		ln, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(rules.PortEgressProxy))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 30 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return nil
+}
+
+// inNetns runs fn on an OS thread that entered the network namespace nsfd; a thread
+// that cannot go back is never reused (it stays locked and exits with its goroutine).
+func inNetns(nsfd int, fn func() error) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- err
+			return
+		}
+		defer unix.Close(self)
+		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			ch <- fmt.Errorf("setns: %w", err)
+			return
+		}
+		err = fn()
+		if unix.Setns(self, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- err
+	}()
+	return <-ch
+}
+
+// serveTunnelInto forwards every connection of a host listener to port on the
+// loopback of the network namespace nsfd.
+func serveTunnelInto(ln net.Listener, nsfd, port int) {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		go func() {
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			in, err := dialInNetns(ctx, nsfd, addr)
+			cancel()
+			if err != nil {
+				return
+			}
+			defer in.Close()
+			portfwd.Splice(c, in)
+		}()
+	}
+}
+
+// wait reaps the shim's children until the container's init (pid) ends, and returns
+// its exit code; an exit by itself (a deadline) is recorded in the sandbox directory.
+func (s *shim) wait(pid int) int {
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 1 // no child left
+		}
+		if got != pid {
+			continue
+		}
+		if ws.Exited() {
+			if err := writeFileAtomic(filepath.Join(s.dir, fileExit), []byte(strconv.Itoa(ws.ExitStatus())), 0o644); err != nil {
+				fmt.Fprintf(os.Stderr, "sandbox shim: record the exit code: %v\n", err)
+			}
+			return ws.ExitStatus()
+		}
+		return 128 + int(ws.Signal())
+	}
+}
+
+// deleteContainer removes the container from the runtime (its state, its cgroups).
+func (s *shim) deleteContainer() {
+	if !s.created {
+		// A failed create can leave a half-made container behind.
+		_ = s.runtimeCmd("delete", "--force", s.id).Run()
+		return
+	}
+	if err := s.runtimeCmd("delete", "--force", s.id).Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox shim: delete the container: %v\n", err)
+	}
+}
