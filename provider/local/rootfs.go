@@ -191,7 +191,8 @@ func writeEtc(etc, id string, keep bool) error {
 	return nil
 }
 
-// imageRoot mounts the image's layers, id-mapped and read-only, under the sandbox's
+// imageRoot mounts the image's layers read-only (their files are owned by the sandboxes' host
+// ids already: the store unpacks them so), under the sandbox's
 // upper layer on r.
 func imageRoot(cfg initConfig, r, stage string, userns int) error {
 	names := make([]string, len(cfg.Layers))
@@ -201,7 +202,7 @@ func imageRoot(cfg initConfig, r, stage string, userns int) error {
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			return err
 		}
-		if err := idmapBind(l, dst, userns, true); err != nil {
+		if err := plainMount(l, dst, userns, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NODEV); err != nil {
 			return fmt.Errorf("layer %d: %w", i, err)
 		}
 	}
