@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/gitexec"
+	"github.com/proliferate-ai/sandbox-mcp/gitexec"
 	"github.com/proliferate-ai/sandbox-mcp/internal/gittest"
 )
 

@@ -13,7 +13,7 @@
 //   - CheckPath refuses the paths no checkout should hold (".git" as any
 //     file system may spell it).
 //
-// It is a leaf both sides import: stdlib, internal/gitexec and nothing of
+// It is a leaf both sides import: stdlib, gitexec and nothing of
 // provider.
 package gitbundle
 

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/gitexec"
+	"github.com/proliferate-ai/sandbox-mcp/gitexec"
 )
 
 // quarantinePrefix names the temporary object directories of intakes.

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
+	"github.com/proliferate-ai/sandbox-mcp/capped"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )

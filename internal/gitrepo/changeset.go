@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
+	"github.com/proliferate-ai/sandbox-mcp/capped"
 )
 
 // MaxChangesetCommits bounds the commits a changeset lists.

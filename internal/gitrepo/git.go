@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/gitexec"
+	"github.com/proliferate-ai/sandbox-mcp/gitexec"
 )
 
 // Status runs git status in the repository named by id and parses it.

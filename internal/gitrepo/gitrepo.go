@@ -1,6 +1,6 @@
 // Package gitrepo is the git view of the workspace: it finds the repositories
 // under the workspace directory, validates repo ids and file paths against it,
-// and runs the real git binary (through internal/gitexec) for status, diff,
+// and runs the real git binary (through gitexec) for status, diff,
 // changesets and bundles with a timeout and bounded output. Bundles it takes
 // in go through gitbundle's quarantine, as on the host. internal/api
 // serves it as /api/git/*; it knows nothing of HTTP.
@@ -24,7 +24,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
-	"github.com/proliferate-ai/sandbox-mcp/internal/gitexec"
+	"github.com/proliferate-ai/sandbox-mcp/gitexec"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 

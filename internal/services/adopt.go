@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
+	"github.com/proliferate-ai/sandbox-mcp/procfs"
 )
 
 // adopt takes over the runs recorded in the state file: live ones are

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
+	"github.com/proliferate-ai/sandbox-mcp/procfs"
 )
 
 // Start starts req.Name, stopping a running service of that name first.

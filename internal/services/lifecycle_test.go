@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
+	"github.com/proliferate-ai/sandbox-mcp/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
+	"github.com/proliferate-ai/sandbox-mcp/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )

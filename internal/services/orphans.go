@@ -18,7 +18,7 @@ import (
 	"github.com/rogpeppe/go-internal/lockedfile"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
+	"github.com/proliferate-ai/sandbox-mcp/procfs"
 )
 
 // statePrefix is the first 8 hex digits of the SHA-256 of the state dir's

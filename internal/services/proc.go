@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
+	"github.com/proliferate-ai/sandbox-mcp/procfs"
 )
 
 // alive reports whether pid is a live (non-zombie) process started at start.

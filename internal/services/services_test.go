@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
+	"github.com/proliferate-ai/sandbox-mcp/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 )

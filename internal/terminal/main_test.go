@@ -20,7 +20,7 @@ import (
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
+	"github.com/proliferate-ai/sandbox-mcp/procfs"
 )
 
 func TestMain(m *testing.M) {

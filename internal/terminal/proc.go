@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
+	"github.com/proliferate-ai/sandbox-mcp/procfs"
 )
 
 // sessionMembers lists the live (not zombie) processes whose session id is sid.

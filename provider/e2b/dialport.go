@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
+	"github.com/proliferate-ai/sandbox-mcp/capped"
 )
 
 // bridgeScript connects to 127.0.0.1:$1 inside the sandbox and joins the connection

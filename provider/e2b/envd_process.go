@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
+	"github.com/proliferate-ai/sandbox-mcp/capped"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 )

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
-	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
+	"github.com/proliferate-ai/sandbox-mcp/capped"
 )
 
 // ErrUpToDate means a bundle would carry nothing the sandbox lacks.

@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
-	"github.com/proliferate-ai/sandbox-mcp/internal/gitexec"
+	"github.com/proliferate-ai/sandbox-mcp/gitexec"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 

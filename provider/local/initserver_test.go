@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
+	"github.com/proliferate-ai/sandbox-mcp/procfs"
 )
 
 // A command that exits before the reaper has subscribed to SIGCHLD (its signal went to

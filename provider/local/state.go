@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/procfs"
+	"github.com/proliferate-ai/sandbox-mcp/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 

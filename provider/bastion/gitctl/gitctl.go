@@ -21,7 +21,7 @@
 //     no option that runs a program or touches a file outside the repository
 //     (--exec, --upload-pack, --receive-pack, --output, --ext-diff, -F, …),
 //     paths relative and inside the workspace, revisions of a strict shape.
-//   - git runs through internal/gitexec (scrubbed environment, process group,
+//   - git runs through gitexec (scrubbed environment, process group,
 //     timeout, hooks off with core.hooksPath=/dev/null, no fsmonitor, no
 //     pager) with GIT_DIR and GIT_WORK_TREE set by the gate, and with no
 //     global or system configuration.
@@ -61,7 +61,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/lockedfile"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/gitexec"
+	"github.com/proliferate-ai/sandbox-mcp/gitexec"
 	"github.com/proliferate-ai/sandbox-mcp/provider/gitpush"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )

@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
+	"github.com/proliferate-ai/sandbox-mcp/capped"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bwire"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )

@@ -9,7 +9,7 @@
 //     its context ends or its timeout (Options.Timeout) strikes, and reaped;
 //   - holds a slot of Options.MaxProcs while it runs (callers beyond it wait
 //     within their context);
-//   - keeps the first Options.MaxStderr bytes of stderr (internal/capped) for
+//   - keeps the first Options.MaxStderr bytes of stderr (capped) for
 //     its error, never a limit that fails a git that merely talked a lot;
 //   - starts with the BaseArgs, which keep a repository's own configuration
 //     from running programs or changing the output's shape: no pager, no
@@ -44,7 +44,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/capped"
+	"github.com/proliferate-ai/sandbox-mcp/capped"
 )
 
 // Defaults.
