@@ -13,8 +13,8 @@ import (
 	"strings"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/capped"
+	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )

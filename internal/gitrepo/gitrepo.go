@@ -23,8 +23,8 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
 	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
-	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 	"github.com/proliferate-ai/sandbox-mcp/gitexec"
+	"github.com/proliferate-ai/sandbox-mcp/internal/fault"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 

@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
+	"github.com/proliferate-ai/sandbox-mcp/procfs"
 )
 
 // markedWith lists the live (non-zombie) processes whose initial environment

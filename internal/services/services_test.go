@@ -19,9 +19,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/proliferate-ai/sandbox-mcp/apitype"
-	"github.com/proliferate-ai/sandbox-mcp/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/internal/statefile"
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
+	"github.com/proliferate-ai/sandbox-mcp/procfs"
 )
 
 func init() {

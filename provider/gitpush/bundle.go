@@ -7,8 +7,8 @@ import (
 	"io"
 	"strings"
 
-	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 	"github.com/proliferate-ai/sandbox-mcp/capped"
+	"github.com/proliferate-ai/sandbox-mcp/gitbundle"
 )
 
 // ErrUpToDate means a bundle would carry nothing the sandbox lacks.
