@@ -280,6 +280,14 @@ func (e *Engine) startHelper(ctx context.Context, bx *box, cmd *exec.Cmd, config
 		readyR.Close()
 		return fmt.Errorf("configure %s: %w", cmd.Args[0], werr)
 	}
+	return e.awaitReady(ctx, bx, readyR, cmd.Args[0], pid, initPid)
+}
+
+// awaitReady reads the "ok" line of helper name (pid) from readyR (closed here) and
+// records the pid of the sandbox's init that initPid makes of the rest of the line.
+func (e *Engine) awaitReady(ctx context.Context, bx *box, readyR *os.File, name string, pid int,
+	initPid func(rest string) (int, error)) error {
+	defer readyR.Close()
 	type answer struct {
 		line string
 		err  error
@@ -289,34 +297,31 @@ func (e *Engine) startHelper(ctx context.Context, bx *box, cmd *exec.Cmd, config
 		line, err := bufio.NewReader(readyR).ReadString('\n')
 		ch <- answer{strings.TrimSpace(line), err}
 	}()
+	var a answer
 	select {
-	case a := <-ch:
-		readyR.Close()
-		rest, ok := strings.CutPrefix(a.line, "ok")
-		if !ok {
-			msg := strings.TrimPrefix(a.line, "error: ")
-			if msg == "" {
-				msg = fmt.Sprint(a.err)
-			}
-			return fmt.Errorf("%s: %s", cmd.Args[0], msg)
-		}
-		ipid, err := initPid(strings.TrimSpace(rest))
-		if err != nil {
-			return err
-		}
-		istart, _, _ := procStart(ipid)
-		pidns := ""
-		if ipid != pid {
-			pidns, _ = os.Readlink("/proc/" + strconv.Itoa(ipid) + "/ns/pid")
-		}
-		bx.mu.Lock()
-		bx.st.Pid, bx.st.PidStart, bx.st.PidNS = ipid, istart, pidns
-		bx.mu.Unlock()
+	case a = <-ch:
 	case <-ctx.Done():
-		readyR.Close()
 		return ctx.Err()
 	}
+	rest, ok := strings.CutPrefix(a.line, "ok")
+	if !ok {
+		msg := strings.TrimPrefix(a.line, "error: ")
+		if msg == "" {
+			msg = fmt.Sprint(a.err)
+		}
+		return fmt.Errorf("%s: %s", name, msg)
+	}
+	ipid, err := initPid(strings.TrimSpace(rest))
+	if err != nil {
+		return err
+	}
+	istart, _, _ := procStart(ipid)
+	pidns := ""
+	if ipid != pid {
+		pidns, _ = os.Readlink("/proc/" + strconv.Itoa(ipid) + "/ns/pid")
+	}
 	bx.mu.Lock()
+	bx.st.Pid, bx.st.PidStart, bx.st.PidNS = ipid, istart, pidns
 	bx.st.Dead = false
 	bx.mu.Unlock()
 	return nil

@@ -158,145 +158,34 @@ func (s *shim) runtimeCmd(args ...string) *exec.Cmd {
 }
 
 // start builds the root, creates and starts the container and returns its init's
-// host pid once init serves.
+// host pid once init serves. The shim logs where the time went (root, the runtime's
+// create and start, init).
 func (s *shim) start() (int, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return 0, fmt.Errorf("make / private: %w", err)
 	}
 	t0 := time.Now()
-	if len(s.cfg.Secrets) > 0 {
-		list := make([]engine.Secret, len(s.cfg.Secrets))
-		for i, x := range s.cfg.Secrets {
-			list[i] = engine.Secret{Name: x.Name, Value: x.Value, Hosts: x.Hosts}
-		}
-		var err error
-		if s.secrets, err = egress.NewSecrets(list); err != nil {
-			return 0, fmt.Errorf("secrets: %w", err)
-		}
-		s.cfg.Init.TrustPEM = s.secrets.TrustPEM()
-	}
-	if err := os.MkdirAll(shimMountBase, 0o711); err != nil {
+	if err := s.loadSecrets(); err != nil {
 		return 0, err
 	}
-	if err := unix.Mount("tmpfs", shimMountBase, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0711,size=64k"); err != nil {
-		return 0, fmt.Errorf("mount %s: %w", shimMountBase, err)
-	}
-	root, initBin := filepath.Join(shimMountBase, "root"), filepath.Join(shimMountBase, "init")
-	if err := os.WriteFile(initBin, nil, 0o755); err != nil {
-		return 0, err
-	}
-	if err := unix.Mount(s.cfg.InitBinary, initBin, "", unix.MS_BIND, ""); err != nil {
-		return 0, fmt.Errorf("bind the init binary: %w", err)
-	}
-	ro, err := buildRoot(s.cfg.Init, root)
+	bundle, err := s.writeBundle()
 	if err != nil {
-		return 0, fmt.Errorf("set up the sandbox root: %w", err)
+		return 0, err
 	}
 	tRoot := time.Since(t0)
-	spec, err := ociSpec(bundleConfig{ID: s.id, Root: root, ReadOnly: ro,
-		Init: initBin, NetNS: s.cfg.Init.NetNS, Limits: s.cfg.Limits, Cgroup: s.cfg.Cgroup})
-	if err != nil {
-		return 0, err
-	}
-	bundle := filepath.Join(s.dir, dirBundle)
-	if err := os.MkdirAll(bundle, 0o700); err != nil {
-		return 0, err
-	}
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return 0, err
-	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
-		return 0, fmt.Errorf("write the bundle: %w", err)
-	}
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		return 0, err
 	}
 	defer readyR.Close()
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		readyW.Close()
-		return 0, err
-	}
-	cfgR := os.NewFile(uintptr(pair[1]), "config")
-	defer cfgR.Close()
-	cfgW := os.NewFile(uintptr(pair[0]), "config")
-	logf, err := os.OpenFile(filepath.Join(s.dir, fileInitLg), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		readyW.Close()
-		cfgW.Close()
-		return 0, err
-	}
 	t1 := time.Now()
-	// Init's output reaches the log through a pipe: no file of the host is open inside.
-	outR, outW, err := os.Pipe()
+	pid, cfgW, err := s.create(bundle, readyW)
 	if err != nil {
-		readyW.Close()
-		cfgW.Close()
 		return 0, err
 	}
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		_, _ = io.Copy(logf, outR)
-		outR.Close()
-		logf.Close()
-	}()
-	cmd := s.runtimeCmd("create", "--bundle", bundle, "--pid-file", filepath.Join(s.dir, filePid),
-		"--preserve-fds", "1", s.id)
-	// Passed through to init: its stdin is the configuration, its output the log.
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = cfgR, outW, outW
-	cmd.ExtraFiles = []*os.File{readyW}
-	err = cmd.Run()
-	readyW.Close()
-	outW.Close()
-	if err != nil {
-		cfgW.Close()
-		select { // the runtime's message, for the error
-		case <-copied:
-		case <-time.After(time.Second):
-		}
-		return 0, fmt.Errorf("%s create: %w: %s", filepath.Base(s.cfg.Runtime), err, logTail(filepath.Join(s.dir, fileInitLg)))
-	}
-	s.created = true
 	tCreate := time.Since(t1)
-	pb, err := os.ReadFile(filepath.Join(s.dir, filePid))
-	if err != nil {
-		cfgW.Close()
-		return 0, fmt.Errorf("read init's pid: %w", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(pb)))
-	if err != nil || pid <= 0 {
-		cfgW.Close()
-		return 0, fmt.Errorf("read init's pid: %q", pb)
-	}
-	// Init is never the OOM victim; where even the host's root may not lower a score
-	// (no CAP_SYS_RESOURCE), the commands' higher score still makes them the victims.
-	if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(initOOMScoreAdj)), 0); err != nil {
-		fmt.Fprintf(os.Stderr, "sandbox shim: init's oom_score_adj: %v (the commands run at %d)\n", err, cmdOOMScoreAdj)
-	}
-	if s.cfg.Init.NetNS {
-		if s.netns, err = unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
-			cfgW.Close()
-			return 0, fmt.Errorf("the sandbox's network namespace: %w", err)
-		}
-	}
-	// The control socket belongs to the sandbox's network namespace: no socket of the
-	// host's network is ever open inside.
-	ctl, err := s.controlListener()
-	if err != nil {
-		cfgW.Close()
+	if err := s.configure(pid, cfgW); err != nil {
 		return 0, err
-	}
-	b, err = json.Marshal(s.cfg.Init)
-	if err == nil {
-		err = unix.Sendmsg(int(cfgW.Fd()), b, unix.UnixRights(int(ctl.Fd())), nil, 0)
-	}
-	ctl.Close()
-	cfgW.Close()
-	if err != nil {
-		return 0, fmt.Errorf("configure init: %w", err)
 	}
 	if err := s.serveTunnels(); err != nil {
 		return 0, err
