@@ -57,7 +57,7 @@ func TestServeE2BImage(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{[]string{"--protocol", "e2b", "--image", "no-such-image"}, 1, "--image no-such-image: "},
+		{[]string{"--protocol", "e2b", "--image", "no-such-image"}, 1, `--image: image "no-such-image" is not in the local image store`},
 		{[]string{"--protocol", "modal", "--image", imagetest.BaseRef}, 2, "--image is not supported by --protocol modal"},
 	} {
 		var stdout, stderr strings.Builder

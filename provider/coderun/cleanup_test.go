@@ -182,7 +182,7 @@ func TestExitEndsSandboxes(t *testing.T) {
 	cs, end := connect(t, r)
 	named := fmt.Sprintf("named-%d", time.Now().UnixNano())
 	for _, args := range []map[string]any{{"code": "1"}, {"code": "2", "session": named}} {
-		if out := callText(t, cs, "run_code", args); !strings.Contains(out, `"success": true`) {
+		if out := callText(t, cs, "run_code", args); !strings.Contains(out, `"success":true`) {
 			t.Fatalf("run_code %v = %s", args, out)
 		}
 	}

@@ -17,9 +17,7 @@ import (
 // msConfig is testConfig with the npm package ms, the acceptance's dependency.
 func msConfig(t testing.TB, extra string) Config {
 	t.Helper()
-	c := testConfig(t, extra)
-	c.Dependencies = append(c.Dependencies, Dependency{Package: "ms", Version: "2.1.3"})
-	return c
+	return testConfig(t, extra) // it has ms (and @types/ms)
 }
 
 // Errors name the line and column of the code the model sent, keep the packages'
@@ -45,7 +43,7 @@ func TestErrorsNameTheLine(t *testing.T) {
 			[]string{"Uncaught error in a callback: Error: tt", "line 1, column 26"}},
 		{"host", `await fetch("https://api.other.test/")`, []string{`"api.other.test" is not in this sandbox's hosts; code can reach only: api.example.test`}},
 		{"environment", `Deno.env.get("HOME")`, []string{`"HOME" is not available; code sees only the packages' secrets: CODERUN_TEST_TOKEN`}},
-		{"not a package", `import x from "left-pad"`, []string{`"left-pad" is not one of this sandbox's packages (is-odd, is-number, ms)`}},
+		{"not a package", `import x from "left-pad"`, []string{`"left-pad" is not one of this sandbox's packages (is-odd, is-number, ms, @types/ms)`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -74,9 +74,9 @@ func engineErr(err error) error {
 	case err == nil:
 		return nil
 	case IsNotFound(err):
-		return fmt.Errorf("%w: %v", engine.ErrNotFound, err)
+		return fmt.Errorf("%w: %w", engine.ErrNotFound, err)
 	case errors.As(err, &ae) && ae.Status == http.StatusNotImplemented:
-		return fmt.Errorf("%w: %v", engine.ErrUnsupported, err)
+		return fmt.Errorf("%w: %w", engine.ErrUnsupported, err)
 	}
 	return err
 }

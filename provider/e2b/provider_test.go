@@ -51,7 +51,8 @@ func newProvider(o providerOptions) (*provider.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return provider.New(eng, provider.Options{Kind: provider.KindE2B, Getenv: getenv, GitMirrors: o.GitMirrors})
+	return provider.New(eng, provider.Options{Kind: provider.KindE2B, Getenv: getenv, GitMirrors: o.GitMirrors,
+		Timeout: provider.SandboxTimeout(getenv)})
 }
 
 type fixture struct {

@@ -382,14 +382,8 @@ func (e *Engine) mountVolumes(spec engine.Spec) ([]bindMount, error) {
 			dir := e.volumeDir(v.Name)
 			mnt := filepath.Join(dir, volumeMnt)
 			if !isMountPoint(mnt) {
-				dev, err := attachLoop(filepath.Join(dir, volumeImage), false)
-				if err != nil {
+				if err := mountVolumeImage(filepath.Join(dir, volumeImage), mnt); err != nil {
 					return fmt.Errorf("volume %q: %w", v.Name, err)
-				}
-				err = unix.Mount(dev.Name(), mnt, "ext4", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOATIME, "")
-				dev.Close()
-				if err != nil {
-					return fmt.Errorf("volume %q: mount: %w", v.Name, err)
 				}
 			}
 			now := time.Now()
@@ -401,6 +395,43 @@ func (e *Engine) mountVolumes(spec engine.Spec) ([]bindMount, error) {
 		return nil
 	})
 	return binds, err
+}
+
+// mountVolumeImage mounts a volume's image on mnt. A loop device that still carries
+// the image is mounted again, which gives back the same file system: a sandbox that
+// ended, or one that merely started while the volume was mounted, keeps a copy of the
+// mount in its shim's mount namespace until that shim is gone. A second loop device
+// would be a second file system over the same blocks, each overwriting the other's
+// metadata.
+func mountVolumeImage(img, mnt string) error {
+	const flags = unix.MS_NODEV | unix.MS_NOSUID | unix.MS_NOATIME
+	for _, loop := range loopsBacking(img) {
+		if err := unix.Mount("/dev/"+loop, mnt, "ext4", flags, ""); err == nil {
+			return nil
+		}
+		// It cleared itself meanwhile, and its file system with it.
+	}
+	dev, err := attachLoop(img, false)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	if err := unix.Mount(dev.Name(), mnt, "ext4", flags, ""); err != nil {
+		return fmt.Errorf("mount: %w", err)
+	}
+	return nil
+}
+
+// loopsBacking names the loop devices ("loop3") whose backing file is img.
+func loopsBacking(img string) []string {
+	var out []string
+	devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, d := range devs {
+		if b, err := os.ReadFile(d); err == nil && strings.TrimSpace(string(b)) == img {
+			out = append(out, strings.Split(d, "/")[3])
+		}
+	}
+	return out
 }
 
 // releaseVolumes unmounts from the host the volumes of st that no other live sandbox

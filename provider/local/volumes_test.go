@@ -275,13 +275,47 @@ func TestVolumeReleasedWhenUnused(t *testing.T) {
 	}
 }
 
-// loopBacking names the loop device whose backing file is img, if any.
+// loopBacking names a loop device whose backing file is img, if any.
 func loopBacking(img string) string {
-	devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, d := range devs {
-		if b, err := os.ReadFile(d); err == nil && strings.TrimSpace(string(b)) == img {
-			return strings.Split(d, "/")[3]
-		}
+	if l := loopsBacking(img); len(l) > 0 {
+		return l[0]
 	}
 	return ""
+}
+
+// A sandbox that started while a volume was mounted keeps a copy of that mount in its
+// shim's namespace. After the volume's last user ends, the next user must get that
+// same file system back, never a second one over the same blocks.
+func TestVolumeRemountKeepsOneFileSystem(t *testing.T) {
+	e := newVolumeEngine(t)
+	createVolume(t, e, "again", 16<<20)
+	spec := engine.Spec{Volumes: []engine.VolumeMount{{Name: "again", Target: "/data"}}}
+	a := createBox(t, e, spec)
+	bystander := createBox(t, e, engine.Spec{})
+	if out, code := sh(t, e, a.ID, "sh", "-c", "echo one > /data/f && sync"); code != 0 {
+		t.Fatalf("write in a: %q (exit %d)", out, code)
+	}
+	if err := e.Terminate(t.Context(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	c := createBox(t, e, spec)
+	img := filepath.Join(e.volumeDir("again"), volumeImage)
+	if loops := loopsBacking(img); len(loops) != 1 {
+		t.Errorf("loop devices over %s after a remount: %v; want exactly one (one file system)", img, loops)
+	}
+	if out, _ := sh(t, e, c.ID, "cat", "/data/f"); out != "one\n" {
+		t.Errorf("read in c = %q, want one", out)
+	}
+	if out, code := sh(t, e, c.ID, "sh", "-c", "echo two > /data/f && sync"); code != 0 {
+		t.Fatalf("write in c: %q (exit %d)", out, code)
+	}
+	for _, id := range []string{bystander.ID, c.ID} {
+		if err := e.Terminate(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := createBox(t, e, spec)
+	if out, _ := sh(t, e, d.ID, "cat", "/data/f"); out != "two\n" {
+		t.Errorf("read in d = %q, want two", out)
+	}
 }
