@@ -360,7 +360,14 @@ func (e *Engine) destroy(bx *box) (err error) {
 			}
 		}
 		if err := waitGone(st, 10*time.Second); err != nil {
-			return err
+			// Something outlived the kill of init by its recorded pid: the runtime
+			// ends the whole container.
+			if derr := e.forceDelete(st); derr != nil {
+				return fmt.Errorf("%w; %w", err, derr)
+			}
+			if err := waitGone(st, 5*time.Second); err != nil {
+				return err
+			}
 		}
 		// The shim deletes the container once init is gone; one that does not is
 		// ended, and the container deleted here.
@@ -377,6 +384,22 @@ func (e *Engine) destroy(bx *box) (err error) {
 	return nil
 }
 
+// forceDelete kills the sandbox's shim and has the runtime kill and delete its
+// container, whatever is left of it.
+func (e *Engine) forceDelete(st boxState) error {
+	if st.ShimPid > 0 && shimAlive(st) {
+		_ = syscall.Kill(st.ShimPid, syscall.SIGKILL)
+	}
+	if !st.Isolated || e.runtime == "" {
+		return nil
+	}
+	cmd := exec.Command(e.runtime, "--root", e.runtimeRoot(), "delete", "--force", st.ID)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("sandbox %s: delete its container: %v: %s", st.ID, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
 // endShim waits for the sandbox's shim to exit, and, past timeout, kills it and deletes
 // the container itself.
 func (e *Engine) endShim(st boxState, timeout time.Duration) error {
@@ -386,12 +409,7 @@ func (e *Engine) endShim(st boxState, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for shimAlive(st) {
 		if time.Now().After(deadline) {
-			_ = syscall.Kill(st.ShimPid, syscall.SIGKILL)
-			cmd := exec.Command(e.runtime, "--root", e.runtimeRoot(), "delete", "--force", st.ID)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("sandbox %s: delete its container: %v: %s", st.ID, err, bytes.TrimSpace(out))
-			}
-			return nil
+			return e.forceDelete(st)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
