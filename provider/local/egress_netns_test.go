@@ -23,7 +23,7 @@ import (
 
 // egressNet is two network namespaces the test makes, joined by a veth pair:
 // "host" plays the host the proxy dials from, "peer" a neighbour on its
-// network. Each has a public-looking (documentation) address, a private one,
+// network. Each has a public address (the peer's behind a route), a private one,
 // a link-local one and a unique-local IPv6 one.
 type egressNet struct {
 	host, peer string // namespace names
@@ -32,8 +32,11 @@ type egressNet struct {
 }
 
 const (
-	egHostPublic   = "198.51.100.1"
-	egPeerPublic   = "198.51.100.2"
+	egHostPublic = "198.51.100.1"
+	// egPeerPublic is a public address the "host" namespace reaches through a route
+	// via the peer: not a special-purpose range, nor a subnet the host is directly
+	// connected to, which the policy refuses. Only the test's two namespaces have it.
+	egPeerPublic   = "11.78.0.2"
 	egHostPrivate  = "10.77.0.1"
 	egPeerPrivate  = "10.77.0.2"
 	egPeerLinkLoc  = "169.254.77.2"
@@ -81,7 +84,7 @@ func newEgressNet(t *testing.T) *egressNet {
 	must("-n", n.host, "link", "add", vh, "type", "veth", "peer", "name", vp, "netns", n.peer)
 	for _, a := range [][3]string{
 		{n.host, vh, egHostPublic + "/24"}, {n.host, vh, egHostPrivate + "/24"}, {n.host, vh, "169.254.77.1/16"},
-		{n.peer, vp, egPeerPublic + "/24"}, {n.peer, vp, egPeerPrivate + "/24"}, {n.peer, vp, egPeerLinkLoc + "/16"},
+		{n.peer, "lo", egPeerPublic + "/32"}, {n.peer, vp, egPeerPrivate + "/24"}, {n.peer, vp, egPeerLinkLoc + "/16"},
 	} {
 		must("-n", a[0], "addr", "add", a[2], "dev", a[1])
 	}
@@ -90,6 +93,7 @@ func newEgressNet(t *testing.T) *egressNet {
 	for _, l := range [][2]string{{n.host, vh}, {n.host, "lo"}, {n.peer, vp}, {n.peer, "lo"}} {
 		must("-n", l[0], "link", "set", l[1], "up")
 	}
+	must("-n", n.host, "route", "add", egPeerPublic+"/32", "via", egPeerPrivate)
 	fd, err := unix.Open(egNamespaceDir+n.host, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -140,7 +140,8 @@ func copyWithLibs(t testing.TB, dir string, progs ...string) {
 	}
 }
 
-// A sandbox from an image: its layers under its own upper layer, id-mapped, with the
+// A sandbox from an image: its layers (owned by the sandboxes' host ids) under its own
+// upper layer, with the
 // changes in UpperDir as the kernel's overlay writes them.
 func TestImageRoot(t *testing.T) {
 	base, top := t.TempDir(), t.TempDir()
@@ -155,6 +156,18 @@ func TestImageRoot(t *testing.T) {
 	os.WriteFile(filepath.Join(top, "etc/marker"), []byte("from the top layer\n"), 0o644)
 	for _, d := range []string{base, top} {
 		os.Chmod(d, 0o755)
+		// An image's layers come owned by the sandboxes' host ids, as the store
+		// unpacks them: the engine binds them as they are.
+		err := filepath.Walk(d, func(p string, fi os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			return os.Lchown(p, rules.HostIDBase+int(st.Uid), rules.HostIDBase+int(st.Gid))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	imgs := dirImages{"test:1": {ID: "img-1", Layers: []string{base, top}, Env: []string{"PATH=/usr/bin:/bin", "IMG=1"}, WorkDir: "/etc"}}
 	e, err := NewEngine(EngineOptions{DataDir: t.TempDir(), Images: imgs})
@@ -172,7 +185,7 @@ func TestImageRoot(t *testing.T) {
 		t.Errorf("create from a missing image = %v", err)
 	}
 	info := createBox(t, e, engine.Spec{Image: "test:1"})
-	if info.Image != "img-1" || info.Runtime != "userns" {
+	if info.Image != "img-1" || info.Runtime != "runc" {
 		t.Errorf("info = image %q runtime %q", info.Image, info.Runtime)
 	}
 	out, code := sh(t, e, info.ID, "bash", "-c", `pwd; cat /etc/marker; echo $IMG; stat -c %u:%g /etc/passwd $(command -v bash)

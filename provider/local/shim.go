@@ -60,6 +60,9 @@ type shimConfig struct {
 	EgressHosts []string `json:"egressHosts,omitempty"`
 	// Secrets carry their values: this pipe is the only way they take.
 	Secrets []shimSecret `json:"secrets,omitempty"`
+	// TimeoutMs is Spec.Timeout: the sandbox's lifetime counts from when its init is
+	// configured, not from the start of a create that a loaded machine makes slow.
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
 }
 
 // shimSecret is an engine.Secret with its value (which engine.Secret never marshals).

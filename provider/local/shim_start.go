@@ -158,6 +158,9 @@ func (s *shim) configure(pid int, cfgW *os.File) error {
 		return err
 	}
 	defer ctl.Close()
+	if s.cfg.TimeoutMs > 0 {
+		s.cfg.Init.DeadlineMs = time.Now().Add(time.Duration(s.cfg.TimeoutMs) * time.Millisecond).UnixMilli()
+	}
 	b, err := json.Marshal(s.cfg.Init)
 	if err == nil {
 		err = unix.Sendmsg(int(cfgW.Fd()), b, unix.UnixRights(int(ctl.Fd())), nil, 0)
