@@ -133,7 +133,7 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 	} else {
 		sc := shimConfig{Init: cfg, Runtime: e.runtime, RuntimeRoot: e.runtimeRoot(), InitBinary: e.initBinary,
 			TimeoutMs: spec.Timeout.Milliseconds(),
-			Limits: bx.st.Applied, Cgroup: "sandbox-" + bx.st.ID}
+			Limits:    bx.st.Applied, Cgroup: "sandbox-" + bx.st.ID}
 		if len(spec.Secrets) > 0 && !(spec.Egress && bx.st.NetNS) {
 			return engine.Info{}, fmt.Errorf("secrets need the engine's egress proxy (Spec.Egress, without Spec.Network): %w", engine.ErrUnsupported)
 		}
