@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/spf13/cobra"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/clitest"
@@ -81,37 +79,6 @@ func TestEveryRunnableCommandTakesRunF(t *testing.T) {
 	}
 }
 
-var ignoreCtx = []cmp.Option{
-	cmpopts.IgnoreFields(ImageBuildOptions{}, "Ctx", "Factory"),
-	cmpopts.IgnoreFields(ImageListOptions{}, "Ctx", "Factory"),
-	cmpopts.IgnoreFields(ImageRefsOptions{}, "Ctx", "Factory"),
-	cmpopts.IgnoreFields(ImageImportOptions{}, "Ctx", "Factory"),
-	cmpopts.IgnoreFields(ImageDockerfileOptions{}, "Factory"),
-	cmpopts.IgnoreFields(ServeOptions{}, "Ctx", "Factory"),
-	cmpopts.IgnoreFields(PushOptions{}, "Ctx", "Factory"),
-	cmpopts.IgnoreFields(CodeOptions{}, "Ctx", "Factory"),
-	cmp.AllowUnexported(gitFlags{}),
-	cmpopts.EquateEmpty(),
-}
-
-// checkOpts compares what parse returned with want; a nil want means a usage error.
-func checkOpts[T any](t *testing.T, args []string, got *T, err error, want *T) {
-	t.Helper()
-	if want == nil {
-		var ue usageError
-		if err == nil || got != nil || (!errors.As(err, &ue) && !isCobraUsage(err)) {
-			t.Errorf("%q = %+v, %v; want a usage error before runF", args, got, err)
-		}
-		return
-	}
-	if err != nil {
-		t.Fatalf("%q: %v", args, err)
-	}
-	if diff := cmp.Diff(want, got, ignoreCtx...); diff != "" {
-		t.Errorf("%q options (-want +got):\n%s", args, diff)
-	}
-}
-
 func TestImageFlags(t *testing.T) {
 	builds := []struct {
 		args []string
@@ -126,22 +93,22 @@ func TestImageFlags(t *testing.T) {
 	}
 	for _, tt := range builds {
 		got, err := parse(t, NewCmdImageBuild, tt.args...)
-		checkOpts(t, tt.args, got, err, tt.want)
+		check(t, tt.args, got, err, tt.want)
 	}
 	list, err := parse(t, NewCmdImageList, "-a")
-	checkOpts(t, []string{"list", "-a"}, list, err, &ImageListOptions{All: true})
+	check(t, []string{"list", "-a"}, list, err, &ImageListOptions{All: true})
 	rm, err := parse(t, NewCmdImageRm, "a", "b")
-	checkOpts(t, []string{"rm", "a", "b"}, rm, err, &ImageRefsOptions{Refs: []string{"a", "b"}})
+	check(t, []string{"rm", "a", "b"}, rm, err, &ImageRefsOptions{Refs: []string{"a", "b"}})
 	rm, err = parse(t, NewCmdImageRm)
-	checkOpts(t, []string{"rm"}, rm, err, nil)
+	check(t, []string{"rm"}, rm, err, nil)
 	pull, err := parse(t, NewCmdImagePull, "debian:bookworm-slim")
-	checkOpts(t, []string{"pull", "debian:bookworm-slim"}, pull, err, &ImageRefsOptions{Refs: []string{"debian:bookworm-slim"}})
+	check(t, []string{"pull", "debian:bookworm-slim"}, pull, err, &ImageRefsOptions{Refs: []string{"debian:bookworm-slim"}})
 	pull, err = parse(t, NewCmdImagePull, "a", "b")
-	checkOpts(t, []string{"pull", "a", "b"}, pull, err, nil)
+	check(t, []string{"pull", "a", "b"}, pull, err, nil)
 	imp, err := parse(t, NewCmdImageImport, "-", "--name", "x:1")
-	checkOpts(t, []string{"import", "-", "--name", "x:1"}, imp, err, &ImageImportOptions{File: "-", Name: "x:1"})
+	check(t, []string{"import", "-", "--name", "x:1"}, imp, err, &ImageImportOptions{File: "-", Name: "x:1"})
 	df, err := parse(t, NewCmdImageDockerfile, "--e2b", "-f", "i.json")
-	checkOpts(t, []string{"dockerfile", "--e2b", "-f", "i.json"}, df, err, &ImageDockerfileOptions{E2B: true, File: "i.json"})
+	check(t, []string{"dockerfile", "--e2b", "-f", "i.json"}, df, err, &ImageDockerfileOptions{E2B: true, File: "i.json"})
 }
 
 func TestServeFlags(t *testing.T) {
@@ -157,19 +124,19 @@ func TestServeFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got, err := parse(t, NewCmdServe, tt.args...)
-		checkOpts(t, tt.args, got, err, tt.want)
+		check(t, tt.args, got, err, tt.want)
 	}
 }
 
 func TestPushSyncFlags(t *testing.T) {
 	got, err := parse(t, NewCmdPush, "sb-1", "--remote", "https://x/r.git", "--token-env", "TOK", "--repo", "web", "--session", "s1")
-	checkOpts(t, []string{"push"}, got, err, &PushOptions{ID: "sb-1", Session: "s1", Git: gitFlags{remote: "https://x/r.git", tokenEnv: "TOK", repo: "web"}})
+	check(t, []string{"push"}, got, err, &PushOptions{ID: "sb-1", Session: "s1", Git: gitFlags{remote: "https://x/r.git", tokenEnv: "TOK", repo: "web"}})
 	got, err = parse(t, NewCmdSync, "sb-1", "--token-env", "TOK")
-	checkOpts(t, []string{"sync"}, got, err, &PushOptions{ID: "sb-1", Git: gitFlags{tokenEnv: "TOK"}})
+	check(t, []string{"sync"}, got, err, &PushOptions{ID: "sb-1", Git: gitFlags{tokenEnv: "TOK"}})
 	got, err = parse(t, NewCmdSync, "sb-1", "--session", "s1")
-	checkOpts(t, []string{"sync", "--session"}, got, err, nil)
+	check(t, []string{"sync", "--session"}, got, err, nil)
 	got, err = parse(t, NewCmdPush)
-	checkOpts(t, []string{"push"}, got, err, nil)
+	check(t, []string{"push"}, got, err, nil)
 }
 
 func TestCodeFlags(t *testing.T) {
@@ -192,7 +159,7 @@ func TestCodeFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got, err := parse(t, NewCmdCode, tt.args...)
-		checkOpts(t, tt.args, got, err, tt.want)
+		check(t, tt.args, got, err, tt.want)
 	}
 }
 

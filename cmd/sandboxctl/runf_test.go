@@ -36,6 +36,15 @@ var ignoreRuntime = []cmp.Option{
 	cmpopts.IgnoreFields(IDOptions{}, "Ctx", "Factory"),
 	cmpopts.IgnoreFields(IDsOptions{}, "Ctx", "Factory"),
 	cmpopts.IgnoreFields(TerminalOptions{}, "Ctx", "Factory"),
+	cmpopts.IgnoreFields(ImageBuildOptions{}, "Ctx", "Factory"),
+	cmpopts.IgnoreFields(ImageListOptions{}, "Ctx", "Factory"),
+	cmpopts.IgnoreFields(ImageRefsOptions{}, "Ctx", "Factory"),
+	cmpopts.IgnoreFields(ImageImportOptions{}, "Ctx", "Factory"),
+	cmpopts.IgnoreFields(ImageDockerfileOptions{}, "Factory"),
+	cmpopts.IgnoreFields(ServeOptions{}, "Ctx", "Factory"),
+	cmpopts.IgnoreFields(PushOptions{}, "Ctx", "Factory"),
+	cmpopts.IgnoreFields(CodeOptions{}, "Ctx", "Factory"),
+	cmp.AllowUnexported(gitFlags{}),
 	cmpopts.EquateEmpty(),
 }
 
