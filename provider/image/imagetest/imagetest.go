@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/rogpeppe/go-internal/lockedfile"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/debian"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
@@ -82,15 +82,13 @@ func Base(t testing.TB) (*store.Store, string) {
 	return s, id
 }
 
+// lock takes the file lock name (held across test processes) until the returned
+// func is called.
 func lock(t testing.TB, name string) func() {
 	t.Helper()
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	unlock, err := lockedfile.MutexAt(name).Lock()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		t.Fatal(err)
-	}
-	return func() { f.Close() }
+	return unlock
 }

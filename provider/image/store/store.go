@@ -41,7 +41,7 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/rogpeppe/go-internal/lockedfile"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -126,14 +126,10 @@ const oldLayersDir = "layers"
 // Dir is the store's data dir.
 func (s *Store) Dir() string { return s.dir }
 
-// lock takes the store's lock (flock: held across processes) until unlock.
+// lock takes the store's lock (a file lock, held across processes) until unlock.
 func (s *Store) lock() (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(s.dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := lockedfile.OpenFile(filepath.Join(s.dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
 		return nil, fmt.Errorf("lock image store: %w", err)
 	}
 	return func() { f.Close() }, nil
