@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/spf13/cobra"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -367,10 +368,12 @@ func NewCmdImagePull(f *Factory, runF func(*ImageRefsOptions) error) *cobra.Comm
 	return &cobra.Command{
 		Use:   "pull REF",
 		Short: "Pull an image from a registry into the local image store",
-		Long: "Pull an image (anonymously) from its registry, Docker Hub unless the reference names\n" +
-			"another, and print its id. Where no registry is reachable, build a debian base\n" +
+		Long: "Pull an image for this machine's platform from its registry, Docker Hub unless the\n" +
+			"reference names another, and print its id. The credentials of `docker login` are\n" +
+			"used if there are any, else none. Where no registry is reachable, build a debian base\n" +
 			"(image build) or import an OCI tarball made elsewhere (image import). Progress goes\n" +
-			"to stderr: a bar with the elapsed time on a terminal, plain lines otherwise.",
+			"to stderr: on a terminal a bar with the layer, its bytes and the elapsed time; plain\n" +
+			"lines (one per layer begun and ended) otherwise.",
 		Example: "  sandboxctl image pull debian:bookworm-slim\n  sandboxctl image pull ghcr.io/org/image:1.0",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -387,11 +390,9 @@ func imagePullRun(o *ImageRefsOptions) error {
 	}
 	ref := o.Refs[0]
 	rep := a.reporter()
+	defer rep.Done()
 	rep.Step("pulling %s", ref)
-	id, err := s.Pull(o.Ctx, ref, nil)
-	if err == nil {
-		rep.Step("pulled %s: %s", ref, id)
-	}
+	id, err := s.Pull(o.Ctx, ref, store.PullOptions{Keychain: authn.DefaultKeychain, Progress: rep})
 	rep.Done()
 	if err != nil {
 		return err

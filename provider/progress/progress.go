@@ -102,6 +102,18 @@ func (r *Reporter) Step(format string, args ...any) {
 	r.stepLocked(fmt.Sprintf(format, args...))
 }
 
+// Update replaces the text of the step under way (a download's bytes so far)
+// without starting a new one. The bar shows it at its next redraw; plain lines
+// never do, so a log gets the steps only, not a line per chunk.
+func (r *Reporter) Update(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done || !r.o.Terminal {
+		return
+	}
+	r.step = strings.TrimRight(fmt.Sprintf(format, args...), " \t")
+}
+
 // Write takes progress lines from an operation that writes them (an
 // io.Writer field such as build.Options.Progress): each complete, non-empty
 // line is a step. It never fails.
@@ -223,4 +235,19 @@ func Elapsed(d time.Duration) string {
 		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
 	}
 	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+}
+
+// Bytes formats a size for a person: 512 B, 3.2 MB, 1.1 GB (powers of 1000, as
+// registries and docker count).
+func Bytes(n int64) string {
+	const unit = 1000
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTP"[exp])
 }

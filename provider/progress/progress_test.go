@@ -200,3 +200,69 @@ func FuzzWrite(f *testing.F) {
 		}
 	})
 }
+
+func TestBytes(t *testing.T) {
+	tests := []struct {
+		n    int64
+		want string
+	}{
+		{0, "0 B"},
+		{999, "999 B"},
+		{1000, "1.0 kB"},
+		{1500, "1.5 kB"},
+		{29_100_000, "29.1 MB"},
+		{1_100_000_000, "1.1 GB"},
+		{3_000_000_000_000_000, "3.0 PB"},
+		{3_000_000_000_000_000_000, "3000.0 PB"},
+	}
+	for _, tt := range tests {
+		if got := Bytes(tt.n); got != tt.want {
+			t.Errorf("Bytes(%d) = %q, want %q", tt.n, got, tt.want)
+		}
+	}
+}
+
+// TestUpdate: an update changes the bar's text and not its step number, and
+// never reaches plain lines.
+func TestUpdate(t *testing.T) {
+	var plain bytes.Buffer
+	p := New(&plain, Options{})
+	p.Step("layer 1/2 abc: 10.0 MB, downloading")
+	p.Update("layer 1/2 abc: 5.0 MB of 10.0 MB")
+	p.Step("layer 1/2 abc: 10.0 MB, downloaded in 1s")
+	p.Done()
+	if got, want := plain.String(), "layer 1/2 abc: 10.0 MB, downloading\nlayer 1/2 abc: 10.0 MB, downloaded in 1s\n"; got != want {
+		t.Errorf("plain output %q, want %q", got, want)
+	}
+
+	var term lockedBuffer
+	r := New(&term, Options{Terminal: true, Width: 80, Interval: time.Millisecond})
+	r.Step("layer 1/2 abc: 10.0 MB, downloading")
+	r.Update("layer 1/2 abc: 5.0 MB of 10.0 MB")
+	for i := 0; i < 1000 && !strings.Contains(term.String(), "5.0 MB of"); i++ {
+		time.Sleep(time.Millisecond)
+	}
+	r.Done()
+	got := term.String()
+	if !strings.Contains(got, "step 1  layer 1/2 abc: 5.0 MB of 10.0 MB") || strings.Contains(got, "step 2") {
+		t.Errorf("terminal output %q: want the update drawn as step 1", got)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a test may read while a Reporter writes to it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -102,7 +102,7 @@ func (s *Store) readArchive(r io.Reader) (index, error) {
 // storeBlob copies r into the blob store under digest d, checking the digest.
 func (s *Store) storeBlob(r io.Reader, d string) error {
 	if err := checkDigest(d); err != nil {
-		return fmt.Errorf("import: %w", err)
+		return fmt.Errorf("store blob: %w", err)
 	}
 	f, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "blob-")
 	if err != nil {
@@ -112,10 +112,10 @@ func (s *Store) storeBlob(r io.Reader, d string) error {
 	defer f.Close()
 	hw := newHashWriter()
 	if _, err := io.Copy(io.MultiWriter(f, hw), r); err != nil {
-		return fmt.Errorf("import blob %s: %w", d, err)
+		return fmt.Errorf("store blob %s: %w", d, err)
 	}
 	if got := hw.digest(); got != d {
-		return fmt.Errorf("import: blob %s has digest %s", d, got)
+		return fmt.Errorf("store blob %s: its content has digest %s", d, got)
 	}
 	if err := f.Close(); err != nil {
 		return err

@@ -7,231 +7,78 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
-	"regexp"
+	"runtime"
 	"strings"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/progress"
 )
 
 // ErrPull is matched (errors.Is) by the error of a pull that could not reach the
 // registry or was refused by it.
 var ErrPull = errors.New("pull from a registry failed; without a registry, import an OCI tarball (sandboxctl image import)")
 
-// Ref is an image reference of a registry: registry host, repository, and a tag or a
-// digest.
-type Ref struct {
-	Registry, Repository, Tag, Digest string
+// Progress hears how a pull goes: Step for each part begun or ended (a plain line
+// where no bar is drawn), Update for the bytes of the part under way (shown only on a
+// bar). *progress.Reporter is one.
+type Progress interface {
+	Step(format string, args ...any)
+	Update(format string, args ...any)
 }
 
-var (
-	repoRE = regexp.MustCompile(`^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$`)
-	tagRE  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
-	hostRE = regexp.MustCompile(`^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9a-fA-F:]+\])(?::[0-9]{1,5})?$`)
-)
-
-// ParseRef reads a reference the way docker does: a first component with a dot or a
-// colon, or "localhost", is the registry (else Docker Hub, where one-component names are
-// under library/); then :tag (default latest) or @sha256:digest.
-func ParseRef(s string) (Ref, error) {
-	r := Ref{Registry: "registry-1.docker.io"}
-	rest := s
-	if name, digest, ok := strings.Cut(rest, "@"); ok {
-		if err := checkDigest(digest); err != nil {
-			return Ref{}, fmt.Errorf("reference %q: %w", s, err)
-		}
-		rest, r.Digest = name, digest
-	}
-	if first, after, ok := strings.Cut(rest, "/"); ok && (strings.ContainsAny(first, ".:") || first == "localhost") {
-		if !hostRE.MatchString(first) {
-			return Ref{}, fmt.Errorf("reference %q: registry %q is not a host name", s, first)
-		}
-		r.Registry, rest = first, after
-	}
-	if i := strings.LastIndex(rest, ":"); i >= 0 {
-		rest, r.Tag = rest[:i], rest[i+1:]
-		if !tagRE.MatchString(r.Tag) {
-			return Ref{}, fmt.Errorf("reference %q: tag %q is not valid", s, r.Tag)
-		}
-	}
-	if r.Tag == "" && r.Digest == "" {
-		r.Tag = "latest"
-	}
-	if !repoRE.MatchString(rest) {
-		return Ref{}, fmt.Errorf("reference %q: repository %q is not valid", s, rest)
-	}
-	if r.Registry == "registry-1.docker.io" && !strings.Contains(rest, "/") {
-		rest = "library/" + rest
-	}
-	r.Repository = rest
-	return r, nil
+// PullOptions say how Pull reaches a registry and whom it tells how far it is.
+type PullOptions struct {
+	// Transport carries the requests. Nil: a clone of http.DefaultTransport that
+	// gives up on a registry which accepts a request and does not answer it within a
+	// minute.
+	Transport http.RoundTripper
+	// Keychain finds the credentials for a registry (authn.DefaultKeychain: those of
+	// `docker login`). Nil: anonymous. They are sent to the registry only.
+	Keychain authn.Keychain
+	// Progress hears of the manifest and of each layer's bytes. Nil: nobody.
+	Progress Progress
 }
 
-func (r Ref) base() string {
-	scheme := "https"
-	if host, _, _ := strings.Cut(r.Registry, ":"); host == "localhost" || host == "127.0.0.1" || host == "[::1]" {
-		scheme = "http" // a registry on this machine, as docker allows
-	}
-	return scheme + "://" + r.Registry + "/v2/" + r.Repository
-}
-
-// registry is one pull's client: it answers a Bearer challenge once and keeps the token.
-type registry struct {
-	c     *http.Client
-	ref   Ref
-	token string
-}
-
-const manifestAccept = mediaIndex + ", " + mediaManifest + ", " + dockerList + ", " + dockerManifest
-
-// get fetches path under the repository, following one Bearer token challenge.
-func (g *registry) get(ctx context.Context, path, accept string) (*http.Response, error) {
-	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.ref.base()+path, nil)
-		if err != nil {
-			return nil, err
-		}
-		if accept != "" {
-			req.Header.Set("Accept", accept)
-		}
-		if g.token != "" {
-			req.Header.Set("Authorization", "Bearer "+g.token)
-		}
-		resp, err := g.c.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrPull, err)
-		}
-		if resp.StatusCode == http.StatusUnauthorized && attempt == 0 {
-			challenge := resp.Header.Get("WWW-Authenticate")
-			resp.Body.Close()
-			if err := g.authorize(ctx, challenge); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			return nil, fmt.Errorf("%w: GET %s: %s", ErrPull, path, resp.Status)
-		}
-		return resp, nil
-	}
-}
-
-// authorize gets an anonymous token for a `Bearer realm=…,service=…,scope=…` challenge.
-func (g *registry) authorize(ctx context.Context, challenge string) error {
-	kind, params, _ := strings.Cut(challenge, " ")
-	if !strings.EqualFold(kind, "Bearer") {
-		return fmt.Errorf("%w: the registry asks for %q authentication", ErrPull, kind)
-	}
-	p := map[string]string{}
-	for _, kv := range strings.Split(params, ",") {
-		k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
-		p[k] = strings.Trim(v, `"`)
-	}
-	realm, err := url.Parse(p["realm"])
-	if err != nil || (realm.Scheme != "https" && realm.Scheme != "http") {
-		return fmt.Errorf("%w: bad token realm %q", ErrPull, p["realm"])
-	}
-	q := realm.Query()
-	for _, k := range []string{"service", "scope"} {
-		if p[k] != "" {
-			q.Set(k, p[k])
-		}
-	}
-	realm.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, realm.String(), nil)
+// Pull fetches ref (docker's form: Docker Hub unless the first component names a
+// registry; :latest unless a tag or digest is given) for linux/GOARCH, stores its
+// blobs after checking their digests, unpacks its layers and names the image ref.
+// Without a reachable registry the error matches ErrPull.
+func (s *Store) Pull(ctx context.Context, ref string, o PullOptions) (string, error) {
+	r, err := name.ParseReference(ref)
 	if err != nil {
-		return err
+		return "", fmt.Errorf("pull %s: the reference is not valid: %w", ref, err)
 	}
-	resp, err := g.c.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: token: %v", ErrPull, err)
-	}
-	defer resp.Body.Close()
-	var tok struct {
-		Token       string `json:"token"`
-		AccessToken string `json:"access_token"`
-	}
-	if resp.StatusCode != http.StatusOK || decodeJSON(resp.Body, &tok) != nil {
-		return fmt.Errorf("%w: token: %s", ErrPull, resp.Status)
-	}
-	g.token = tok.Token
-	if g.token == "" {
-		g.token = tok.AccessToken
-	}
-	return nil
-}
-
-// manifest fetches the manifest (or index) ref names and stores it as a blob.
-func (g *registry) manifest(ctx context.Context, s *Store, ref string) (descriptor, error) {
-	resp, err := g.get(ctx, "/manifests/"+ref, manifestAccept)
-	if err != nil {
-		return descriptor{}, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxJSON+1))
-	if err != nil || len(data) > maxJSON {
-		return descriptor{}, fmt.Errorf("%w: manifest %s is unreadable or too large", ErrPull, ref)
-	}
-	var head struct {
-		MediaType string `json:"mediaType"`
-	}
-	_ = json.Unmarshal(data, &head)
-	media := head.MediaType
-	if media == "" {
-		media = strings.TrimSpace(strings.Split(resp.Header.Get("Content-Type"), ";")[0])
-	}
-	d, err := s.writeBlob(media, data)
-	if err != nil {
-		return descriptor{}, err
-	}
-	if strings.HasPrefix(ref, "sha256:") && d.Digest != ref {
-		return descriptor{}, fmt.Errorf("%w: manifest %s has digest %s", ErrPull, ref, d.Digest)
-	}
-	return d, nil
-}
-
-// Pull fetches ref from its registry (anonymously; client nil means a default one), stores its blobs after checking
-// their digests, unpacks its layers and names the image ref. Without a reachable
-// registry the error matches ErrPull.
-func (s *Store) Pull(ctx context.Context, ref string, client *http.Client) (string, error) {
-	r, err := ParseRef(ref)
-	if err != nil {
-		return "", err
-	}
-	if client == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.ResponseHeaderTimeout = time.Minute // a registry that accepts and never answers
-		client = &http.Client{Transport: t}
-	}
-	g := &registry{c: client, ref: r}
-	tagOrDigest := r.Tag
-	if r.Digest != "" {
-		tagOrDigest = r.Digest
-	}
-	d, err := g.manifest(ctx, s, tagOrDigest)
+	p, err := newPuller(o)
 	if err != nil {
 		return "", fmt.Errorf("pull %s: %w", ref, err)
 	}
-	if d.MediaType == mediaIndex || d.MediaType == dockerList {
-		var idx index
-		if err := s.readJSON(d, &idx); err != nil {
-			return "", err
-		}
-		if d, err = s.pickFrom(idx); err != nil {
-			return "", fmt.Errorf("pull %s: %w", ref, err)
-		}
-		if d, err = g.manifest(ctx, s, d.Digest); err != nil {
-			return "", fmt.Errorf("pull %s: %w", ref, err)
-		}
+	prog := o.Progress
+	if prog == nil {
+		prog = quiet{}
 	}
-	var m manifest
-	if err := s.readJSON(d, &m); err != nil {
+	start := time.Now()
+	d, m, err := s.pullManifest(ctx, p, r)
+	if err != nil {
 		return "", fmt.Errorf("pull %s: %w", ref, err)
 	}
-	for _, b := range append([]descriptor{m.Config}, m.Layers...) {
-		if err := g.blob(ctx, s, b.Digest); err != nil {
-			return "", fmt.Errorf("pull %s: %w", ref, err)
+	var total int64
+	for _, l := range m.Layers {
+		total += l.Size
+	}
+	prog.Step("%s: manifest %s, %s, %s", ref, short(strings.TrimPrefix(d.Digest, "sha256:")), layers(len(m.Layers)), progress.Bytes(total))
+	if err := s.pullBlob(ctx, p, r.Context(), m.Config, maxJSON, nil); err != nil {
+		return "", fmt.Errorf("pull %s: config: %w", ref, err)
+	}
+	for i, l := range m.Layers {
+		lp := layerProgress{p: prog, n: i + 1, of: len(m.Layers), d: l}
+		if err := s.pullBlob(ctx, p, r.Context(), l, -1, &lp); err != nil {
+			return "", fmt.Errorf("pull %s: layer %d/%d: %w", ref, i+1, len(m.Layers), err)
 		}
 	}
 	unlock, err := s.lock()
@@ -239,37 +86,176 @@ func (s *Store) Pull(ctx context.Context, ref string, client *http.Client) (stri
 		return "", err
 	}
 	defer unlock()
-	name := ref
-	if checkName(name) != nil {
-		name = ""
+	n := ref
+	if checkName(n) != nil {
+		n = ""
 	}
-	return s.importManifest(ctx, d, "", name, 1)
-}
-
-// pickFrom is the linux/GOARCH manifest of an index.
-func (s *Store) pickFrom(idx index) (descriptor, error) {
-	data, _ := json.Marshal(idx)
-	d, err := s.writeBlob(mediaIndex, data)
+	prog.Step("%s: unpacking %s", ref, layers(len(m.Layers)))
+	id, err := s.importManifest(ctx, d, "", n, 1)
 	if err != nil {
-		return descriptor{}, err
+		return "", fmt.Errorf("pull %s: %w", ref, err)
 	}
-	return s.pickManifest(d)
+	prog.Step("%s: pulled %s in %s", ref, short(id), time.Since(start).Round(time.Millisecond))
+	return id, nil
 }
 
-// blob fetches a blob into the store unless it is there.
-func (g *registry) blob(ctx context.Context, s *Store, digest string) error {
-	if err := checkDigest(digest); err != nil {
+// newPuller is a registry client for one pull: it answers the registry's token
+// challenge once and reuses the token for every blob.
+func newPuller(o PullOptions) (*remote.Puller, error) {
+	t := o.Transport
+	if t == nil {
+		dt := remote.DefaultTransport.(*http.Transport).Clone()
+		dt.ResponseHeaderTimeout = time.Minute // a registry that accepts and never answers
+		t = dt
+	}
+	opts := []remote.Option{
+		remote.WithTransport(t),
+		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}),
+		remote.WithUserAgent("sandbox-mcp"),
+	}
+	if o.Keychain != nil {
+		opts = append(opts, remote.WithAuthFromKeychain(o.Keychain))
+	}
+	return remote.NewPuller(opts...)
+}
+
+// pullManifest fetches the image manifest of ref for this machine's platform
+// (following an index) and stores it as a blob.
+func (s *Store) pullManifest(ctx context.Context, p *remote.Puller, r name.Reference) (descriptor, manifest, error) {
+	rd, err := p.Get(ctx, r) // a manifest pulled by digest is checked against it
+	if err != nil {
+		return descriptor{}, manifest{}, fmt.Errorf("%w: %w", ErrPull, err)
+	}
+	img, err := rd.Image() // of an index: the linux/GOARCH manifest, checked against its digest
+	if err != nil {
+		return descriptor{}, manifest{}, fmt.Errorf("%w: %w", ErrPull, err)
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		return descriptor{}, manifest{}, fmt.Errorf("%w: %w", ErrPull, err)
+	}
+	if len(raw) > maxJSON {
+		return descriptor{}, manifest{}, fmt.Errorf("manifest is larger than %d bytes", maxJSON)
+	}
+	var m manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return descriptor{}, manifest{}, fmt.Errorf("parse manifest: %w", err)
+	}
+	// The manifest's own media type, else the one the registry sent it as.
+	media := m.MediaType
+	if media == "" {
+		mt, err := img.MediaType()
+		if err != nil {
+			return descriptor{}, manifest{}, fmt.Errorf("%w: %w", ErrPull, err)
+		}
+		media = string(mt)
+	}
+	switch media {
+	case mediaManifest, dockerManifest:
+	default:
+		return descriptor{}, manifest{}, fmt.Errorf("manifest has media type %q, not an image manifest this store reads", media)
+	}
+	d, err := s.writeBlob(media, raw)
+	if err != nil {
+		return descriptor{}, manifest{}, err
+	}
+	return d, m, nil
+}
+
+// pullBlob fetches the blob of d into the store unless it is there; limit, when not
+// negative, is the most bytes it may have.
+func (s *Store) pullBlob(ctx context.Context, p *remote.Puller, repo name.Repository, d descriptor, limit int64, lp *layerProgress) error {
+	if err := checkDigest(d.Digest); err != nil {
 		return err
 	}
-	if _, err := statBlob(s, digest); err == nil {
+	if limit >= 0 && d.Size > limit {
+		return fmt.Errorf("blob %s is larger than %d bytes", d.Digest, limit)
+	}
+	if _, err := os.Stat(s.blobPath(d.Digest)); err == nil {
+		lp.cached()
 		return nil
 	}
-	resp, err := g.get(ctx, "/blobs/"+digest, "")
+	l, err := p.Layer(ctx, repo.Digest(d.Digest))
 	if err != nil {
+		return fmt.Errorf("%w: %w", ErrPull, err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrPull, err)
+	}
+	defer rc.Close()
+	var src io.Reader = rc
+	if limit >= 0 {
+		src = io.LimitReader(rc, limit+1)
+	}
+	if lp != nil {
+		lp.begin()
+		src = &countingReader{r: src, on: lp.update}
+	}
+	if err := s.storeBlob(src, d.Digest); err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	return s.storeBlob(resp.Body, digest)
+	lp.end()
+	return nil
 }
 
-func statBlob(s *Store, digest string) (os.FileInfo, error) { return os.Stat(s.blobPath(digest)) }
+// layerProgress tells a Progress about one layer's download.
+type layerProgress struct {
+	p      Progress
+	n, of  int
+	d      descriptor
+	start  time.Time
+	copied int64
+}
+
+func (l *layerProgress) name() string {
+	return fmt.Sprintf("layer %d/%d %s", l.n, l.of, short(strings.TrimPrefix(l.d.Digest, "sha256:")))
+}
+
+func (l *layerProgress) cached() {
+	if l != nil {
+		l.p.Step("%s: %s, already stored", l.name(), progress.Bytes(l.d.Size))
+	}
+}
+
+func (l *layerProgress) begin() {
+	l.start = time.Now()
+	l.p.Step("%s: %s, downloading", l.name(), progress.Bytes(l.d.Size))
+}
+
+func (l *layerProgress) update(n int) {
+	l.copied += int64(n)
+	l.p.Update("%s: %s of %s", l.name(), progress.Bytes(l.copied), progress.Bytes(l.d.Size))
+}
+
+func (l *layerProgress) end() {
+	if l != nil {
+		l.p.Step("%s: %s, downloaded in %s", l.name(), progress.Bytes(l.copied), time.Since(l.start).Round(time.Millisecond))
+	}
+}
+
+// countingReader calls on with the size of every read.
+type countingReader struct {
+	r  io.Reader
+	on func(n int)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.on(n)
+	}
+	return n, err
+}
+
+func layers(n int) string {
+	if n == 1 {
+		return "1 layer"
+	}
+	return fmt.Sprintf("%d layers", n)
+}
+
+type quiet struct{}
+
+func (quiet) Step(string, ...any)   {}
+func (quiet) Update(string, ...any) {}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,35 +9,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
-)
 
-func TestParseRef(t *testing.T) {
-	d := "sha256:" + strings.Repeat("a", 64)
-	for _, tc := range []struct {
-		in   string
-		want Ref
-		err  bool
-	}{
-		{"debian", Ref{"registry-1.docker.io", "library/debian", "latest", ""}, false},
-		{"debian:bookworm-slim", Ref{"registry-1.docker.io", "library/debian", "bookworm-slim", ""}, false},
-		{"user/app:1", Ref{"registry-1.docker.io", "user/app", "1", ""}, false},
-		{"ghcr.io/org/app:v1.2", Ref{"ghcr.io", "org/app", "v1.2", ""}, false},
-		{"localhost:5000/app", Ref{"localhost:5000", "app", "latest", ""}, false},
-		{"app@" + d, Ref{"registry-1.docker.io", "library/app", "", d}, false},
-		{"App", Ref{}, true},
-		{"app:bad tag", Ref{}, true},
-		{"app@sha256:short", Ref{}, true},
-		{"../x", Ref{}, true},
-	} {
-		got, err := ParseRef(tc.in)
-		if (err != nil) != tc.err || !tc.err && got != tc.want {
-			t.Errorf("ParseRef(%q) = %+v, %v; want %+v (error %v)", tc.in, got, err, tc.want, tc.err)
-		}
-	}
-}
+	"github.com/proliferate-ai/sandbox-mcp/provider/progress"
+)
 
 // registryServer serves one image (under an index, behind a Bearer token) like a
 // registry; tamper changes a served layer's bytes.
@@ -96,7 +75,7 @@ func TestPull(t *testing.T) {
 	srv := registryServer(t, false)
 	host := strings.TrimPrefix(srv.URL, "http://")
 	s := openStore(t)
-	id, err := s.Pull(ctx, host+"/test/img:1", srv.Client())
+	id, err := s.Pull(ctx, host+"/test/img:1", PullOptions{Transport: srv.Client().Transport})
 	if err != nil {
 		t.Fatalf("Pull = %v", err)
 	}
@@ -107,7 +86,7 @@ func TestPull(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(fs.Layers[0], "etc/pulled")); err != nil || string(b) != "yes" {
 		t.Errorf("pulled layer etc/pulled = %q, %v", b, err)
 	}
-	if again, err := s.Pull(ctx, host+"/test/img:1", srv.Client()); err != nil || again != id {
+	if again, err := s.Pull(ctx, host+"/test/img:1", PullOptions{Transport: srv.Client().Transport}); err != nil || again != id {
 		t.Errorf("second Pull = %s, %v; want %s", again, err, id)
 	}
 }
@@ -116,18 +95,94 @@ func TestPullFails(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
 	tampered := registryServer(t, true)
-	if _, err := openStore(t).Pull(ctx, strings.TrimPrefix(tampered.URL, "http://")+"/test/img:1", tampered.Client()); err == nil || !strings.Contains(err.Error(), "digest") {
+	if _, err := openStore(t).Pull(ctx, strings.TrimPrefix(tampered.URL, "http://")+"/test/img:1", PullOptions{Transport: tampered.Client().Transport}); err == nil || !strings.Contains(err.Error(), "checksum") && !strings.Contains(err.Error(), "digest") {
 		t.Errorf("Pull of a tampered layer = %v, want a digest mismatch", err)
 	}
 	// A port nothing listens on: this machine's case, no registry reachable.
 	l := httptest.NewServer(http.NotFoundHandler())
 	addr := strings.TrimPrefix(l.URL, "http://")
 	l.Close()
-	if _, err := openStore(t).Pull(ctx, addr+"/test/img:1", nil); !errors.Is(err, ErrPull) || !strings.Contains(err.Error(), "import an OCI tarball") {
+	if _, err := openStore(t).Pull(ctx, addr+"/test/img:1", PullOptions{}); !errors.Is(err, ErrPull) || !strings.Contains(err.Error(), "import an OCI tarball") {
 		t.Errorf("Pull from nowhere = %v, want ErrPull saying to import a tarball", err)
 	}
 	good := registryServer(t, false)
-	if _, err := openStore(t).Pull(ctx, strings.TrimPrefix(good.URL, "http://")+"/test/img:2", good.Client()); !errors.Is(err, ErrPull) {
+	if _, err := openStore(t).Pull(ctx, strings.TrimPrefix(good.URL, "http://")+"/test/img:2", PullOptions{Transport: good.Client().Transport}); !errors.Is(err, ErrPull) {
 		t.Errorf("Pull of a missing tag = %v, want ErrPull", err)
+	}
+}
+
+// TestPullProgress: where stderr is not a terminal, a pull tells of its manifest
+// and of each layer in plain lines, one per part begun or ended, and no line per
+// chunk of bytes.
+func TestPullProgress(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	srv := registryServer(t, false)
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/test/img:1"
+	s := openStore(t)
+	hexN := `[0-9a-f]{12}`
+	for _, tc := range []struct {
+		name string
+		want []string
+	}{
+		{"first", []string{
+			`^` + regexp.QuoteMeta(ref) + `: manifest ` + hexN + `, 1 layer, \d+ B$`,
+			`^layer 1/1 ` + hexN + `: \d+ B, downloading$`,
+			`^layer 1/1 ` + hexN + `: \d+ B, downloaded in \S+$`,
+			`^` + regexp.QuoteMeta(ref) + `: unpacking 1 layer$`,
+			`^` + regexp.QuoteMeta(ref) + `: pulled ` + hexN + ` in \S+$`,
+		}},
+		{"again", []string{
+			`: manifest ` + hexN + `, 1 layer`,
+			`^layer 1/1 ` + hexN + `: \d+ B, already stored$`,
+			`: unpacking 1 layer$`,
+			`: pulled `,
+		}},
+	} {
+		var out bytes.Buffer
+		rep := progress.New(&out, progress.Options{})
+		if _, err := s.Pull(ctx, ref, PullOptions{Transport: srv.Client().Transport, Progress: rep}); err != nil {
+			t.Fatalf("%s Pull = %v", tc.name, err)
+		}
+		rep.Done()
+		lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		if len(lines) != len(tc.want) {
+			t.Fatalf("%s pull printed %q, want %d lines", tc.name, out.String(), len(tc.want))
+		}
+		for i, re := range tc.want {
+			if !regexp.MustCompile(re).MatchString(lines[i]) {
+				t.Errorf("%s pull line %d = %q, want it to match %s", tc.name, i+1, lines[i], re)
+			}
+		}
+	}
+}
+
+// TestPullByDigest: a reference with a digest pulls that manifest, and a registry
+// that answers with another manifest is refused.
+func TestPullByDigest(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	srv := registryServer(t, false)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	s := openStore(t)
+	id, err := s.Pull(ctx, host+"/test/img:1", PullOptions{Transport: srv.Client().Transport})
+	if err != nil {
+		t.Fatalf("Pull = %v", err)
+	}
+	in, err := s.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := s.readIndex()
+	if err != nil || len(idx.Manifests) != 1 {
+		t.Fatalf("index = %+v, %v", idx, err)
+	}
+	ref := host + "/test/img@" + idx.Manifests[0].Digest
+	if got, err := openStore(t).Pull(ctx, ref, PullOptions{Transport: srv.Client().Transport}); err != nil || got != in.ID {
+		t.Errorf("Pull(%s) = %s, %v; want %s", ref, got, err, in.ID)
+	}
+	wrong := host + "/test/img@sha256:" + strings.Repeat("1", 64)
+	if _, err := openStore(t).Pull(ctx, wrong, PullOptions{Transport: srv.Client().Transport}); !errors.Is(err, ErrPull) {
+		t.Errorf("Pull(%s) = %v, want ErrPull", wrong, err)
 	}
 }
