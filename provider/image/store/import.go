@@ -13,6 +13,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	digest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
 // Import reads an OCI image layout as a tar (optionally gzip-compressed: an OCI
@@ -41,7 +44,7 @@ func (s *Store) Import(ctx context.Context, r io.Reader, name string) ([]string,
 		if err != nil {
 			return nil, err
 		}
-		id, err := s.importManifest(ctx, m, d.Annotations[annotationName], name, len(idx.Manifests))
+		id, err := s.importManifest(ctx, m, d.Annotations[ocispec.AnnotationRefName], name, len(idx.Manifests))
 		if err != nil {
 			return nil, err
 		}
@@ -54,19 +57,19 @@ func (s *Store) Import(ctx context.Context, r io.Reader, name string) ([]string,
 }
 
 // readArchive stores the blobs of an image layout tar and returns its index.
-func (s *Store) readArchive(r io.Reader) (index, error) {
+func (s *Store) readArchive(r io.Reader) (ocispec.Index, error) {
 	br := bufio.NewReader(r)
 	var src io.Reader = br
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return index{}, fmt.Errorf("import: %w", err)
+			return ocispec.Index{}, fmt.Errorf("import: %w", err)
 		}
 		defer zr.Close()
 		src = zr
 	}
 	tr := tar.NewReader(src)
-	var idx index
+	var idx ocispec.Index
 	haveIndex := false
 	for {
 		hdr, err := tr.Next()
@@ -74,33 +77,33 @@ func (s *Store) readArchive(r io.Reader) (index, error) {
 			break
 		}
 		if err != nil {
-			return index{}, fmt.Errorf("import: read tarball: %w", err)
+			return ocispec.Index{}, fmt.Errorf("import: read tarball: %w", err)
 		}
 		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
 		switch {
 		case hdr.Typeflag != tar.TypeReg:
 		case name == "index.json":
 			if hdr.Size > maxJSON {
-				return index{}, errors.New("import: index.json is too large")
+				return ocispec.Index{}, errors.New("import: index.json is too large")
 			}
 			if err := decodeJSON(tr, &idx); err != nil {
-				return index{}, fmt.Errorf("import: index.json: %w", err)
+				return ocispec.Index{}, fmt.Errorf("import: index.json: %w", err)
 			}
 			haveIndex = true
 		case strings.HasPrefix(name, "blobs/sha256/"):
-			if err := s.storeBlob(tr, "sha256:"+strings.TrimPrefix(name, "blobs/sha256/")); err != nil {
-				return index{}, err
+			if err := s.storeBlob(tr, digest.Digest("sha256:"+strings.TrimPrefix(name, "blobs/sha256/"))); err != nil {
+				return ocispec.Index{}, err
 			}
 		}
 	}
 	if !haveIndex {
-		return index{}, errors.New("import: not an OCI image layout (no index.json); save the image as an OCI archive")
+		return ocispec.Index{}, errors.New("import: not an OCI image layout (no index.json); save the image as an OCI archive")
 	}
 	return idx, nil
 }
 
 // storeBlob copies r into the blob store under digest d, checking the digest.
-func (s *Store) storeBlob(r io.Reader, d string) error {
+func (s *Store) storeBlob(r io.Reader, d digest.Digest) error {
 	if err := checkDigest(d); err != nil {
 		return fmt.Errorf("store blob: %w", err)
 	}
@@ -135,15 +138,15 @@ func decodeJSON(r io.Reader, v any) error {
 }
 
 // pickManifest follows an image index to the manifest of this machine's platform.
-func (s *Store) pickManifest(d descriptor) (descriptor, error) {
+func (s *Store) pickManifest(d ocispec.Descriptor) (ocispec.Descriptor, error) {
 	for depth := 0; depth < 4; depth++ {
 		switch d.MediaType {
-		case mediaManifest, dockerManifest:
+		case ocispec.MediaTypeImageManifest, dockerManifest:
 			return d, nil
-		case mediaIndex, dockerList:
-			var idx index
+		case ocispec.MediaTypeImageIndex, dockerList:
+			var idx ocispec.Index
 			if err := s.readJSON(d, &idx); err != nil {
-				return descriptor{}, err
+				return ocispec.Descriptor{}, err
 			}
 			found := false
 			for _, m := range idx.Manifests {
@@ -157,23 +160,23 @@ func (s *Store) pickManifest(d descriptor) (descriptor, error) {
 				}
 			}
 			if !found {
-				return descriptor{}, fmt.Errorf("import: no linux/%s image in %s", runtime.GOARCH, d.Digest)
+				return ocispec.Descriptor{}, fmt.Errorf("import: no linux/%s image in %s", runtime.GOARCH, d.Digest)
 			}
 		default:
-			return descriptor{}, fmt.Errorf("import: %s has media type %q, not an image manifest", d.Digest, d.MediaType)
+			return ocispec.Descriptor{}, fmt.Errorf("import: %s has media type %q, not an image manifest", d.Digest, d.MediaType)
 		}
 	}
-	return descriptor{}, errors.New("import: image indexes nested too deep")
+	return ocispec.Descriptor{}, errors.New("import: image indexes nested too deep")
 }
 
 // importManifest unpacks a manifest's layers, checks them against its configuration's
 // diff ids, and adds it to the index (named name, else tarName).
-func (s *Store) importManifest(ctx context.Context, d descriptor, tarName, name string, count int) (string, error) {
-	var m manifest
+func (s *Store) importManifest(ctx context.Context, d ocispec.Descriptor, tarName, name string, count int) (string, error) {
+	var m ocispec.Manifest
 	if err := s.readJSON(d, &m); err != nil {
 		return "", fmt.Errorf("import: %w", err)
 	}
-	var cfg imageConfig
+	var cfg ocispec.Image
 	if err := s.readJSON(m.Config, &cfg); err != nil {
 		return "", fmt.Errorf("import: %w", err)
 	}
@@ -183,6 +186,9 @@ func (s *Store) importManifest(ctx context.Context, d descriptor, tarName, name 
 	for i, l := range m.Layers {
 		if err := checkDigest(l.Digest); err != nil {
 			return "", fmt.Errorf("import: %w", err)
+		}
+		if err := checkDigest(cfg.RootFS.DiffIDs[i]); err != nil {
+			return "", fmt.Errorf("import: diff id: %w", err)
 		}
 		if _, err := os.Stat(s.layerDir(cfg.RootFS.DiffIDs[i])); err == nil {
 			continue
@@ -195,12 +201,12 @@ func (s *Store) importManifest(ctx context.Context, d descriptor, tarName, name 
 			return "", fmt.Errorf("import: layer %s unpacks to %s, the configuration says %s", l.Digest, diffID, cfg.RootFS.DiffIDs[i])
 		}
 	}
-	id := strings.TrimPrefix(m.Config.Digest, "sha256:")
+	id := strings.TrimPrefix(string(m.Config.Digest), "sha256:")
 	idx, err := s.readIndex()
 	if err != nil {
 		return "", err
 	}
-	idx.Manifests = append(idx.Manifests, descriptor{MediaType: mediaManifest, Digest: d.Digest, Size: d.Size})
+	idx.Manifests = append(idx.Manifests, ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: d.Digest, Size: d.Size})
 	if err := s.writeIndex(dedupe(idx)); err != nil {
 		return "", err
 	}
@@ -229,7 +235,7 @@ func (s *Store) ImportRootFS(ctx context.Context, r io.Reader, name string, cfg 
 	if err := f.Close(); err != nil {
 		return "", err
 	}
-	d := descriptor{MediaType: mediaLayer, Digest: hw.digest(), Size: hw.n}
+	d := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: hw.digest(), Size: hw.n}
 	if err := os.Rename(f.Name(), s.blobPath(d.Digest)); err != nil {
 		return "", err
 	}
@@ -242,5 +248,5 @@ func (s *Store) ImportRootFS(ctx context.Context, r io.Reader, name string, cfg 
 	if err != nil {
 		return "", fmt.Errorf("import root filesystem: %w", err)
 	}
-	return s.newImage(ctx, ImageSpec{Layers: []string{diffID}, Config: cfg, CreatedBy: createdBy, Name: name})
+	return s.newImage(ctx, ImageSpec{Layers: []string{diffID.String()}, Config: cfg, CreatedBy: createdBy, Name: name})
 }

@@ -12,8 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
+
+	digest "github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
@@ -35,11 +40,13 @@ func (w *hashWriter) Write(p []byte) (int, error) {
 	return w.h.Write(p)
 }
 
-func (w *hashWriter) digest() string { return "sha256:" + hex.EncodeToString(w.h.Sum(nil)) }
+func (w *hashWriter) digest() digest.Digest {
+	return digest.Digest("sha256:" + hex.EncodeToString(w.h.Sum(nil)))
+}
 
 // unpackBlob unpacks the layer blob of d (already in the blob store) into layers/, once,
 // and records its descriptor. It returns the layer's diff id.
-func (s *Store) unpackBlob(d descriptor) (string, error) {
+func (s *Store) unpackBlob(d ocispec.Descriptor) (digest.Digest, error) {
 	f, err := os.Open(s.blobPath(d.Digest))
 	if err != nil {
 		return "", err
@@ -47,26 +54,26 @@ func (s *Store) unpackBlob(d descriptor) (string, error) {
 	defer f.Close()
 	var r io.Reader = f
 	switch d.MediaType {
-	case mediaLayer, dockerLayer:
-	case mediaLayerGzip, dockerLayerGzip:
+	case ocispec.MediaTypeImageLayer, dockerLayer:
+	case ocispec.MediaTypeImageLayerGzip, dockerLayerGzip:
 		zr, err := gzip.NewReader(f)
 		if err != nil {
 			return "", fmt.Errorf("layer %s: %w", d.Digest, err)
 		}
 		defer zr.Close()
 		r = zr
-	case mediaLayerZstd:
+	case ocispec.MediaTypeImageLayerZstd:
 		return "", fmt.Errorf("layer %s: zstd layers are not supported; export the image with gzip layers", d.Digest)
 	default:
 		return "", fmt.Errorf("layer %s: media type %q is not a layer this store reads", d.Digest, d.MediaType)
 	}
-	return s.addLayer(r, func(diffID string) descriptor { return d })
+	return s.addLayer(r, func(digest.Digest) ocispec.Descriptor { return d })
 }
 
 // addLayer unpacks the uncompressed layer tar r into a staging folder, and moves it to
 // layers/<diffid> unless that layer is already there. desc gives the blob descriptor
 // to record from the diff id.
-func (s *Store) addLayer(r io.Reader, desc func(diffID string) descriptor) (string, error) {
+func (s *Store) addLayer(r io.Reader, desc func(diffID digest.Digest) ocispec.Descriptor) (digest.Digest, error) {
 	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "tmp"), "layer-")
 	if err != nil {
 		return "", err
@@ -89,7 +96,7 @@ func (s *Store) addLayer(r io.Reader, desc func(diffID string) descriptor) (stri
 
 // installLayer moves the unpacked folder dir to layers/<diffid> and writes its
 // descriptor; a layer already present is kept (same diff id, same content).
-func (s *Store) installLayer(dir, diffID string, d descriptor) error {
+func (s *Store) installLayer(dir string, diffID digest.Digest, d ocispec.Descriptor) error {
 	dst := s.layerDir(diffID)
 	if _, err := os.Stat(dst); err == nil {
 		return nil
@@ -108,16 +115,16 @@ func (s *Store) installLayer(dir, diffID string, d descriptor) error {
 }
 
 // layerDescriptor is the blob descriptor of an unpacked layer.
-func (s *Store) layerDescriptor(diffID string) (descriptor, error) {
+func (s *Store) layerDescriptor(diffID digest.Digest) (ocispec.Descriptor, error) {
 	data, err := os.ReadFile(s.layerDir(diffID) + ".json")
 	if errors.Is(err, os.ErrNotExist) {
 		// Unpacked by an older version only: its descriptor is as good.
-		data, err = os.ReadFile(filepath.Join(s.dir, oldLayersDir, strings.TrimPrefix(diffID, "sha256:")+".json"))
+		data, err = os.ReadFile(filepath.Join(s.dir, oldLayersDir, strings.TrimPrefix(string(diffID), "sha256:")+".json"))
 	}
 	if err != nil {
-		return descriptor{}, fmt.Errorf("layer %s: %w", diffID, err)
+		return ocispec.Descriptor{}, fmt.Errorf("layer %s: %w", diffID, err)
 	}
-	var d descriptor
+	var d ocispec.Descriptor
 	return d, json.Unmarshal(data, &d)
 }
 
@@ -164,14 +171,14 @@ func (s *Store) CommitLayer(ctx context.Context, dir string, o CommitOptions) (s
 	defer unlock()
 	// Every layer folder is unpacked from its blob, so its files are owned by the
 	// sandboxes' host ids (LayerID) whoever wrote dir.
-	d := descriptor{MediaType: mediaLayer, Digest: diffID, Size: hw.n}
+	d := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: diffID, Size: hw.n}
 	if _, err := s.unpackBlob(d); err != nil {
 		return "", err
 	}
 	if o.Move {
-		return diffID, os.RemoveAll(dir)
+		return diffID.String(), os.RemoveAll(dir)
 	}
-	return diffID, nil
+	return diffID.String(), nil
 }
 
 // ImageSpec is a new image: a parent's layers plus more, and a configuration.
@@ -200,7 +207,7 @@ func (s *Store) NewImage(ctx context.Context, spec ImageSpec) (string, error) {
 }
 
 func (s *Store) newImage(ctx context.Context, spec ImageSpec) (string, error) {
-	cfg := imageConfig{Architecture: runtime.GOARCH, OS: "linux", Config: spec.Config, RootFS: rootfs{Type: "layers"}}
+	cfg := ocispec.Image{Platform: ocispec.Platform{Architecture: runtime.GOARCH, OS: "linux"}, Config: spec.Config, RootFS: ocispec.RootFS{Type: "layers"}}
 	parent := ""
 	if spec.Parent != "" {
 		p, err := s.Get(ctx, spec.Parent)
@@ -208,34 +215,40 @@ func (s *Store) newImage(ctx context.Context, spec ImageSpec) (string, error) {
 			return "", err
 		}
 		parent = p.ID
-		var pc imageConfig
-		if err := s.readJSON(descriptor{Digest: "sha256:" + p.ID}, &pc); err != nil {
+		var pc ocispec.Image
+		if err := s.readJSON(ocispec.Descriptor{Digest: digest.Digest("sha256:" + p.ID)}, &pc); err != nil {
 			return "", err
 		}
 		cfg.RootFS.DiffIDs, cfg.History = pc.RootFS.DiffIDs, pc.History
 	}
-	cfg.RootFS.DiffIDs = append(append([]string{}, cfg.RootFS.DiffIDs...), spec.Layers...)
-	cfg.History = append(cfg.History, history{CreatedBy: spec.CreatedBy, EmptyLayer: len(spec.Layers) == 0})
-	m := manifest{SchemaVersion: 2, MediaType: mediaManifest}
+	cfg.RootFS.DiffIDs = slices.Clone(cfg.RootFS.DiffIDs)
+	for _, l := range spec.Layers {
+		if err := checkDigest(digest.Digest(l)); err != nil {
+			return "", fmt.Errorf("new image: layer: %w", err)
+		}
+		cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, digest.Digest(l))
+	}
+	cfg.History = append(cfg.History, ocispec.History{CreatedBy: spec.CreatedBy, EmptyLayer: len(spec.Layers) == 0})
+	m := ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest}
 	for _, l := range cfg.RootFS.DiffIDs {
 		d, err := s.layerDescriptor(l)
 		if err != nil {
 			return "", err
 		}
-		m.Layers = append(m.Layers, descriptor{MediaType: d.MediaType, Digest: d.Digest, Size: d.Size})
+		m.Layers = append(m.Layers, ocispec.Descriptor{MediaType: d.MediaType, Digest: d.Digest, Size: d.Size})
 	}
 	data, _ := json.Marshal(cfg)
-	cd, err := s.writeBlob(mediaConfig, data)
+	cd, err := s.writeBlob(ocispec.MediaTypeImageConfig, data)
 	if err != nil {
 		return "", err
 	}
 	m.Config = cd
 	data, _ = json.Marshal(m)
-	md, err := s.writeBlob(mediaManifest, data)
+	md, err := s.writeBlob(ocispec.MediaTypeImageManifest, data)
 	if err != nil {
 		return "", err
 	}
-	id := strings.TrimPrefix(cd.Digest, "sha256:")
+	id := strings.TrimPrefix(string(cd.Digest), "sha256:")
 	idx, err := s.readIndex()
 	if err != nil {
 		return "", err
@@ -368,23 +381,23 @@ func (s *Store) collect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	blobs, layers, ids := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	blobs, layers, ids := map[digest.Digest]bool{}, map[string]bool{}, map[string]bool{}
 	for _, d := range idx.Manifests {
-		var m manifest
+		var m ocispec.Manifest
 		if err := s.readJSON(d, &m); err != nil {
 			return err
 		}
-		var cfg imageConfig
+		var cfg ocispec.Image
 		if err := s.readJSON(m.Config, &cfg); err != nil {
 			return err
 		}
 		blobs[d.Digest], blobs[m.Config.Digest] = true, true
-		ids[strings.TrimPrefix(m.Config.Digest, "sha256:")] = true
+		ids[strings.TrimPrefix(string(m.Config.Digest), "sha256:")] = true
 		for _, l := range m.Layers {
 			blobs[l.Digest] = true
 		}
 		for _, l := range cfg.RootFS.DiffIDs {
-			layers[strings.TrimPrefix(l, "sha256:")] = true
+			layers[strings.TrimPrefix(string(l), "sha256:")] = true
 		}
 	}
 	var errs []error
@@ -407,7 +420,7 @@ func (s *Store) collect(ctx context.Context) error {
 		return err == nil && time.Since(st.ModTime()) < s.grace
 	}
 	blobDir, layerDir := filepath.Join(s.dir, "oci", "blobs", "sha256"), filepath.Join(s.dir, layersDir)
-	remove(blobDir, func(n string) bool { return blobs["sha256:"+n] || recent(filepath.Join(blobDir, n)) })
+	remove(blobDir, func(n string) bool { return blobs[digest.Digest("sha256:"+n)] || recent(filepath.Join(blobDir, n)) })
 	remove(layerDir, func(n string) bool {
 		id := strings.TrimSuffix(n, ".json")
 		return layers[id] || recent(filepath.Join(layerDir, id+".json"))

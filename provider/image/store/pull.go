@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/progress"
 )
@@ -71,7 +72,7 @@ func (s *Store) Pull(ctx context.Context, ref string, o PullOptions) (string, er
 	for _, l := range m.Layers {
 		total += l.Size
 	}
-	prog.Step("%s: manifest %s, %s, %s", ref, short(strings.TrimPrefix(d.Digest, "sha256:")), layers(len(m.Layers)), progress.Bytes(total))
+	prog.Step("%s: manifest %s, %s, %s", ref, short(strings.TrimPrefix(string(d.Digest), "sha256:")), layers(len(m.Layers)), progress.Bytes(total))
 	if err := s.pullBlob(ctx, p, r.Context(), m.Config, maxJSON, nil); err != nil {
 		return "", fmt.Errorf("pull %s: config: %w", ref, err)
 	}
@@ -121,50 +122,50 @@ func newPuller(o PullOptions) (*remote.Puller, error) {
 
 // pullManifest fetches the image manifest of ref for this machine's platform
 // (following an index) and stores it as a blob.
-func (s *Store) pullManifest(ctx context.Context, p *remote.Puller, r name.Reference) (descriptor, manifest, error) {
+func (s *Store) pullManifest(ctx context.Context, p *remote.Puller, r name.Reference) (ocispec.Descriptor, ocispec.Manifest, error) {
 	rd, err := p.Get(ctx, r) // a manifest pulled by digest is checked against it
 	if err != nil {
-		return descriptor{}, manifest{}, fmt.Errorf("%w: %w", ErrPull, err)
+		return ocispec.Descriptor{}, ocispec.Manifest{}, fmt.Errorf("%w: %w", ErrPull, err)
 	}
 	img, err := rd.Image() // of an index: the linux/GOARCH manifest, checked against its digest
 	if err != nil {
-		return descriptor{}, manifest{}, fmt.Errorf("%w: %w", ErrPull, err)
+		return ocispec.Descriptor{}, ocispec.Manifest{}, fmt.Errorf("%w: %w", ErrPull, err)
 	}
 	raw, err := img.RawManifest()
 	if err != nil {
-		return descriptor{}, manifest{}, fmt.Errorf("%w: %w", ErrPull, err)
+		return ocispec.Descriptor{}, ocispec.Manifest{}, fmt.Errorf("%w: %w", ErrPull, err)
 	}
 	if len(raw) > maxJSON {
-		return descriptor{}, manifest{}, fmt.Errorf("manifest is larger than %d bytes", maxJSON)
+		return ocispec.Descriptor{}, ocispec.Manifest{}, fmt.Errorf("manifest is larger than %d bytes", maxJSON)
 	}
-	var m manifest
+	var m ocispec.Manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return descriptor{}, manifest{}, fmt.Errorf("parse manifest: %w", err)
+		return ocispec.Descriptor{}, ocispec.Manifest{}, fmt.Errorf("parse manifest: %w", err)
 	}
 	// The manifest's own media type, else the one the registry sent it as.
 	media := m.MediaType
 	if media == "" {
 		mt, err := img.MediaType()
 		if err != nil {
-			return descriptor{}, manifest{}, fmt.Errorf("%w: %w", ErrPull, err)
+			return ocispec.Descriptor{}, ocispec.Manifest{}, fmt.Errorf("%w: %w", ErrPull, err)
 		}
 		media = string(mt)
 	}
 	switch media {
-	case mediaManifest, dockerManifest:
+	case ocispec.MediaTypeImageManifest, dockerManifest:
 	default:
-		return descriptor{}, manifest{}, fmt.Errorf("manifest has media type %q, not an image manifest this store reads", media)
+		return ocispec.Descriptor{}, ocispec.Manifest{}, fmt.Errorf("manifest has media type %q, not an image manifest this store reads", media)
 	}
 	d, err := s.writeBlob(media, raw)
 	if err != nil {
-		return descriptor{}, manifest{}, err
+		return ocispec.Descriptor{}, ocispec.Manifest{}, err
 	}
 	return d, m, nil
 }
 
 // pullBlob fetches the blob of d into the store unless it is there; limit, when not
 // negative, is the most bytes it may have.
-func (s *Store) pullBlob(ctx context.Context, p *remote.Puller, repo name.Repository, d descriptor, limit int64, lp *layerProgress) error {
+func (s *Store) pullBlob(ctx context.Context, p *remote.Puller, repo name.Repository, d ocispec.Descriptor, limit int64, lp *layerProgress) error {
 	if err := checkDigest(d.Digest); err != nil {
 		return err
 	}
@@ -175,7 +176,7 @@ func (s *Store) pullBlob(ctx context.Context, p *remote.Puller, repo name.Reposi
 		lp.cached()
 		return nil
 	}
-	l, err := p.Layer(ctx, repo.Digest(d.Digest))
+	l, err := p.Layer(ctx, repo.Digest(d.Digest.String()))
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrPull, err)
 	}
@@ -203,13 +204,13 @@ func (s *Store) pullBlob(ctx context.Context, p *remote.Puller, repo name.Reposi
 type layerProgress struct {
 	p      Progress
 	n, of  int
-	d      descriptor
+	d      ocispec.Descriptor
 	start  time.Time
 	copied int64
 }
 
 func (l *layerProgress) name() string {
-	return fmt.Sprintf("layer %d/%d %s", l.n, l.of, short(strings.TrimPrefix(l.d.Digest, "sha256:")))
+	return fmt.Sprintf("layer %d/%d %s", l.n, l.of, short(strings.TrimPrefix(string(l.d.Digest), "sha256:")))
 }
 
 func (l *layerProgress) cached() {

@@ -14,6 +14,10 @@ import (
 	"strings"
 	"testing"
 
+	digest "github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
 	"github.com/proliferate-ai/sandbox-mcp/provider/progress"
 )
 
@@ -21,15 +25,15 @@ import (
 // registry; tamper changes a served layer's bytes.
 func registryServer(t *testing.T, tamper bool) *httptest.Server {
 	blobs, _ := ociBlobs("", Config{Env: []string{"A=1"}}, layerTar(t, entry{name: "etc/pulled", body: "yes"}))
-	var manifestDigest string
+	var manifestDigest digest.Digest
 	for d, b := range blobs {
 		if strings.Contains(string(b), `"schemaVersion"`) {
 			manifestDigest = d
 		}
 	}
-	idx, _ := json.Marshal(index{SchemaVersion: 2, MediaType: mediaIndex, Manifests: []descriptor{
-		{MediaType: mediaManifest, Digest: "sha256:" + strings.Repeat("0", 64), Size: 1, Platform: &platform{Architecture: "s390x", OS: "linux"}},
-		{MediaType: mediaManifest, Digest: manifestDigest, Size: int64(len(blobs[manifestDigest])), Platform: &platform{Architecture: runtime.GOARCH, OS: "linux"}},
+	idx, _ := json.Marshal(ocispec.Index{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex, Manifests: []ocispec.Descriptor{
+		{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.Digest("sha256:" + strings.Repeat("0", 64)), Size: 1, Platform: &ocispec.Platform{Architecture: "s390x", OS: "linux"}},
+		{MediaType: ocispec.MediaTypeImageManifest, Digest: manifestDigest, Size: int64(len(blobs[manifestDigest])), Platform: &ocispec.Platform{Architecture: runtime.GOARCH, OS: "linux"}},
 	}})
 	var srv *httptest.Server
 	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -48,10 +52,10 @@ func registryServer(t *testing.T, tamper bool) *httptest.Server {
 		}
 		switch p := strings.TrimPrefix(r.URL.Path, "/v2/test/img/"); {
 		case p == "manifests/1":
-			w.Header().Set("Content-Type", mediaIndex)
+			w.Header().Set("Content-Type", ocispec.MediaTypeImageIndex)
 			w.Write(idx)
 		case strings.HasPrefix(p, "manifests/") || strings.HasPrefix(p, "blobs/"):
-			b, ok := blobs[strings.TrimPrefix(strings.TrimPrefix(p, "manifests/"), "blobs/")]
+			b, ok := blobs[digest.Digest(strings.TrimPrefix(strings.TrimPrefix(p, "manifests/"), "blobs/"))]
 			if !ok {
 				http.NotFound(w, r)
 				return
@@ -177,7 +181,7 @@ func TestPullByDigest(t *testing.T) {
 	if err != nil || len(idx.Manifests) != 1 {
 		t.Fatalf("index = %+v, %v", idx, err)
 	}
-	ref := host + "/test/img@" + idx.Manifests[0].Digest
+	ref := host + "/test/img@" + idx.Manifests[0].Digest.String()
 	if got, err := openStore(t).Pull(ctx, ref, PullOptions{Transport: srv.Client().Transport}); err != nil || got != in.ID {
 		t.Errorf("Pull(%s) = %s, %v; want %s", ref, got, err, in.ID)
 	}

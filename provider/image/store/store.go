@@ -41,6 +41,8 @@ import (
 	"strings"
 	"time"
 
+	digest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/rogpeppe/go-internal/lockedfile"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -173,18 +175,18 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 }
 
 // info reads the manifest and configuration behind an index entry.
-func (s *Store) info(d descriptor) (Info, error) {
-	var m manifest
+func (s *Store) info(d ocispec.Descriptor) (Info, error) {
+	var m ocispec.Manifest
 	if err := s.readJSON(d, &m); err != nil {
 		return Info{}, err
 	}
-	var cfg imageConfig
+	var cfg ocispec.Image
 	if err := s.readJSON(m.Config, &cfg); err != nil {
 		return Info{}, err
 	}
-	in := Info{ID: strings.TrimPrefix(m.Config.Digest, "sha256:"), Parent: d.Annotations[annotationParent],
-		Layers: cfg.RootFS.DiffIDs, Config: cfg.Config}
-	if n := d.Annotations[annotationName]; n != "" {
+	in := Info{ID: strings.TrimPrefix(string(m.Config.Digest), "sha256:"), Parent: d.Annotations[annotationParent],
+		Layers: strs(cfg.RootFS.DiffIDs), Config: cfg.Config}
+	if n := d.Annotations[ocispec.AnnotationRefName]; n != "" {
 		in.Names = []string{n}
 	}
 	for _, l := range m.Layers {
@@ -227,7 +229,7 @@ func (s *Store) ResolveImage(ctx context.Context, ref string) (engine.RootFS, er
 	}
 	fs := engine.RootFS{ID: in.ID, Env: in.Config.Env, WorkDir: in.Config.WorkingDir, User: in.Config.User}
 	for _, l := range in.Layers {
-		dir, err := s.ensureLayer(l)
+		dir, err := s.ensureLayer(digest.Digest(l))
 		if err != nil {
 			return engine.RootFS{}, fmt.Errorf("image %s: layer %s is not unpacked: %w", in.ID, l, err)
 		}
@@ -238,7 +240,10 @@ func (s *Store) ResolveImage(ctx context.Context, ref string) (engine.RootFS, er
 
 // ensureLayer returns the unpacked folder of layer diffID, unpacking it from its blob
 // first when it is missing (a store of an older version unpacked it elsewhere).
-func (s *Store) ensureLayer(diffID string) (string, error) {
+func (s *Store) ensureLayer(diffID digest.Digest) (string, error) {
+	if err := checkDigest(diffID); err != nil {
+		return "", err
+	}
 	dir := s.layerDir(diffID)
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil
@@ -262,8 +267,8 @@ func (s *Store) ensureLayer(diffID string) (string, error) {
 	return dir, nil
 }
 
-func (s *Store) layerDir(diffID string) string {
-	return filepath.Join(s.dir, layersDir, strings.TrimPrefix(diffID, "sha256:"))
+func (s *Store) layerDir(diffID digest.Digest) string {
+	return filepath.Join(s.dir, layersDir, strings.TrimPrefix(string(diffID), "sha256:"))
 }
 
 // Tag names image id; the name moves from any image that had it.
@@ -304,51 +309,51 @@ func (s *Store) setName(id, name string) error {
 	if err != nil {
 		return err
 	}
-	var entry *descriptor
+	var entry *ocispec.Descriptor
 	for i := range idx.Manifests {
 		d := &idx.Manifests[i]
 		in, err := s.info(*d)
 		if err != nil {
 			return err
 		}
-		if d.Annotations[annotationName] == name && in.ID != id {
-			delete(d.Annotations, annotationName)
+		if d.Annotations[ocispec.AnnotationRefName] == name && in.ID != id {
+			delete(d.Annotations, ocispec.AnnotationRefName)
 		}
-		if in.ID == id && (entry == nil || d.Annotations[annotationName] == name) {
+		if in.ID == id && (entry == nil || d.Annotations[ocispec.AnnotationRefName] == name) {
 			entry = d
 		}
 	}
 	if entry == nil {
 		return fmt.Errorf("image %s: %w", id, engine.ErrNotFound)
 	}
-	if n := entry.Annotations[annotationName]; n != "" && n != name {
+	if n := entry.Annotations[ocispec.AnnotationRefName]; n != "" && n != name {
 		e := *entry
 		e.Annotations = cloneMap(entry.Annotations)
-		e.Annotations[annotationName] = name
+		e.Annotations[ocispec.AnnotationRefName] = name
 		idx.Manifests = append(idx.Manifests, e)
 	} else {
 		if entry.Annotations == nil {
 			entry.Annotations = map[string]string{}
 		}
-		entry.Annotations[annotationName] = name
+		entry.Annotations[ocispec.AnnotationRefName] = name
 	}
 	return s.writeIndex(dedupe(idx))
 }
 
 // dedupe drops unnamed entries of images that also have a named one, and repeated
 // entries.
-func dedupe(idx index) index {
-	named := map[string]bool{}
+func dedupe(idx ocispec.Index) ocispec.Index {
+	named := map[digest.Digest]bool{}
 	for _, d := range idx.Manifests {
-		if d.Annotations[annotationName] != "" {
+		if d.Annotations[ocispec.AnnotationRefName] != "" {
 			named[d.Digest] = true
 		}
 	}
 	seen := map[string]bool{}
 	out := idx.Manifests[:0]
 	for _, d := range idx.Manifests {
-		k := d.Digest + "\x00" + d.Annotations[annotationName]
-		if seen[k] || d.Annotations[annotationName] == "" && named[d.Digest] {
+		k := d.Digest.String() + "\x00" + d.Annotations[ocispec.AnnotationRefName]
+		if seen[k] || d.Annotations[ocispec.AnnotationRefName] == "" && named[d.Digest] {
 			continue
 		}
 		seen[k] = true

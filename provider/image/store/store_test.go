@@ -15,12 +15,16 @@ import (
 	"strings"
 	"testing"
 
+	digest "github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
-func digestOf(b []byte) string {
+func digestOf(b []byte) digest.Digest {
 	s := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(s[:])
+	return digest.Digest("sha256:" + hex.EncodeToString(s[:]))
 }
 
 // ociArchive is an OCI image layout tar of one image whose layers are the given layer
@@ -36,7 +40,7 @@ func ociArchive(t testing.TB, name string, cfg Config, layers ...[]byte) []byte 
 	}
 	add("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`))
 	for d, b := range blobs {
-		add("blobs/sha256/"+strings.TrimPrefix(d, "sha256:"), b)
+		add("blobs/sha256/"+d.Encoded(), b)
 	}
 	add("index.json", ib)
 	tw.Close()
@@ -44,10 +48,10 @@ func ociArchive(t testing.TB, name string, cfg Config, layers ...[]byte) []byte 
 }
 
 // ociBlobs are the blobs (by digest) and the index.json of one image.
-func ociBlobs(name string, cfg Config, layers ...[]byte) (map[string][]byte, []byte) {
-	blobs := map[string][]byte{}
-	ic := imageConfig{Architecture: runtime.GOARCH, OS: "linux", Config: cfg, RootFS: rootfs{Type: "layers"}}
-	m := manifest{SchemaVersion: 2, MediaType: mediaManifest}
+func ociBlobs(name string, cfg Config, layers ...[]byte) (map[digest.Digest][]byte, []byte) {
+	blobs := map[digest.Digest][]byte{}
+	ic := ocispec.Image{Platform: ocispec.Platform{Architecture: runtime.GOARCH, OS: "linux"}, Config: cfg, RootFS: ocispec.RootFS{Type: "layers"}}
+	m := ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest}
 	for _, l := range layers {
 		var gz bytes.Buffer
 		zw := gzip.NewWriter(&gz)
@@ -56,18 +60,18 @@ func ociBlobs(name string, cfg Config, layers ...[]byte) (map[string][]byte, []b
 		d := digestOf(gz.Bytes())
 		blobs[d] = gz.Bytes()
 		ic.RootFS.DiffIDs = append(ic.RootFS.DiffIDs, digestOf(l))
-		m.Layers = append(m.Layers, descriptor{MediaType: mediaLayerGzip, Digest: d, Size: int64(gz.Len())})
+		m.Layers = append(m.Layers, ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: d, Size: int64(gz.Len())})
 	}
 	cb, _ := json.Marshal(ic)
 	blobs[digestOf(cb)] = cb
-	m.Config = descriptor{MediaType: mediaConfig, Digest: digestOf(cb), Size: int64(len(cb))}
+	m.Config = ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digestOf(cb), Size: int64(len(cb))}
 	mb, _ := json.Marshal(m)
 	blobs[digestOf(mb)] = mb
-	md := descriptor{MediaType: mediaManifest, Digest: digestOf(mb), Size: int64(len(mb))}
+	md := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digestOf(mb), Size: int64(len(mb))}
 	if name != "" {
-		md.Annotations = map[string]string{annotationName: name}
+		md.Annotations = map[string]string{ocispec.AnnotationRefName: name}
 	}
-	ib, _ := json.Marshal(index{SchemaVersion: 2, MediaType: mediaIndex, Manifests: []descriptor{md}})
+	ib, _ := json.Marshal(ocispec.Index{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex, Manifests: []ocispec.Descriptor{md}})
 	return blobs, ib
 }
 
@@ -203,7 +207,7 @@ func TestBuildChainAndRemove(t *testing.T) {
 	if ids, err := s.Remove(ctx, "child"); err != nil || len(ids) != 1 || ids[0] != child {
 		t.Fatalf("Remove(child) = %v, %v; want [%s] (its tagged parent stays)", ids, err, child)
 	}
-	if _, err := os.Stat(s.layerDir(diffID)); !os.IsNotExist(err) {
+	if _, err := os.Stat(s.layerDir(digest.Digest(diffID))); !os.IsNotExist(err) {
 		t.Errorf("the child's own layer survived its removal: %v", err)
 	}
 	// With a grace period, a young unreferenced layer is kept (another process's build
@@ -218,7 +222,7 @@ func TestBuildChainAndRemove(t *testing.T) {
 	if err := graced.collect(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(graced.layerDir(youngID)); err != nil {
+	if _, err := os.Stat(graced.layerDir(digest.Digest(youngID))); err != nil {
 		t.Errorf("collect removed a layer younger than the grace period: %v", err)
 	}
 	if err := s.collect(ctx); err != nil {
@@ -290,4 +294,15 @@ func FuzzImport(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestNewImageRejectsBadLayers: a layer that is not a sha256 diff id never
+// becomes a path in the store.
+func TestNewImageRejectsBadLayers(t *testing.T) {
+	s := openStore(t)
+	for _, l := range []string{"", "abc", "sha256:../../etc", "sha512:" + strings.Repeat("a", 128)} {
+		if _, err := s.NewImage(t.Context(), ImageSpec{Layers: []string{l}}); err == nil || !strings.Contains(err.Error(), "is not sha256") {
+			t.Errorf("NewImage(layer %q) = %v, want a digest error", l, err)
+		}
+	}
 }
