@@ -25,6 +25,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/progress"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // registryServer serves one image (under an index, behind a Bearer token) like a
@@ -95,6 +96,14 @@ func TestPull(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(fs.Layers[0], "etc/pulled")); err != nil || string(b) != "yes" {
 		t.Errorf("pulled layer etc/pulled = %q, %v", b, err)
+	}
+	// A pulled layer is unpacked as an imported one: owned by the sandboxes' host ids,
+	// in a store no other host user may enter.
+	if uid, gid, _ := owner(t, filepath.Join(fs.Layers[0], "etc/pulled")); uid != rules.HostIDBase || gid != rules.HostIDBase {
+		t.Errorf("pulled etc/pulled is owned by %d:%d, want %d:%d", uid, gid, rules.HostIDBase, rules.HostIDBase)
+	}
+	if st, err := os.Stat(s.Dir()); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("store mode = %v, want 0700", modeOf(st, err))
 	}
 	if again, err := s.Pull(ctx, host+"/test/img:1", PullOptions{Transport: srv.Client().Transport}); err != nil || again != id {
 		t.Errorf("second Pull = %s, %v; want %s", again, err, id)
