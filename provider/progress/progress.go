@@ -6,9 +6,10 @@
 //
 // On a terminal a Reporter keeps one line: a spinner, the elapsed time, the
 // step number and the latest step, rewritten in place every Interval, so a
-// silent step still shows that time passes. Anywhere else (a pipe, a file, a
-// CI log) it writes each step as a plain line, as it came, and nothing else:
-// no escape sequences, no repeated lines.
+// silent step still shows that time passes; Update changes the text of the
+// step under way (a layer's bytes so far) between steps. Anywhere else (a
+// pipe, a file, a CI log) it writes each step as a plain line, as it came, and
+// nothing else: no updates, no escape sequences, no repeated lines.
 package progress
 
 import (
