@@ -80,6 +80,19 @@ func NPMRegistry(ctx context.Context, npm string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// RequireNPMRegistry fails the test, within a minute, when the registry npm installs
+// from does not answer; need says what the test fetches from it. Without npm the test
+// is skipped, or fails under $CI.
+func RequireNPMRegistry(t testing.TB, need string) {
+	t.Helper()
+	npm := NeedCommand(t, "npm", need)
+	registry, err := NPMRegistry(t.Context(), npm)
+	if err != nil {
+		t.Fatalf("%s: %v", need, err)
+	}
+	RequireReachable(t, registry, need)
+}
+
 // NPMPackages returns filepath.Join(dir, want), where dir is the test cache folder
 // <user cache dir>/sandbox-mcp-test/<name>, kept between runs: the first time, it
 // installs specs ("deno@2.9.6") there with npm. Test processes that ask at once wait
