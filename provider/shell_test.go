@@ -1,8 +1,10 @@
 package provider
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -31,7 +33,9 @@ func TestShellEscape(t *testing.T) {
 }
 
 // FuzzShellEscape checks the round trip through a real shell: quote, let bash parse
-// it, get the same bytes back.
+// it, get the same bytes back. One bash per fuzzing process parses every input (a bash
+// per input made the target's 20000 inputs take minutes); after any failure it is
+// replaced, so a broken quote cannot spoil the next input.
 func FuzzShellEscape(f *testing.F) {
 	for _, s := range []string{"", "hello", "it's", "a'b'c", "$HOME `x` \"q\" \\", "\n\t*?[]"} {
 		f.Add(s)
@@ -39,18 +43,91 @@ func FuzzShellEscape(f *testing.F) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		f.Skip("no bash")
 	}
+	var sh *bashPrinter
+	f.Cleanup(func() { sh.close() })
 	f.Fuzz(func(t *testing.T, s string) {
 		if strings.ContainsRune(s, 0) {
 			t.Skip("argv cannot carry NUL")
 		}
-		out, err := exec.Command("bash", "-c", "printf %s "+ShellEscape(s)).Output()
-		if err != nil {
-			t.Fatalf("bash: %v", err)
+		if sh == nil {
+			sh = startBashPrinter(t)
 		}
-		if string(out) != s {
+		out, err := sh.print(ShellEscape(s))
+		if err != nil {
+			sh.close()
+			sh = nil
+			t.Fatalf("bash printf %s: %v", ShellEscape(s), err)
+		}
+		if out != s {
+			sh.close()
+			sh = nil
 			t.Errorf("bash printf %s = %q, want %q", ShellEscape(s), out, s)
 		}
 	})
+}
+
+// bashPrinter is one bash reading commands from a pipe: print runs `printf %s WORD`
+// in it and returns what it printed.
+type bashPrinter struct {
+	cmd     *exec.Cmd
+	in, out *os.File
+}
+
+func startBashPrinter(t *testing.T) *bashPrinter {
+	t.Helper()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "--norc", "--noprofile", "-s")
+	cmd.Stdin, cmd.Stdout = inR, outW
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bashPrinter{cmd: cmd, in: inW, out: outR}
+}
+
+// print has bash run `printf %s word` and then print a NUL (which no input holds),
+// and reads up to that NUL, for at most 10 s.
+func (b *bashPrinter) print(word string) (string, error) {
+	if _, err := b.in.WriteString("printf %s " + word + "\nprintf '\\0'\n"); err != nil {
+		return "", err
+	}
+	if err := b.out.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return "", err
+	}
+	var got []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := b.out.Read(buf)
+		got = append(got, buf[:n]...)
+		if i := bytes.IndexByte(got, 0); i >= 0 {
+			if i != len(got)-1 {
+				return "", fmt.Errorf("output after the end marker: %q", got)
+			}
+			return string(got[:i]), nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("read bash's output (so far %q): %w", got, err)
+		}
+	}
+}
+
+func (b *bashPrinter) close() {
+	if b == nil {
+		return
+	}
+	b.in.Close()
+	b.out.Close()
+	_ = b.cmd.Process.Kill()
+	_ = b.cmd.Wait()
 }
 
 func TestCapOutput(t *testing.T) {

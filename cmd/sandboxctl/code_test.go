@@ -36,12 +36,8 @@ Verify each delivery's signature header before you trust the payload.
 func codeSetup(t *testing.T) (config, dataDir string, getenv func(string) string, images bool) {
 	t.Helper()
 	requireNamespaces(t)
-	if _, err := exec.LookPath("npm"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("npm is required in CI: %v", err)
-		}
-		t.Skipf("npm is not installed (it fetches Deno): %v", err)
-	}
+	// Deno and the config's package come from the npm registry.
+	testutil.RequireNPMRegistry(t, "code execution (npm install deno, is-odd)")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(codeDocs)) }))
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
@@ -229,27 +225,7 @@ func TestCodeMCPInspector(t *testing.T) {
 // runs and returns its binary.
 func installInspector(t *testing.T) string {
 	t.Helper()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "sandbox-mcp-test", "mcp-inspector")
-	bin := filepath.Join(dir, "node_modules", ".bin", "mcp-inspector")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"private":true}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(t.Context(), "npm", "install", "--no-audit", "--no-fund", "@modelcontextprotocol/inspector@0")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm install @modelcontextprotocol/inspector: %v\n%s", err, out)
-	}
-	return bin
+	return testutil.NPMPackages(t, "mcp-inspector", "node_modules/.bin/mcp-inspector", "@modelcontextprotocol/inspector@0")
 }
 
 // cleanupCode ends every sandbox of the test's engine, then removes every volume:

@@ -1,7 +1,10 @@
 // Package testutil holds the helpers several packages' tests share: a free
-// loopback port, an echo app to proxy to, and child processes in their own
-// process group that are killed with the group at cleanup. Only _test.go files
-// (and test-only packages such as caddytest) import it.
+// loopback port, an echo app to proxy to, child processes in their own process
+// group that are killed with the group at cleanup, the module's commands built once
+// per checkout (BuildCommands), and what a test that needs the network calls first
+// (RequireReachable, RequireNPMRegistry, NPMPackages), so that without the network
+// it fails within a minute naming the host. Only _test.go files (and test-only
+// packages such as caddytest) import it.
 package testutil
 
 import (

@@ -3,13 +3,11 @@ package docsearch
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -19,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch/hrana"
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch/hrana/hranatest"
 )
@@ -32,14 +31,7 @@ const libsqlWasm = "@libsql/libsql-wasm-experimental@0.0.3"
 // test ends, and returns its URL.
 func libsqlServer(t testing.TB, token string) string {
 	t.Helper()
-	for _, bin := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is required in CI: %v", bin, err)
-			}
-			t.Skipf("%s is not installed: %v", bin, err)
-		}
-	}
+	testutil.NeedCommand(t, "node", "the libSQL server the tests run")
 	mod := installLibSQLWasm(t)
 	cmd := exec.Command("node", "testdata/hrana-libsql.mjs")
 	cmd.Env = append(os.Environ(), "LIBSQL_WASM="+mod, "HRANA_TOKEN="+token)
@@ -80,29 +72,7 @@ func libsqlServer(t testing.TB, token string) string {
 // and returns the path of its node.mjs.
 func installLibSQLWasm(t testing.TB) string {
 	t.Helper()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "sandbox-mcp-test", "libsql-wasm")
-	mod := filepath.Join(dir, "node_modules", "@libsql", "libsql-wasm-experimental", "node.mjs")
-	if _, err := os.Stat(mod); err == nil {
-		return mod
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"private":true}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", libsqlWasm)
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm install %s: %v\n%s", libsqlWasm, err, out)
-	}
-	return mod
+	return testutil.NPMPackages(t, "libsql-wasm", "node_modules/@libsql/libsql-wasm-experimental/node.mjs", libsqlWasm)
 }
 
 // remoteDB is the libSQL database the tests' stores open while a suite runs there.
