@@ -208,8 +208,7 @@ func (s *Session) ready(ctx context.Context) (sessionState, error) {
 		}
 	}
 	if st.Pid == 0 {
-		_, secrets := s.r.cfg.secretEnv()
-		if st.Pid, err = s.r.startREPL(ctx, st.Sandbox, rules.CoderunWorkspace, secrets); err != nil {
+		if st.Pid, err = s.r.startREPL(ctx, st.Sandbox, rules.CoderunWorkspace); err != nil {
 			return st, err
 		}
 		if err := s.update(func(p *sessionState) { p.Pid = st.Pid }); err != nil {
@@ -249,7 +248,7 @@ func (s *Session) createSandbox(ctx context.Context) (string, error) {
 		info, err = s.r.eng.Create(ctx, spec)
 	}
 	if err != nil {
-		return "", fmt.Errorf("create session sandbox: %w", err)
+		return "", fmt.Errorf("create session sandbox: %w", secretsHint(spec, err))
 	}
 	return info.ID, nil
 }
