@@ -122,9 +122,14 @@ func (p *Provider) Boot(ctx context.Context, opts CreateOptions) (Boot, error) {
 	if err != nil {
 		return fail(err)
 	}
-	info, resumed, fallback, err := p.create(ctx, opts, spec)
+	keys, err := p.llmSecrets(opts)
 	if err != nil {
 		return fail(err)
+	}
+	spec.Secrets = append(slices.Clip(spec.Secrets), keys...)
+	info, resumed, fallback, err := p.create(ctx, opts, spec)
+	if err != nil {
+		return fail(llmKeysHint(keys, err))
 	}
 	if fallback != "" {
 		opts.SnapshotID = ""
@@ -286,7 +291,7 @@ func (p *Provider) plan(ctx context.Context, t *engineTarget, opts CreateOptions
 		meta = m
 	}
 	return BuildPlan(opts, PlanConfig{Kind: p.o.Kind, Paths: t.paths, Settings: LoadHostSettings(p.o.Getenv), Now: p.o.Now(),
-		Metadata: meta, SandboxMCPCommand: p.o.SandboxMCPCommand, SidecarEnv: sidecarEnv})
+		Metadata: meta, SandboxMCPCommand: p.o.SandboxMCPCommand, SidecarEnv: sidecarEnv, LLMKeysAsSecrets: !p.o.LLMKeysInSandbox})
 }
 
 // restoredMetadata reads the session metadata a snapshot brought into the sandbox. The
