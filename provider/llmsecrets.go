@@ -54,7 +54,11 @@ func (p *Provider) llmSecrets(opts CreateOptions) ([]engine.Secret, error) {
 	if p.o.LLMKeysInSandbox {
 		return nil, nil
 	}
-	_, keys, err := LLMSecrets(PrepareSandboxEnv(opts.SessionID, opts.EnvVars, LoadHostSettings(p.o.Getenv).LLMProxyBaseURL))
+	var proxyURL string
+	if p.o.Getenv != nil {
+		proxyURL = LLMProxyBaseURL(p.o.Getenv)
+	}
+	_, keys, err := LLMSecrets(PrepareSandboxEnv(opts.SessionID, opts.EnvVars, proxyURL))
 	if err != nil {
 		return nil, err
 	}
@@ -68,10 +72,15 @@ func (p *Provider) llmSecrets(opts CreateOptions) ([]engine.Secret, error) {
 // llmKeysHint says what to do when the engine refuses the LLM keys as secrets
 // (Modal or E2B without an egress gateway): they are never degraded to environment
 // variables unless the caller opts in.
-func llmKeysHint(keys []engine.Secret, err error) error {
-	if len(keys) == 0 || !errors.Is(err, engine.ErrUnsupported) {
+func llmKeysHint(spec engine.Spec, err error) error {
+	if !errors.Is(err, engine.ErrUnsupported) {
 		return err
 	}
-	return fmt.Errorf("LLM key %s: the engine cannot keep it out of the sandbox: configure an egress gateway for it, or set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w",
-		keys[0].Name, err)
+	for _, s := range spec.Secrets {
+		if _, ok := LLMKeyHosts[s.Name]; ok {
+			return fmt.Errorf("LLM key %s: the engine cannot keep it out of the sandbox: configure an egress gateway for it, or set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w",
+				s.Name, err)
+		}
+	}
+	return err
 }

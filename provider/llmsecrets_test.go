@@ -116,10 +116,11 @@ func TestLLMKeysRefused(t *testing.T) {
 		t.Fatalf("llmSecrets with isolation = %v, %v, want the key", keys, err)
 	}
 	refused := fmt.Errorf("modal: Spec.Secrets: configure an egress gateway: %w", engine.ErrUnsupported)
-	if err := llmKeysHint(keys, refused); !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), "LLMKeysInSandbox") {
+	if err := llmKeysHint(engine.Spec{Secrets: keys}, refused); !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), "LLMKeysInSandbox") {
 		t.Errorf("llmKeysHint = %v, want the refusal with what to do", err)
 	}
-	if err := llmKeysHint(nil, refused); err != refused {
-		t.Errorf("llmKeysHint without keys = %v, want the error as it is", err)
+	other := engine.Spec{Secrets: []engine.Secret{{Name: "N4_KEY"}}}
+	if err := llmKeysHint(other, refused); err != refused {
+		t.Errorf("llmKeysHint without an LLM key = %v, want the error as it is", err)
 	}
 }

@@ -122,14 +122,9 @@ func (p *Provider) Boot(ctx context.Context, opts CreateOptions) (Boot, error) {
 	if err != nil {
 		return fail(err)
 	}
-	keys, err := p.llmSecrets(opts)
-	if err != nil {
-		return fail(err)
-	}
-	spec.Secrets = append(slices.Clip(spec.Secrets), keys...)
 	info, resumed, fallback, err := p.create(ctx, opts, spec)
 	if err != nil {
-		return fail(llmKeysHint(keys, err))
+		return fail(llmKeysHint(spec, err))
 	}
 	if fallback != "" {
 		opts.SnapshotID = ""
@@ -192,7 +187,8 @@ func (p *Provider) Boot(ctx context.Context, opts CreateOptions) (Boot, error) {
 	return b, nil
 }
 
-// spec is the engine.Spec of a boot: the caller's, with what the boot needs added.
+// spec is the engine.Spec of a boot: the caller's, with what the boot needs added
+// (the LLM keys as secrets among them).
 func (p *Provider) spec(opts CreateOptions, token, sidecarURL string) (engine.Spec, error) {
 	spec := opts.Spec
 	spec.Env = slices.Clone(spec.Env)
@@ -210,6 +206,11 @@ func (p *Provider) spec(opts CreateOptions, token, sidecarURL string) (engine.Sp
 	if spec.Timeout == 0 {
 		spec.Timeout = p.o.Timeout
 	}
+	keys, err := p.llmSecrets(opts)
+	if err != nil {
+		return spec, err
+	}
+	spec.Secrets = append(slices.Clip(spec.Secrets), keys...)
 	if p.caps.Isolated {
 		// Its own network (the fixed ports are its own), the outside through the
 		// engine's egress (remote clones, the LLM).

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch"
@@ -139,31 +138,6 @@ func (s *Session) lock() (func(), error) {
 		unlock()
 		s.mu.Unlock()
 	}, nil
-}
-
-// lockSession takes the session's lock file; without wait, a busy session is
-// (nil, nil).
-func (r *Runner) lockSession(id string, wait bool) (func(), error) {
-	dir := filepath.Join(r.o.DataDir, "locks")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	fd, err := syscall.Open(filepath.Join(dir, volumeName(id)+".lock"), syscall.O_CREAT|syscall.O_RDWR|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("lock session %s: %w", id, err)
-	}
-	how := syscall.LOCK_EX
-	if !wait {
-		how |= syscall.LOCK_NB
-	}
-	if err := syscall.Flock(fd, how); err != nil {
-		syscall.Close(fd)
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("lock session %s: %w", id, err)
-	}
-	return func() { syscall.Close(fd) }, nil
 }
 
 // Start boots the session's sandbox and REPL now (warm mode) instead of on the first
