@@ -70,15 +70,15 @@ func (p *Provider) llmSecrets(opts CreateOptions) ([]engine.Secret, error) {
 }
 
 // llmKeysHint says what to do when the engine refuses the LLM keys as secrets
-// (Modal or E2B without an egress gateway): they are never degraded to environment
-// variables unless the caller opts in.
+// (Modal or E2B without an egress gateway, a local sandbox on the host's network):
+// they are never degraded to environment variables unless the caller opts in.
 func llmKeysHint(spec engine.Spec, err error) error {
 	if !errors.Is(err, engine.ErrUnsupported) {
 		return err
 	}
 	for _, s := range spec.Secrets {
 		if _, ok := LLMKeyHosts[s.Name]; ok {
-			return fmt.Errorf("LLM key %s: the engine cannot keep it out of the sandbox: configure an egress gateway for it, or set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w",
+			return fmt.Errorf("LLM key %s: the engine cannot keep it out of the sandbox: let it carry secrets (an egress gateway for Modal or E2B; egress rather than Spec.Network on the local engine), or set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w",
 				s.Name, err)
 		}
 	}
