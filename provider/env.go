@@ -109,6 +109,10 @@ type SandboxEnv struct {
 	// envVars carries LLM_PROXY_API_KEY.
 	ProxyBaseURL string
 	ProxyAPIKey  string
+	// KeysAsSecrets: the LLM keys travel as Spec.Secrets (see LLMSecrets), so Env
+	// and every environment the plan gives its steps leave them out; each command's
+	// environment gets the engine's placeholder instead.
+	KeysAsSecrets bool
 }
 
 // ProxyMode reports whether the sandbox talks to the LLM through the proxy.

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -17,10 +18,11 @@ var LLMKeyHosts = map[string][]string{
 // LLMSecrets moves the LLM keys out of e's environment into Spec.Secrets, each sent
 // only to its provider's API hosts (in proxy mode, to the proxy's host): the sandbox's
 // variable then holds a placeholder, and the engine's egress proxy adds the key on the
-// way out. It returns e without the keys; an empty key is dropped.
+// way out. It returns e without the keys, KeysAsSecrets set; an empty key is dropped.
 func LLMSecrets(e SandboxEnv) (SandboxEnv, []engine.Secret, error) {
 	out := e
 	out.Env = maps.Clone(e.Env)
+	out.KeysAsSecrets = true
 	var secrets []engine.Secret
 	for _, name := range []string{EnvAnthropicAPIKey} {
 		v, ok := out.Env[name]
@@ -42,4 +44,43 @@ func LLMSecrets(e SandboxEnv) (SandboxEnv, []engine.Secret, error) {
 		secrets = append(secrets, engine.Secret{Name: name, Value: v, Hosts: hosts})
 	}
 	return out, secrets, nil
+}
+
+// llmSecrets are the boot's LLM keys as Spec.Secrets, none with
+// Options.LLMKeysInSandbox (the plan then puts them in the environment). An engine
+// without isolation has no egress proxy to add a key: a boot with one is refused
+// there rather than given the key.
+func (p *Provider) llmSecrets(opts CreateOptions) ([]engine.Secret, error) {
+	if p.o.LLMKeysInSandbox {
+		return nil, nil
+	}
+	var proxyURL string
+	if p.o.Getenv != nil {
+		proxyURL = LLMProxyBaseURL(p.o.Getenv)
+	}
+	_, keys, err := LLMSecrets(PrepareSandboxEnv(opts.SessionID, opts.EnvVars, proxyURL))
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) > 0 && !p.caps.Isolated {
+		return nil, fmt.Errorf("LLM key %s: this engine runs sandboxes without isolation, with no egress proxy to add the key on the way out; set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w",
+			keys[0].Name, engine.ErrUnsupported)
+	}
+	return keys, nil
+}
+
+// llmKeysHint says what to do when the engine refuses the LLM keys as secrets
+// (Modal or E2B without an egress gateway, a local sandbox on the host's network):
+// they are never degraded to environment variables unless the caller opts in.
+func llmKeysHint(spec engine.Spec, err error) error {
+	if !errors.Is(err, engine.ErrUnsupported) {
+		return err
+	}
+	for _, s := range spec.Secrets {
+		if _, ok := LLMKeyHosts[s.Name]; ok {
+			return fmt.Errorf("LLM key %s: the engine cannot keep it out of the sandbox: let it carry secrets (an egress gateway for Modal or E2B; egress rather than Spec.Network on the local engine), or set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w",
+				s.Name, err)
+		}
+	}
+	return err
 }

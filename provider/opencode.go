@@ -25,10 +25,11 @@ const (
 
 // OpencodeOptions are the inputs of NewOpencodeConfig besides the model.
 type OpencodeOptions struct {
-	// ProxyBaseURL and ProxyAPIKey go into the provider options when set. Providers pass
-	// only the URL: the key travels as an env var and never lands in a file.
+	// ProxyBaseURL, when set, is the LLM proxy's URL in the providers' options. Its key
+	// never lands in the config: OpenCode reads it from ANTHROPIC_API_KEY (the
+	// Anthropic provider by default, LiteLLM through "{env:…}"), which holds the
+	// placeholder of the key when the key travels as a secret (LLMSecrets).
 	ProxyBaseURL string
-	ProxyAPIKey  string
 	// Instructions are extra instruction files; whitespace-only entries are dropped and
 	// kept entries are not trimmed. The block is omitted when nothing is left.
 	Instructions []string
@@ -103,6 +104,10 @@ type MCPServer struct {
 	Environment map[string]string `json:"environment,omitempty"`
 }
 
+// opencodeEnvKey is OpenCode's reference to the key in its environment: the config
+// holds the variable's name, never its value.
+const opencodeEnvKey = "{env:" + EnvAnthropicAPIKey + "}"
+
 // NewOpencodeConfig builds the OpenCode config for an OpenCode model id (see
 // ToOpencodeModelID).
 func NewOpencodeConfig(opencodeModelID string, o OpencodeOptions) OpencodeConfig {
@@ -111,8 +116,10 @@ func NewOpencodeConfig(opencodeModelID string, o OpencodeOptions) OpencodeConfig
 		p = DefaultPaths()
 	}
 	var opts *ProviderOptions
-	if o.ProxyBaseURL != "" || o.ProxyAPIKey != "" {
-		opts = &ProviderOptions{BaseURL: o.ProxyBaseURL, APIKey: o.ProxyAPIKey}
+	var keyRef string
+	if o.ProxyBaseURL != "" {
+		opts = &ProviderOptions{BaseURL: o.ProxyBaseURL}
+		keyRef = opencodeEnvKey
 	}
 	c := OpencodeConfig{
 		Schema:     "https://opencode.ai/config.json",
@@ -132,7 +139,7 @@ func NewOpencodeConfig(opencodeModelID string, o OpencodeOptions) OpencodeConfig
 		}
 		c.Provider.LiteLLM = &LiteLLMProvider{
 			NPM: "@ai-sdk/openai-compatible", Name: "LiteLLM",
-			Options: ProviderOptions{BaseURL: o.ProxyBaseURL, APIKey: o.ProxyAPIKey},
+			Options: ProviderOptions{BaseURL: o.ProxyBaseURL, APIKey: keyRef},
 			Models:  models,
 		}
 	}

@@ -53,22 +53,29 @@ func TestOpencodeConfig(t *testing.T) {
 		t.Errorf("instructions present without instructions")
 	}
 
+	// The proxy's key is never in the config: the Anthropic provider reads
+	// ANTHROPIC_API_KEY itself, LiteLLM through OpenCode's {env:…} reference.
 	tests := []struct {
-		name     string
-		url, key string
-		want     map[string]any
+		name, url     string
+		want, litellm any
 	}{
-		{"default", "", "", map[string]any{}},
-		{"url and key", "https://p/v1", "k", map[string]any{"options": map[string]any{"baseURL": "https://p/v1", "apiKey": "k"}}},
-		{"url only", "https://p/v1", "", map[string]any{"options": map[string]any{"baseURL": "https://p/v1"}}},
-		{"key only", "", "k", map[string]any{"options": map[string]any{"apiKey": "k"}}},
+		{"default", "", map[string]any{}, map[string]any{}},
+		{"proxy", "https://p/v1", map[string]any{"options": map[string]any{"baseURL": "https://p/v1"}},
+			map[string]any{"baseURL": "https://p/v1", "apiKey": "{env:ANTHROPIC_API_KEY}"}},
 	}
 	for _, tt := range tests {
 		t.Run("anthropic "+tt.name, func(t *testing.T) {
-			m := decodeConfig(t, NewOpencodeConfig("x", OpencodeOptions{ProxyBaseURL: tt.url, ProxyAPIKey: tt.key}).JSON())
+			m := decodeConfig(t, NewOpencodeConfig("x", OpencodeOptions{ProxyBaseURL: tt.url, LiteLLM: true}).JSON())
 			got := m["provider"].(map[string]any)["anthropic"]
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("provider.anthropic mismatch (-want +got):\n%s", diff)
+			}
+			lite, _ := m["provider"].(map[string]any)["litellm"].(map[string]any)["options"]
+			if lite == nil {
+				lite = map[string]any{}
+			}
+			if diff := cmp.Diff(tt.litellm, lite); diff != "" {
+				t.Errorf("provider.litellm.options mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}

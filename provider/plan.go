@@ -197,6 +197,10 @@ type PlanConfig struct {
 	// GitMode is how repos with a token get into the sandbox; "" means
 	// GitModeBundle (no credential inside). GitModeToken is the old behaviour.
 	GitMode GitMode
+	// LLMKeysAsSecrets: the sandbox was created with the LLM keys as Spec.Secrets
+	// (LLMSecrets), so the plan gives no step the keys: every command gets the
+	// engine's placeholder instead.
+	LLMKeysAsSecrets bool
 }
 
 // BuildPlan turns the create options into the ordered boot plan of one sandbox. It is
@@ -248,6 +252,11 @@ func BuildPlan(opts CreateOptions, cfg PlanConfig) (Plan, error) {
 		Background: []Step{},
 	}
 	b.env = PrepareSandboxEnv(opts.SessionID, opts.EnvVars, cfg.Settings.LLMProxyBaseURL)
+	if cfg.LLMKeysAsSecrets {
+		if b.env, _, err = LLMSecrets(b.env); err != nil {
+			return Plan{}, fmt.Errorf("build plan: %w", err)
+		}
+	}
 	b.plan.Env = b.env.Env
 	b.plan.ProxyMode = b.env.ProxyMode()
 

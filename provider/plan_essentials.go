@@ -75,15 +75,20 @@ func (b *planBuilder) essentials() {
 }
 
 // agentEnv is the environment of the process that runs the agent: the proxy key and
-// URL in proxy mode, else the direct key.
+// URL in proxy mode, else the direct key. A key that travels as a secret is left out:
+// the engine gives every command its placeholder.
 func (b *planBuilder) agentEnv() map[string]string {
 	env := map[string]string{EnvSessionID: b.opts.SessionID, EnvDisableDefaultPlugins: "true"}
 	switch {
 	case b.env.ProxyMode():
-		env[EnvAnthropicAPIKey] = b.env.ProxyAPIKey
+		if !b.env.KeysAsSecrets {
+			env[EnvAnthropicAPIKey] = b.env.ProxyAPIKey
+		}
 		env[EnvAnthropicBaseURL] = b.env.ProxyBaseURL
 	case b.opts.EnvVars[EnvAnthropicAPIKey] != "":
-		env[EnvAnthropicAPIKey] = b.opts.EnvVars[EnvAnthropicAPIKey]
+		if !b.env.KeysAsSecrets {
+			env[EnvAnthropicAPIKey] = b.opts.EnvVars[EnvAnthropicAPIKey]
+		}
 	default:
 		b.warn("no LLM credentials: the agent starts without ANTHROPIC_API_KEY")
 	}

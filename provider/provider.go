@@ -62,6 +62,14 @@ type Options struct {
 	// HTTPClient reaches the sandboxes' ports; nil means the engine's
 	// (engine.PortClienter), else a default client.
 	HTTPClient *http.Client
+	// LLMKeysInSandbox puts the boot's LLM keys (ANTHROPIC_API_KEY, or the LLM
+	// proxy's key) into the sandbox's environment as they are, where the agent and
+	// everything it runs can read them. By default (false) they are Spec.Secrets: the
+	// sandbox holds placeholders and the engine's egress proxy adds the keys on the
+	// way to their API hosts (LLMSecrets). An engine that cannot carry secrets (Modal
+	// or E2B without an egress gateway, an engine without isolation) then refuses a
+	// boot with a key; set this to accept the key inside the sandbox there.
+	LLMKeysInSandbox bool
 }
 
 // Provider is the SandboxProvider over an engine.Engine. It keeps no state of its own:

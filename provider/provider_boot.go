@@ -124,7 +124,7 @@ func (p *Provider) Boot(ctx context.Context, opts CreateOptions) (Boot, error) {
 	}
 	info, resumed, fallback, err := p.create(ctx, opts, spec)
 	if err != nil {
-		return fail(err)
+		return fail(llmKeysHint(spec, err))
 	}
 	if fallback != "" {
 		opts.SnapshotID = ""
@@ -187,7 +187,8 @@ func (p *Provider) Boot(ctx context.Context, opts CreateOptions) (Boot, error) {
 	return b, nil
 }
 
-// spec is the engine.Spec of a boot: the caller's, with what the boot needs added.
+// spec is the engine.Spec of a boot: the caller's, with what the boot needs added
+// (the LLM keys as secrets among them).
 func (p *Provider) spec(opts CreateOptions, token, sidecarURL string) (engine.Spec, error) {
 	spec := opts.Spec
 	spec.Env = slices.Clone(spec.Env)
@@ -205,6 +206,11 @@ func (p *Provider) spec(opts CreateOptions, token, sidecarURL string) (engine.Sp
 	if spec.Timeout == 0 {
 		spec.Timeout = p.o.Timeout
 	}
+	keys, err := p.llmSecrets(opts)
+	if err != nil {
+		return spec, err
+	}
+	spec.Secrets = append(slices.Clip(spec.Secrets), keys...)
 	if p.caps.Isolated {
 		// Its own network (the fixed ports are its own), the outside through the
 		// engine's egress (remote clones, the LLM).
@@ -286,7 +292,7 @@ func (p *Provider) plan(ctx context.Context, t *engineTarget, opts CreateOptions
 		meta = m
 	}
 	return BuildPlan(opts, PlanConfig{Kind: p.o.Kind, Paths: t.paths, Settings: LoadHostSettings(p.o.Getenv), Now: p.o.Now(),
-		Metadata: meta, SandboxMCPCommand: p.o.SandboxMCPCommand, SidecarEnv: sidecarEnv})
+		Metadata: meta, SandboxMCPCommand: p.o.SandboxMCPCommand, SidecarEnv: sidecarEnv, LLMKeysAsSecrets: !p.o.LLMKeysInSandbox})
 }
 
 // restoredMetadata reads the session metadata a snapshot brought into the sandbox. The

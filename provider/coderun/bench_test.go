@@ -189,7 +189,6 @@ func benchBootPhases(b *testing.B, kind string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	_, secrets := r.cfg.secretEnv()
 	var vol, create, repl, eval []time.Duration
 	i := 0
 	for b.Loop() {
@@ -206,7 +205,7 @@ func benchBootPhases(b *testing.B, kind string) {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		pid, err := r.startREPL(ctx, info.ID, rules.CoderunWorkspace, secrets)
+		pid, err := r.startREPL(ctx, info.ID, rules.CoderunWorkspace)
 		if err != nil {
 			b.Fatal(err)
 		}

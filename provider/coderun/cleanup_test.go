@@ -201,3 +201,41 @@ func TestExitEndsSandboxes(t *testing.T) {
 		}
 	}
 }
+
+// TestLockSession: a session held by a call (lockedfile) is busy to the try-lock of
+// the reaper and Cleanup, in this process too; another session is not; released, the
+// try takes it, and a waiting call gets it once the try lets go.
+func TestLockSession(t *testing.T) {
+	r := &Runner{o: Options{DataDir: t.TempDir()}}
+	unlock, err := r.lockSession("busy", true)
+	if err != nil || unlock == nil {
+		t.Fatalf("lockSession(wait) = %v, want the lock", err)
+	}
+	if u, err := r.lockSession("busy", false); err != nil || u != nil {
+		t.Errorf("try of a held session = %v, %v, want busy (nil, nil)", u != nil, err)
+	}
+	u, err := r.lockSession("other", false)
+	if err != nil || u == nil {
+		t.Fatalf("try of another session = %v, want the lock", err)
+	}
+	u()
+	unlock()
+	u, err = r.lockSession("busy", false)
+	if err != nil || u == nil {
+		t.Fatalf("try of a released session = %v, want the lock", err)
+	}
+	if again, err := r.lockSession("busy", false); err != nil || again != nil {
+		t.Errorf("second try of a session the first try holds = %v, %v, want busy", again != nil, err)
+	}
+	got := make(chan func(), 1)
+	go func() {
+		w, _ := r.lockSession("busy", true)
+		got <- w
+	}()
+	u()
+	w := <-got
+	if w == nil {
+		t.Fatal("the waiting call did not get the lock")
+	}
+	w()
+}

@@ -15,6 +15,8 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch/hrana"
+	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -79,8 +81,11 @@ type Dependency struct {
 	// text and .d.ts files). LoadFile makes a relative path relative to the
 	// configuration file.
 	Docs []string
-	// SecretEnv names the host environment variable holding the package's secret; the
-	// code sees it under the same name.
+	// SecretEnv names the host environment variable holding the package's secret. The
+	// code sees a placeholder under the same name, never the value: the engine's egress
+	// proxy puts the value in the placeholder's place on requests to Hosts only (an
+	// engine that cannot, such as Modal or E2B without an egress gateway, refuses the
+	// session's sandbox). Hosts are required with it.
 	SecretEnv string
 	// Secret is SecretEnv's value, read from the host environment at load.
 	Secret Secret
@@ -247,6 +252,9 @@ func parse(data []byte, getenv func(string) string, dir string) (Config, error) 
 	}
 	errs = append(errs, c.validate()...)
 	errs = append(errs, c.validateStorage()...)
+	if len(errs) == 0 {
+		errs = append(errs, c.validateSecrets()...)
+	}
 	if len(errs) > 0 {
 		return Config{}, fmt.Errorf("sandbox config: %w", errors.Join(errs...))
 	}
@@ -312,6 +320,11 @@ func (c Config) validate() []error {
 		}
 		if d.SecretEnv != "" && !envName.MatchString(d.SecretEnv) {
 			errs = append(errs, fmt.Errorf("%s: secret_env %q is not an environment variable name", where, d.SecretEnv))
+		}
+		if d.SecretEnv != "" && len(d.Hosts) == 0 {
+			// The sandbox holds a placeholder that only the egress proxy turns into the
+			// value, on requests to these hosts: without one the secret is useless.
+			errs = append(errs, fmt.Errorf("%s: secret_env %q without hosts: name the hosts its value is sent to (hosts = [\"api.example.com\"])", where, d.SecretEnv))
 		}
 		for _, h := range d.Hosts {
 			if len(h) > 253 || !hostName.MatchString(h) {
@@ -390,19 +403,51 @@ func (c Config) AllowedHosts() []string {
 	return slices.Compact(hs)
 }
 
-// secretEnv is the environment of the process that runs code: the secrets that are
-// set, as NAME=value, sorted by name.
-func (c Config) secretEnv() (names, env []string) {
+// secrets are the dependencies' secrets that are set, as the Spec.Secrets of a session's
+// sandbox: one per secret_env name (a name several dependencies share gets all their
+// hosts), sorted by name. Inside the sandbox each name holds the engine's placeholder;
+// the engine's egress proxy puts the value in its place on requests to the hosts.
+func (c Config) secrets() []engine.Secret {
+	var out []engine.Secret
 	for _, d := range c.Dependencies {
-		if d.SecretEnv == "" || d.Secret == "" || slices.Contains(names, d.SecretEnv) {
+		if d.SecretEnv == "" || d.Secret == "" {
 			continue
 		}
-		names = append(names, d.SecretEnv)
-		env = append(env, d.SecretEnv+"="+d.Secret.Value())
+		i := slices.IndexFunc(out, func(s engine.Secret) bool { return s.Name == d.SecretEnv })
+		if i < 0 {
+			out = append(out, engine.Secret{Name: d.SecretEnv, Value: d.Secret.Value()})
+			i = len(out) - 1
+		}
+		out[i].Hosts = append(out[i].Hosts, d.Hosts...)
 	}
-	slices.Sort(names)
-	slices.Sort(env)
-	return names, env
+	for i := range out {
+		slices.Sort(out[i].Hosts)
+		out[i].Hosts = slices.Compact(out[i].Hosts)
+	}
+	slices.SortFunc(out, func(a, b engine.Secret) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// secretNames are the names of secrets(): the only environment code may read.
+func (c Config) secretNames() []string {
+	var names []string
+	for _, s := range c.secrets() {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+// validateSecrets checks the values of the secrets that are set as the engine's
+// egress proxy will (egress.NewSecrets): a value it would refuse fails at start, not
+// at the first run_code.
+func (c Config) validateSecrets() []error {
+	var errs []error
+	for _, s := range c.secrets() {
+		if _, err := egress.NewSecrets([]engine.Secret{s}); err != nil {
+			errs = append(errs, fmt.Errorf("secret_env %s: %w", s.Name, err))
+		}
+	}
+	return errs
 }
 
 // PromptAddendum is the system-prompt addendum for the model: the packages and how to
@@ -423,7 +468,7 @@ func (c Config) PromptAddendum() string {
 		"Call `search_docs` before writing code that uses a package, to read its documentation.\n" +
 		"Call `run_code` to execute: the value of the last expression comes back as JSON, console.log goes to stdout, and variables persist between calls.\n" +
 		"Save reusable modules under /workspace and declare them with `save_code_modules` so later calls can find and import them.\n" +
-		"Network access is limited to the packages' API hosts; their credentials are in the environment (Deno.env.get).\n"
+		"Network access is limited to the packages' API hosts; their credentials are in the environment (Deno.env.get) as stand-ins that work only in requests to those hosts.\n"
 }
 
 // outputBudget is OutputBudgetKB in bytes, the default filled in.

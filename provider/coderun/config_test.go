@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -36,13 +38,13 @@ hosts = ["api.linear.app"]
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 func TestParse(t *testing.T) {
-	c, err := Parse([]byte(issueConfig), env(map[string]string{"LINEAR_API_KEY": "lin_secret"}))
+	c, err := Parse([]byte(issueConfig), env(map[string]string{"LINEAR_API_KEY": "lin_api_k3y0123456789abcdef"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Config{Enabled: true, Provider: "local", Mode: "lazy", VolumeTTL: 30 * time.Minute, VolumeCapacityMB: 300,
 		Timeout: 300 * time.Second, MemoryMB: 1280, Dependencies: []Dependency{{Package: "@linear/sdk", Version: "latest",
-			Docs: []string{"https://linear.app/developers/sdk.md"}, SecretEnv: "LINEAR_API_KEY", Secret: "lin_secret", Hosts: []string{"api.linear.app"}}}}
+			Docs: []string{"https://linear.app/developers/sdk.md"}, SecretEnv: "LINEAR_API_KEY", Secret: "lin_api_k3y0123456789abcdef", Hosts: []string{"api.linear.app"}}}}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("Parse (-want +got):\n%s", diff)
 	}
@@ -126,8 +128,74 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// TestParseSecrets: a secret_env needs hosts, and a value the egress proxy would
+// refuse fails at load, the field named and the value never quoted.
+func TestParseSecrets(t *testing.T) {
+	dep := func(s string) string {
+		return "[sandbox]\nenabled = true\n[[sandbox.dependencies]]\npackage = 'a'\n" + s
+	}
+	tests := []struct{ name, toml, value, want string }{
+		{"no hosts", dep("secret_env = 'A_KEY'\n"), "sk-a-0123456789abcdef", `dependencies[0]: secret_env "A_KEY" without hosts`},
+		{"no hosts, unset", dep("secret_env = 'A_KEY'\n"), "", `dependencies[0]: secret_env "A_KEY" without hosts`},
+		{"short value", dep("secret_env = 'A_KEY'\nhosts = ['api.a.test']\n"), "short-val", `secret_env A_KEY: secrets[0]: value of "A_KEY": shorter than 12 characters`},
+		{"value not printable", dep("secret_env = 'A_KEY'\nhosts = ['api.a.test']\n"), "sk-a-0123456789\nabcdef", `value of "A_KEY": not printable ASCII`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.toml), env(map[string]string{"A_KEY": tt.value}))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Parse(%q) = %v, want an error containing %q", tt.toml, err, tt.want)
+			}
+			if err != nil && tt.value != "" && strings.Contains(err.Error(), tt.value) {
+				t.Errorf("Parse(%q) = %v: the error quotes the value", tt.toml, err)
+			}
+		})
+	}
+}
+
+// TestConfigSecrets: one engine secret per secret_env that is set, with the hosts of
+// every dependency that names it; an unset one is no secret and opens no host.
+func TestConfigSecrets(t *testing.T) {
+	c, err := Parse([]byte(`
+[sandbox]
+enabled = true
+[[sandbox.dependencies]]
+package = "b"
+secret_env = "B_KEY"
+hosts = ["api.b.test", "up.b.test"]
+[[sandbox.dependencies]]
+package = "a"
+secret_env = "A_KEY"
+hosts = ["api.a.test"]
+[[sandbox.dependencies]]
+package = "b-extra"
+secret_env = "B_KEY"
+hosts = ["api.b.test", "extra.b.test"]
+[[sandbox.dependencies]]
+package = "c"
+secret_env = "C_KEY"
+hosts = ["api.c.test"]
+`), env(map[string]string{"A_KEY": "sk-a-0123456789abcdef", "B_KEY": "sk-b-0123456789abcdef"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []engine.Secret{
+		{Name: "A_KEY", Value: "sk-a-0123456789abcdef", Hosts: []string{"api.a.test"}},
+		{Name: "B_KEY", Value: "sk-b-0123456789abcdef", Hosts: []string{"api.b.test", "extra.b.test", "up.b.test"}},
+	}
+	if diff := cmp.Diff(want, c.secrets()); diff != "" {
+		t.Errorf("secrets (-want +got):\n%s", diff)
+	}
+	if got := c.secretNames(); !cmp.Equal(got, []string{"A_KEY", "B_KEY"}) {
+		t.Errorf("secretNames = %q, want [A_KEY B_KEY]", got)
+	}
+	if got := c.AllowedHosts(); slices.Contains(got, "api.c.test") {
+		t.Errorf("AllowedHosts = %q: the host of an unset secret is open", got)
+	}
+}
+
 func TestSecretNeverPrints(t *testing.T) {
-	c, err := Parse([]byte(issueConfig), env(map[string]string{"LINEAR_API_KEY": "lin_secret"}))
+	c, err := Parse([]byte(issueConfig), env(map[string]string{"LINEAR_API_KEY": "lin_api_k3y0123456789abcdef"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,11 +203,11 @@ func TestSecretNeverPrints(t *testing.T) {
 	slog.New(slog.NewTextHandler(&log, nil)).Info("config", "config", c, "dep", c.Dependencies[0], "secret", c.Dependencies[0].Secret)
 	j, _ := json.Marshal(c)
 	for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%+v %#v", c, c), string(j), log.String()} {
-		if strings.Contains(s, "lin_secret") {
+		if strings.Contains(s, "lin_api_k3y0123456789abcdef") {
 			t.Errorf("the secret shows in %q", s)
 		}
 	}
-	if c.Dependencies[0].Secret.Value() != "lin_secret" {
+	if c.Dependencies[0].Secret.Value() != "lin_api_k3y0123456789abcdef" {
 		t.Error("Value lost the secret")
 	}
 }

@@ -14,6 +14,9 @@
 //     variables between calls. Deno's permission flags are a second wall inside the
 //     sandbox: network only to the configured hosts, environment only the secrets,
 //     files only /workspace and the dependency directory, no subprocesses or FFI.
+//     A secret never enters the sandbox: the session's sandbox gets it as
+//     engine.Spec.Secrets, so its variable holds the engine's placeholder, which the
+//     engine's egress proxy swaps for the value on requests to the secret's hosts.
 //   - Cleanup deletes volumes unused for the configured TTL.
 //
 // cmd/sandboxctl (`sandboxctl code …`) wires it to an engine, as a CLI and as an MCP

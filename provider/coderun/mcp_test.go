@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -154,6 +155,10 @@ func TestMCPWarmSession(t *testing.T) {
 		if strings.Contains(kv, testSecret) {
 			t.Errorf("the secret is in the sandbox's environment: %q", kv)
 		}
+	}
+	wantSecrets := []engine.Secret{{Name: "CODERUN_TEST_TOKEN", Value: testSecret, Hosts: []string{"api.example.test"}}}
+	if diff := cmp.Diff(wantSecrets, session.Secrets); diff != "" {
+		t.Errorf("session spec secrets (-want +got):\n%s", diff)
 	}
 	if !eng.Capabilities().Volumes {
 		if len(session.Mounts) != 1 || len(session.Volumes) != 0 || session.Mounts[0].Target != "/workspace" {

@@ -22,10 +22,10 @@ import (
 
 // denoArgv is the REPL server's command line: Deno's permission flags are the second
 // wall inside the sandbox. Network: the allowed hosts and the server's own loopback
-// port; environment: the secrets' names only; files: read the dependency directory
+// port; environment: the secrets' names only (their placeholders); files: read the dependency directory
 // and /workspace, write /workspace; no subprocesses, no FFI; never `deno eval`.
 func (r *Runner) denoArgv() []string {
-	names, _ := r.cfg.secretEnv()
+	names := r.cfg.secretNames()
 	net := append([]string{"127.0.0.1:" + strconv.Itoa(rules.PortCoderunREPL)}, r.cfg.AllowedHosts()...)
 	argv := []string{rules.CoderunDeno, "run", "--no-prompt", "--cached-only", "--node-modules-dir=manual",
 		"--allow-net=" + strings.Join(net, ","),
@@ -70,13 +70,13 @@ func (r *Runner) importMapFlag() string {
 const replStartTimeout = 30 * time.Second
 
 // startREPL starts the REPL server detached in the sandbox and waits until it answers;
-// it returns its pid inside the sandbox. The secrets are in the environment of that
-// process only: setsid forks and execs it through sh's exec, so no other process of
-// the sandbox has them.
+// it returns its pid inside the sandbox. The secrets' placeholders and the trust of
+// the sandbox's egress authority (DENO_CERT) are in the environment the engine gives
+// every exec (Spec.Secrets); the values are nowhere in the sandbox.
 // cwd is /workspace in a session (relative paths in code mean the workspace).
-func (r *Runner) startREPL(ctx context.Context, sandbox, cwd string, secrets []string) (int, error) {
+func (r *Runner) startREPL(ctx context.Context, sandbox, cwd string) (int, error) {
 	argv := append([]string{"setsid", "-f", "sh", "-c", `exec "$@" </dev/null >` + rules.CoderunREPLLog + ` 2>&1`, "sh"}, r.denoArgv()...)
-	env := append([]string{"DENO_DIR=" + rules.CoderunDenoDir, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}, secrets...)
+	env := []string{"DENO_DIR=" + rules.CoderunDenoDir, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}
 	var out bytes.Buffer
 	code, err := r.eng.Exec(ctx, sandbox, engine.ExecRequest{Argv: argv, Cwd: cwd, Env: env,
 		Timeout: 30 * time.Second, Stdout: &out, Stderr: &out})

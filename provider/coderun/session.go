@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/docsearch"
@@ -141,31 +140,6 @@ func (s *Session) lock() (func(), error) {
 	}, nil
 }
 
-// lockSession takes the session's lock file; without wait, a busy session is
-// (nil, nil).
-func (r *Runner) lockSession(id string, wait bool) (func(), error) {
-	dir := filepath.Join(r.o.DataDir, "locks")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	fd, err := syscall.Open(filepath.Join(dir, volumeName(id)+".lock"), syscall.O_CREAT|syscall.O_RDWR|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("lock session %s: %w", id, err)
-	}
-	how := syscall.LOCK_EX
-	if !wait {
-		how |= syscall.LOCK_NB
-	}
-	if err := syscall.Flock(fd, how); err != nil {
-		syscall.Close(fd)
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("lock session %s: %w", id, err)
-	}
-	return func() { syscall.Close(fd) }, nil
-}
-
 // Start boots the session's sandbox and REPL now (warm mode) instead of on the first
 // RunCode.
 func (s *Session) Start(ctx context.Context) error {
@@ -208,8 +182,7 @@ func (s *Session) ready(ctx context.Context) (sessionState, error) {
 		}
 	}
 	if st.Pid == 0 {
-		_, secrets := s.r.cfg.secretEnv()
-		if st.Pid, err = s.r.startREPL(ctx, st.Sandbox, rules.CoderunWorkspace, secrets); err != nil {
+		if st.Pid, err = s.r.startREPL(ctx, st.Sandbox, rules.CoderunWorkspace); err != nil {
 			return st, err
 		}
 		if err := s.update(func(p *sessionState) { p.Pid = st.Pid }); err != nil {
@@ -249,7 +222,7 @@ func (s *Session) createSandbox(ctx context.Context) (string, error) {
 		info, err = s.r.eng.Create(ctx, spec)
 	}
 	if err != nil {
-		return "", fmt.Errorf("create session sandbox: %w", err)
+		return "", fmt.Errorf("create session sandbox: %w", secretsHint(spec, err))
 	}
 	return info.ID, nil
 }

@@ -3,6 +3,7 @@ package coderun
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -44,7 +45,7 @@ func TestRunCodeIsAREPL(t *testing.T) {
 }
 
 // Acceptance 3: network, environment, files and processes are walled in by Deno; the
-// secret is only in the REPL's environment.
+// secret's value is in no environment of the sandbox, code reads its placeholder.
 func TestPermissions(t *testing.T) {
 	var logs bytes.Buffer
 	r, progress := newRunner(t, testConfig(t, ""), Options{Logger: newTestLogger(&logs)})
@@ -63,25 +64,36 @@ func TestPermissions(t *testing.T) {
 			t.Errorf("RunCode(%q) = %+v, want an error with %q", tt.code, res, tt.want)
 		}
 	}
+	// Code reads the secret's placeholder, never its value.
 	res := run(t, s, `Deno.env.get("CODERUN_TEST_TOKEN")`)
-	if !res.Success || string(res.Result) != `"`+testSecret+`"` {
-		t.Errorf("the secret from code = %+v", res)
+	var ph string
+	if !res.Success || json.Unmarshal(res.Result, &ph) != nil || ph == testSecret || len(ph) != len(testSecret) {
+		t.Errorf("the secret from code = %+v (result %s), want a placeholder shaped like the value", res, res.Result)
 	}
-	// Only the REPL process has the secret in its environment.
+	// No process of the sandbox has the value in its environment; the REPL has the
+	// placeholder.
 	id, _ := s.Sandbox(t.Context())
 	st, _ := s.state()
-	var out bytes.Buffer
-	code, err := r.eng.Exec(t.Context(), id, engine.ExecRequest{Argv: []string{"sh", "-c",
-		`for f in /proc/[0-9]*/environ; do if grep -q "$TOKEN" "$f" 2>/dev/null; then echo "${f#/proc/}"; fi; done; echo end`},
-		Env: []string{"TOKEN=" + testSecret[:8] + "[" + testSecret[8:9] + "]" + testSecret[9:]}, Stdout: &out, Stderr: &out})
-	// The pattern matches the secret without containing it, so this sh is not a match.
-	if err != nil || code != 0 {
-		t.Fatalf("scan environments: %d %v %s", code, err, out.String())
+	scan := func(pattern string) []string {
+		t.Helper()
+		var out bytes.Buffer
+		code, err := r.eng.Exec(t.Context(), id, engine.ExecRequest{Argv: []string{"sh", "-c",
+			`for f in /proc/[0-9]*/environ; do if grep -q "$TOKEN" "$f" 2>/dev/null; then echo "${f#/proc/}"; fi; done; echo end`},
+			Env: []string{"TOKEN=" + pattern}, Stdout: &out, Stderr: &out})
+		if err != nil || code != 0 {
+			t.Fatalf("scan environments: %d %v %s", code, err, out.String())
+		}
+		return strings.Fields(out.String())
 	}
-	got := strings.Fields(out.String())
-	want := []string{itoa(st.Pid) + "/environ", "end"}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Errorf("processes with the secret in their environment: %q, want only the REPL %q", got, want)
+	// The pattern matches the value without containing it, so the scanning sh is not
+	// a match.
+	if got := scan(testSecret[:8] + "[" + testSecret[8:9] + "]" + testSecret[9:]); !slices.Equal(got, []string{"end"}) {
+		t.Errorf("processes with the secret's value in their environment: %q, want none", got)
+	}
+	if ph != "" {
+		if got := scan("CODERUN_TEST_TOKEN=" + ph[:1] + "[" + ph[1:2] + "]" + ph[2:]); !slices.Contains(got, itoa(st.Pid)+"/environ") {
+			t.Errorf("processes with the placeholder in their environment: %q, want the REPL's (pid %d) among them", got, st.Pid)
+		}
 	}
 	if strings.Contains(logs.String(), testSecret) || strings.Contains(progress.String(), testSecret) {
 		t.Error("the secret shows in the logs or the progress output")
@@ -92,9 +104,9 @@ func TestPermissions(t *testing.T) {
 	if !r.eng.Capabilities().Isolated {
 		return
 	}
-	out.Reset()
+	var out bytes.Buffer
 	probe := `const r = await fetch("http://example.com/"); console.log(r.status, await r.text())`
-	code, err = r.eng.Exec(t.Context(), id, engine.ExecRequest{Argv: []string{"sh", "-c",
+	code, err := r.eng.Exec(t.Context(), id, engine.ExecRequest{Argv: []string{"sh", "-c",
 		`printf '%s' "$0" > /tmp/probe.ts && exec ` + rules.CoderunDeno + ` run --no-prompt --allow-net /tmp/probe.ts`, probe},
 		Env: []string{"DENO_DIR=/tmp/probe-deno", "NO_COLOR=1"}, Stdout: &out, Stderr: &out, Timeout: 30 * time.Second})
 	if err != nil || code != 0 || !strings.HasPrefix(out.String(), "403 ") || !strings.Contains(out.String(), "not in the sandbox's egress hosts") {

@@ -259,10 +259,10 @@ func (r *Runner) buildSnapshot(ctx context.Context, name string, spec engine.Spe
 		return "", err
 	}
 	// One run of the REPL fills Deno's code cache (in DENO_DIR, part of the snapshot),
-	// so session REPLs start faster. Without secrets: nothing of them may land in the
-	// snapshot.
+	// so session REPLs start faster. The build's sandbox has no secrets, not even
+	// their placeholders: nothing of them may land in the snapshot.
 	fmt.Fprintf(r.o.Progress, "warming the REPL's code cache\n")
-	pid, err := r.startREPL(ctx, info.ID, rules.CoderunDepsDir, nil)
+	pid, err := r.startREPL(ctx, info.ID, rules.CoderunDepsDir)
 	if err != nil {
 		return "", err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"time"
 
@@ -161,10 +162,9 @@ func (r *Runner) bootSpare(ctx context.Context) error {
 	}
 	info, err := r.eng.Create(ctx, spec)
 	if err != nil {
-		return err
+		return fmt.Errorf("create a spare sandbox: %w", secretsHint(spec, err))
 	}
-	_, secrets := r.cfg.secretEnv()
-	pid, err := r.startREPL(ctx, info.ID, rules.CoderunWorkspace, secrets)
+	pid, err := r.startREPL(ctx, info.ID, rules.CoderunWorkspace)
 	if err == nil {
 		err = r.withState(func(m map[string]*sessionState) error {
 			m[key] = &sessionState{Sandbox: info.ID, Volume: vol, Pid: pid, LastUsed: r.o.Now()}

@@ -119,7 +119,9 @@ func (r *Runner) removeVolume(ctx context.Context, name string) error {
 const memoryHeadroomMB = 384
 
 // sandboxSpec is the spec of a session sandbox: the snapshot (an image, or a copy),
-// the volume at /workspace, egress only to the allowed hosts, and the memory limit.
+// the volume at /workspace, egress only to the allowed hosts, the secrets that are
+// set (placeholders inside, values added by the engine's egress proxy), and the
+// memory limit.
 func (r *Runner) sandboxSpec(ctx context.Context, snap SnapshotInfo, vol, session string) (engine.Spec, error) {
 	if err := r.ensureVolume(ctx, vol, session); err != nil {
 		return engine.Spec{}, err
@@ -134,10 +136,20 @@ func (r *Runner) sandboxSpec(ctx context.Context, snap SnapshotInfo, vol, sessio
 	if hosts := r.cfg.AllowedHosts(); len(hosts) > 0 {
 		spec.Egress, spec.EgressHosts = true, hosts
 	}
+	spec.Secrets = r.cfg.secrets()
 	if r.eng.Capabilities().Limits {
 		spec.Limits.MemoryBytes = int64(r.cfg.MemoryMB+memoryHeadroomMB) << 20
 	}
 	return spec, nil
+}
+
+// secretsHint says what to do when an engine refuses a spec's secrets (Modal or E2B
+// without an egress gateway): the secrets are never degraded to environment variables.
+func secretsHint(spec engine.Spec, err error) error {
+	if len(spec.Secrets) == 0 || !errors.Is(err, engine.ErrUnsupported) {
+		return err
+	}
+	return fmt.Errorf("the packages' secrets (secret_env) reach code only as placeholders the engine's egress proxy swaps, and this engine refused them: configure an egress gateway for it, or remove secret_env: %w", err)
 }
 
 // bootFrom is how a sandbox boots from the dependency snapshot: Spec.Image for an
