@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
-	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modalnet"
 )
@@ -89,32 +88,27 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	case spec.Limits.MemoryBytes != 0 && spec.Limits.MemoryBytes < 1<<20:
 		return engine.Info{}, fmt.Errorf("modal: memory limit %d bytes: Modal counts whole MiB: %w", spec.Limits.MemoryBytes, engine.ErrLimit)
 	}
-	if e.o.Gateway == nil {
-		if err := gateway.Refuse("modal", spec); err != nil {
-			return engine.Info{}, err
-		}
-	}
-	spec, reg, err := e.o.Gateway.Prepare(ctx, spec)
+	id, err := e.o.Gateway.Create(ctx, e, "modal", spec, e.create)
 	if err != nil {
 		return engine.Info{}, err
 	}
-	created := false
-	defer func() {
-		if !created {
-			_ = e.o.Gateway.Release(context.WithoutCancel(ctx), spec.Labels)
-		}
-	}()
+	return e.Get(ctx, id)
+}
+
+// create makes the sandbox of spec (its secrets already with the gateway) and returns
+// its id.
+func (e *Engine) create(ctx context.Context, spec engine.Spec) (string, error) {
 	cidrs, domains, err := allowlists(spec)
 	if err != nil {
-		return engine.Info{}, err
+		return "", err
 	}
 	c, app, err := e.connect(ctx, provider.OpCreateSandbox)
 	if err != nil {
-		return engine.Info{}, err
+		return "", err
 	}
 	img, err := e.image.Image(c)
 	if err != nil {
-		return engine.Info{}, err
+		return "", err
 	}
 	snap := spec.Snapshot
 	if snap == "" {
@@ -123,7 +117,7 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	}
 	if snap != "" {
 		if img, err = c.Images.FromID(ctx, snap, nil); err != nil {
-			return engine.Info{}, notFound(err)
+			return "", notFound(err)
 		}
 	}
 	env := map[string]string{}
@@ -146,23 +140,17 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		params.CPULimit = params.CPU
 	}
 	if err := e.mountVolumes(ctx, c, spec, params); err != nil {
-		return engine.Info{}, err
+		return "", err
 	}
 	sb, err := c.Sandboxes.Create(ctx, app, img, params)
-	if err == nil {
-		if err = gateway.Trust(ctx, e, sb.SandboxID, reg); err != nil {
-			_ = e.Terminate(context.WithoutCancel(ctx), sb.SandboxID)
-		}
-	}
 	if err != nil {
 		var ae modalsdk.AlreadyExistsError
 		if errors.As(err, &ae) {
-			return engine.Info{}, fmt.Errorf("%w: %v", engine.ErrNameTaken, err)
+			return "", fmt.Errorf("%w: %v", engine.ErrNameTaken, err)
 		}
-		return engine.Info{}, err
+		return "", err
 	}
-	created = true
-	return e.Get(ctx, sb.SandboxID)
+	return sb.SandboxID, nil
 }
 
 // allowlists are Modal's outbound CIDR and domain allow-lists for spec.EgressHosts
@@ -417,13 +405,12 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 }
 
 // Terminate ends the sandbox; one that is already gone is success.
+// The sandbox's gateway credential dies with it.
 func (e *Engine) Terminate(ctx context.Context, id string) error {
-	if e.o.Gateway != nil {
-		// The sandbox's gateway credential dies with it.
-		if info, err := e.Get(ctx, id); err == nil {
-			defer e.o.Gateway.Release(context.WithoutCancel(ctx), info.Labels)
-		}
-	}
+	return e.o.Gateway.Terminate(ctx, e, id, e.terminate)
+}
+
+func (e *Engine) terminate(ctx context.Context, id string) error {
 	sb, err := e.sandbox(ctx, id)
 	if errors.Is(err, engine.ErrNotFound) {
 		return nil
