@@ -20,6 +20,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modalnet"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 var (
@@ -30,13 +31,28 @@ var (
 )
 
 // Capabilities: Modal isolates sandboxes and snapshots filesystems, DialPort reaches
-// the ports given a tunnel at create (Spec.Ports), volumes are Modal Volumes
-// (volumes.go), and memory and CPU limits are Modal's resources (pids and disk limits
-// are refused). No ExecKill: Modal's protocol has no call that kills an exec. No
-// pause; no Spec.Image (a snapshot's image id goes in Spec.Snapshot); no host mounts.
+// the ports given a tunnel at create (Spec.Ports), sshd's port is tunnelled as raw TCP
+// (SSH), volumes are Modal Volumes (volumes.go), and memory and CPU limits are Modal's
+// resources (pids and disk limits are refused). No ExecKill: Modal's protocol has no
+// call that kills an exec. No pause; no Spec.Image (a snapshot's image id goes in
+// Spec.Snapshot); no host mounts.
 func (e *Engine) Capabilities() engine.Capabilities {
 	return engine.Capabilities{Isolated: true, Snapshot: true, DialPort: true, Names: true, TTY: true, FileErrors: true, Volumes: true,
-		Limits: true}
+		Limits: true, SSH: true}
+}
+
+// tunnelPorts splits Spec.Ports into Modal's encrypted ports (TLS-terminated tunnels)
+// and its unencrypted ones: sshd's, whose protocol brings its own encryption and which
+// ssh clients reach as raw TCP.
+func tunnelPorts(ports []int) (encrypted, unencrypted []int) {
+	for _, p := range ports {
+		if p == rules.PortSSH {
+			unencrypted = append(unencrypted, p)
+		} else {
+			encrypted = append(encrypted, p)
+		}
+	}
+	return encrypted, unencrypted
 }
 
 func (e *Engine) sandbox(ctx context.Context, id string) (*modalsdk.Sandbox, error) {
@@ -125,7 +141,8 @@ func (e *Engine) create(ctx context.Context, spec engine.Spec) (string, error) {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	params := &modalsdk.SandboxCreateParams{Name: spec.Name, Env: env, EncryptedPorts: spec.Ports,
+	encrypted, unencrypted := tunnelPorts(spec.Ports)
+	params := &modalsdk.SandboxCreateParams{Name: spec.Name, Env: env, EncryptedPorts: encrypted, UnencryptedPorts: unencrypted,
 		// A Modal sandbox with network has its own (its ports are its own) and reaches the
 		// outside: Spec.Egress; Spec.Network asks no less.
 		Timeout: wholeSeconds(spec.Timeout), BlockNetwork: !spec.Network && !spec.Egress, Tags: maps.Clone(spec.Labels),
@@ -190,7 +207,11 @@ func (e *Engine) Get(ctx context.Context, id string) (engine.Info, error) {
 	}
 	if ts, err := sb.Tunnels(ctx, TunnelTimeout, nil); err == nil {
 		for port, t := range ts {
-			info.Tunnels = append(info.Tunnels, engine.Tunnel{Port: port, Host: t.Host, HostPort: t.Port})
+			host, hostPort := t.Host, t.Port
+			if h, p, err := t.TCPSocket(); err == nil {
+				host, hostPort = h, p // an unencrypted port's raw TCP end
+			}
+			info.Tunnels = append(info.Tunnels, engine.Tunnel{Port: port, Host: host, HostPort: hostPort})
 		}
 	}
 	return info, nil
