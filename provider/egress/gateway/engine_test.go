@@ -71,7 +71,9 @@ type files struct {
 
 func (f *files) path(p string) string { return filepath.Join(f.root, p) }
 
-func (f *files) ReadFile(_ context.Context, _, p string) ([]byte, error) { return os.ReadFile(f.path(p)) }
+func (f *files) ReadFile(_ context.Context, _, p string) ([]byte, error) {
+	return os.ReadFile(f.path(p))
+}
 
 func (f *files) MkdirAll(_ context.Context, _, p string) error { return os.MkdirAll(f.path(p), 0o755) }
 
