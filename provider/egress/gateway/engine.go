@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"slices"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -43,7 +44,8 @@ func Refuse(engineName string, spec engine.Spec) error {
 
 // Prepare registers spec's secrets and returns the spec to create: the placeholders,
 // the proxy's and the trust's environment added, the registration's id labeled, and
-// the gateway's host allowed egress. Without secrets it returns spec as it is.
+// the gateway's host allowed egress (added to EgressHosts when it is a list, unless
+// it is a loopback address). Without secrets it returns spec as it is.
 func (g *Engine) Prepare(ctx context.Context, spec engine.Spec) (engine.Spec, Registration, error) {
 	if len(spec.Secrets) == 0 {
 		return spec, Registration{}, nil
@@ -67,13 +69,20 @@ func (g *Engine) Prepare(ctx context.Context, spec engine.Spec) (engine.Spec, Re
 	}
 	spec.Labels[LabelKey] = key
 	if len(spec.EgressHosts) > 0 {
-		if host, _, err := net.SplitHostPort(g.Addr); err == nil {
+		// A loopback address is a relay inside the sandbox (the local servers' way to
+		// the gateway: gatewaytest), not a destination; its own is the caller's to allow.
+		if host, _, err := net.SplitHostPort(g.Addr); err == nil && !isLoopback(host) {
 			spec.EgressHosts = append(slices.Clip(spec.EgressHosts), host)
 		}
 	}
 	spec.Egress = true
 	spec.Secrets = nil
 	return spec, reg, nil
+}
+
+func isLoopback(host string) bool {
+	a, err := netip.ParseAddr(host)
+	return host == "localhost" || (err == nil && a.IsLoopback())
 }
 
 // Trust writes reg's authority into sandbox id: the copies its environment names

@@ -56,6 +56,10 @@ func TestPrepareRelease(t *testing.T) {
 	if _, err := g.Counters(spec.Labels[LabelKey]); err == nil {
 		t.Error("the registration outlived Release")
 	}
+	relay := &Engine{Registrar: g, Addr: "127.0.0.1:18090"}
+	if spec, _, err := relay.Prepare(t.Context(), in); err != nil || !slices.Equal(spec.EgressHosts, in.EgressHosts) {
+		t.Errorf("Prepare with a relay on loopback: egress hosts %q, %v; want the caller's alone", spec.EgressHosts, err)
+	}
 	if same, _, err := ge.Prepare(t.Context(), engine.Spec{Env: []string{"A=1"}}); err != nil || len(same.Env) != 1 {
 		t.Errorf("Prepare without secrets = %+v, %v; want the spec as it is", same, err)
 	}
