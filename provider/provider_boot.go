@@ -178,7 +178,7 @@ func (p *Provider) Boot(ctx context.Context, opts CreateOptions) (Boot, error) {
 			b.ExpiresAt = p.o.Now().Add(spec.Timeout).UnixMilli()
 		}
 	}
-	if b.TunnelURL != "" {
+	if b.TunnelURL != "" && r.Succeeded(StepNameOpenCode) {
 		// As ever, an OpenCode that is slow to come up is a warning.
 		if _, err := WaitForOpenCodeReady(ctx, b.TunnelURL, ReadyOptions{Client: p.o.HTTPClient, MaxWait: p.o.ReadyWait}); err != nil {
 			p.log.Warn("opencode not ready", "sandbox_id", info.ID, "err", RedactSecrets(err.Error()))
@@ -214,7 +214,11 @@ func (p *Provider) spec(opts CreateOptions, token, sidecarURL string) (engine.Sp
 	if p.caps.Isolated {
 		// Its own network (the fixed ports are its own), the outside through the
 		// engine's egress (remote clones, the LLM).
-		for _, port := range bootPorts {
+		ports := bootPorts
+		if p.caps.SSH {
+			ports = append(slices.Clip(ports), PortSSH)
+		}
+		for _, port := range ports {
 			if !slices.Contains(spec.Ports, port) {
 				spec.Ports = append(spec.Ports, port)
 			}
@@ -330,8 +334,11 @@ func (p *Provider) skip(s Step) string {
 	return ""
 }
 
-// result is the CreateResult of a running sandbox: its URLs, the OpenCode and preview
-// ones when those run.
+// result is the CreateResult of a running sandbox: its URLs, and its SSH tunnel on an
+// engine that makes one. An isolated sandbox's OpenCode and preview ports are its own
+// and tunnelled from create on, so their URLs are published whether or not the boot
+// started OpenCode and Caddy (as the platform expects); a sandbox without isolation
+// publishes them only when those run.
 func (p *Provider) result(ctx context.Context, info engine.Info, openCode, preview bool) CreateResult {
 	res := CreateResult{SandboxID: info.ID}
 	url := func(port int) string {
@@ -347,11 +354,14 @@ func (p *Provider) result(ctx context.Context, info engine.Info, openCode, previ
 	if p.caps.Isolated {
 		res.SandboxMCPURL = url(PortSandboxMCP)
 	}
-	if openCode {
+	if openCode || p.caps.Isolated {
 		res.TunnelURL = url(PortOpenCode)
 	}
-	if preview {
+	if preview || p.caps.Isolated {
 		res.PreviewURL = url(PortPreview)
+	}
+	if i := slices.IndexFunc(info.Tunnels, func(t engine.Tunnel) bool { return t.Port == PortSSH }); p.caps.SSH && i >= 0 {
+		res.SSHHost, res.SSHPort = info.Tunnels[i].Host, info.Tunnels[i].HostPort
 	}
 	return res
 }

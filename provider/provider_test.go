@@ -2,6 +2,7 @@ package provider
 
 import (
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -79,10 +80,42 @@ func TestSpecTravelsWithTheCall(t *testing.T) {
 		t.Errorf("unisolated spec = %+v, %v", got, err)
 	}
 
+	// An engine that tunnels sshd's port raw is asked for it too.
+	p.caps = engine.Capabilities{Isolated: true, SSH: true}
+	got, err = p.spec(CreateOptions{SessionID: "s1"}, "tok-1", "")
+	if err != nil || !slices.Equal(got.Ports, []int{PortSandboxMCP, PortOpenCode, PortPreview, PortSSH}) {
+		t.Errorf("spec on an engine with SSH: ports %v, %v; want the boot's and sshd's", got.Ports, err)
+	}
+
 	// What the engine cannot do is refused before anything is made.
 	p.caps = engine.Capabilities{Isolated: true}
 	if _, err := p.spec(CreateOptions{SessionID: "s1", Spec: engine.Spec{Limits: engine.Limits{MemoryBytes: 1}}}, "t", ""); !errors.Is(err, engine.ErrLimit) {
 		t.Errorf("spec with a limit the engine lacks = %v, want ErrLimit", err)
+	}
+}
+
+// TestResultPublishesTunnels: an isolated sandbox's result carries the URL of every
+// boot port whether or not OpenCode and Caddy ran, and the SSH tunnel on an engine
+// that makes one; without isolation, only what runs.
+func TestResultPublishesTunnels(t *testing.T) {
+	info := engine.Info{ID: "sb-1", Tunnels: []engine.Tunnel{{Port: PortSandboxMCP, Host: "127.0.0.1", HostPort: 1001},
+		{Port: PortOpenCode, Host: "127.0.0.1", HostPort: 1002}, {Port: PortPreview, Host: "127.0.0.1", HostPort: 1003},
+		{Port: PortSSH, Host: "127.0.0.1", HostPort: 1004}}}
+	for _, tt := range []struct {
+		name string
+		caps engine.Capabilities
+		want CreateResult
+	}{
+		{"isolated", engine.Capabilities{Isolated: true}, CreateResult{SandboxID: "sb-1", SandboxMCPURL: "http://127.0.0.1:1001",
+			TunnelURL: "http://127.0.0.1:1002", PreviewURL: "http://127.0.0.1:1003"}},
+		{"isolated with SSH", engine.Capabilities{Isolated: true, SSH: true}, CreateResult{SandboxID: "sb-1", SandboxMCPURL: "http://127.0.0.1:1001",
+			TunnelURL: "http://127.0.0.1:1002", PreviewURL: "http://127.0.0.1:1003", SSHHost: "127.0.0.1", SSHPort: 1004}},
+		{"unisolated", engine.Capabilities{}, CreateResult{SandboxID: "sb-1"}},
+	} {
+		p := &Provider{caps: tt.caps, o: Options{Kind: KindModal}, log: slog.New(slog.DiscardHandler)}
+		if diff := cmp.Diff(tt.want, p.result(t.Context(), info, false, false)); diff != "" {
+			t.Errorf("%s: result without OpenCode and Caddy (-want +got):\n%s", tt.name, diff)
+		}
 	}
 }
 

@@ -2,15 +2,25 @@ package rules
 
 // Trust of a sandbox with secrets (engine.Spec.Secrets): the egress proxy terminates
 // TLS to the secrets' hosts with a certificate of the sandbox's own authority, which
-// the sandbox's TLS clients must trust. The engine writes the authority's certificate
-// to TrustCAFile, appends it to the system bundle TrustBundleFile, and sets
-// TrustEnv in every command's environment.
+// the sandbox's TLS clients must trust. The local engine binds the system bundle
+// TrustBundleFile with the authority appended. An engine adapter of a remote platform
+// (its file calls run as the sandbox's user, who may not write /etc/ssl/certs: E2B's
+// "user") writes the authority to TrustUserCAFile and the system bundle with it to
+// TrustUserBundleFile, adds it to the system's files where it may, and sets TrustEnv in
+// the sandbox's environment, which names the user's files so that it holds either way.
 const (
 	// TrustCAFile holds the certificate of the sandbox's egress authority alone.
 	TrustCAFile = "/etc/ssl/certs/sandbox-egress-ca.pem"
 	// TrustBundleFile is the system's bundle of roots (Debian's), with the
 	// authority appended.
 	TrustBundleFile = "/etc/ssl/certs/ca-certificates.crt"
+	// TrustUserDir holds the user-writable copies of the trust.
+	TrustUserDir = HomeDir + "/.config/sandbox-egress"
+	// TrustUserCAFile is the authority alone, in TrustUserDir.
+	TrustUserCAFile = TrustUserDir + "/ca.pem"
+	// TrustUserBundleFile is the system bundle with the authority appended, in
+	// TrustUserDir.
+	TrustUserBundleFile = TrustUserDir + "/ca-certificates.crt"
 
 	// EnvSSLCertFile is OpenSSL's (curl, git, Python's ssl, Go's) bundle.
 	EnvSSLCertFile = "SSL_CERT_FILE"
@@ -23,13 +33,13 @@ const (
 )
 
 // TrustEnv is KEY=VALUE for each variable that points a TLS client at the sandbox's
-// trust: the bundle where a variable replaces the roots, the authority alone where it
-// adds to them.
+// trust, in the user-writable copies: the bundle where a variable replaces the roots,
+// the authority alone where it adds to them.
 func TrustEnv() []string {
 	return []string{
-		EnvSSLCertFile + "=" + TrustBundleFile,
-		EnvRequestsCABundle + "=" + TrustBundleFile,
-		EnvNodeExtraCACerts + "=" + TrustCAFile,
-		EnvDenoCert + "=" + TrustCAFile,
+		EnvSSLCertFile + "=" + TrustUserBundleFile,
+		EnvRequestsCABundle + "=" + TrustUserBundleFile,
+		EnvNodeExtraCACerts + "=" + TrustUserCAFile,
+		EnvDenoCert + "=" + TrustUserCAFile,
 	}
 }

@@ -107,25 +107,20 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	case spec.Runtime != "":
 		return engine.Info{}, fmt.Errorf("e2b: runtime %q: E2B chooses its own: %w", spec.Runtime, engine.ErrUnsupported)
 	}
-	if e.o.Gateway == nil {
-		if err := gateway.Refuse("e2b", spec); err != nil {
-			return engine.Info{}, err
-		}
-	}
-	spec, reg, err := e.o.Gateway.Prepare(ctx, spec)
+	id, err := e.o.Gateway.Create(ctx, e, "e2b", spec, e.create)
 	if err != nil {
 		return engine.Info{}, err
 	}
-	created := false
-	defer func() {
-		if !created {
-			_ = e.o.Gateway.Release(context.WithoutCancel(ctx), spec.Labels)
-		}
-	}()
+	return e.Get(ctx, id)
+}
+
+// create makes the sandbox of spec (its secrets already with the gateway) and returns
+// its id once its envd answers.
+func (e *Engine) create(ctx context.Context, spec engine.Spec) (string, error) {
 	mounts := make([]e2bwire.VolumeMount, 0, len(spec.Volumes))
 	for _, v := range spec.Volumes {
 		if v.ReadOnly {
-			return engine.Info{}, fmt.Errorf("%w: volume %q at %s: E2B mounts volumes read-write only", engine.ErrUnsupported, v.Name, v.Target)
+			return "", fmt.Errorf("%w: volume %q at %s: E2B mounts volumes read-write only", engine.ErrUnsupported, v.Name, v.Target)
 		}
 		mounts = append(mounts, e2bwire.VolumeMount{Name: v.Name, Path: v.Target})
 	}
@@ -133,7 +128,7 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	for _, kv := range spec.Env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return engine.Info{}, fmt.Errorf("invalid env entry %q", kv)
+			return "", fmt.Errorf("invalid env entry %q", kv)
 		}
 		env[k] = v
 	}
@@ -146,7 +141,7 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		template = spec.Snapshot
 	}
 	if template == "" {
-		return engine.Info{}, &provider.ConfigError{Msg: "E2B_TEMPLATE is required to create a sandbox"}
+		return "", &provider.ConfigError{Msg: "E2B_TEMPLATE is required to create a sandbox"}
 	}
 	// E2B sandboxes never share a network with anything; either flag asks for the
 	// outside, and EgressHosts (with Egress) become E2B's egress rules.
@@ -154,21 +149,16 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	sb, err := e.c.Create(ctx, e2bwire.NewSandbox{TemplateID: template, Timeout: seconds(timeout), Secure: true,
 		AllowInternetAccess: &net, Metadata: spec.Labels, EnvVars: env, VolumeMounts: mounts, Network: egressRules(spec)})
 	if err != nil {
-		return engine.Info{}, engineErr(err)
+		return "", engineErr(err)
 	}
 	// A fresh sandbox's envd may take a moment: the first call on it must not fail.
 	if err := waitEnvd(ctx, e.c.Envd(sb)); err != nil {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		_ = e.c.Kill(kctx, sb.SandboxID)
 		cancel()
-		return engine.Info{}, err
+		return "", err
 	}
-	if err := gateway.Trust(ctx, e, sb.SandboxID, reg); err != nil {
-		_ = e.Terminate(context.WithoutCancel(ctx), sb.SandboxID)
-		return engine.Info{}, engineErr(err)
-	}
-	created = true
-	return e.Get(ctx, sb.SandboxID)
+	return sb.SandboxID, nil
 }
 
 // waitEnvd waits until envd answers, for at most a minute.
@@ -427,14 +417,13 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	return engineErr(err)
 }
 
-// Terminate kills; a gone sandbox is success.
+// Terminate kills; a gone sandbox is success. The sandbox's gateway credential dies
+// with it.
 func (e *Engine) Terminate(ctx context.Context, id string) error {
-	if e.o.Gateway != nil {
-		// The sandbox's gateway credential dies with it.
-		if info, err := e.Get(ctx, id); err == nil {
-			defer e.o.Gateway.Release(context.WithoutCancel(ctx), info.Labels)
-		}
-	}
+	return e.o.Gateway.Terminate(ctx, e, id, e.kill)
+}
+
+func (e *Engine) kill(ctx context.Context, id string) error {
 	if err := e.c.Kill(ctx, id); err != nil && !IsNotFound(err) {
 		return err
 	}

@@ -1,12 +1,16 @@
-package e2b
+package e2b_test
 
 import (
 	"context"
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/internal/e2btest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway"
+	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway/gatewaytest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
@@ -35,23 +39,37 @@ func (r *recorder) Unregister(ctx context.Context, id string) error {
 // degraded to environment variables, and that a failed create with one ends the
 // sandbox's registration.
 func TestCreateSecrets(t *testing.T) {
-	c, err := NewClient(ClientOptions{APIKey: "test", APIURL: "http://127.0.0.1:1"})
+	c, err := e2b.NewClient(e2b.ClientOptions{APIKey: "test", APIURL: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec := engine.Spec{Secrets: []engine.Secret{{Name: "KEY", Value: "sk-0123456789abcdefghij", Hosts: []string{"api.example.com"}}}}
-	e, _ := NewEngine(c, EngineOptions{Template: "base"})
+	e, _ := e2b.NewEngine(c, e2b.EngineOptions{Template: "base"})
 	if _, err := e.Create(t.Context(), spec); !errors.Is(err, engine.ErrUnsupported) {
 		t.Errorf("Create with secrets and no gateway = %v, want ErrUnsupported", err)
 	}
 	g := gateway.New(gateway.Config{})
 	defer g.Close()
 	rec := &recorder{Gateway: g, live: map[string]bool{}}
-	e, _ = NewEngine(c, EngineOptions{Template: "base", Gateway: &gateway.Engine{Registrar: rec, Addr: "gw.example.com:8090"}})
+	e, _ = e2b.NewEngine(c, e2b.EngineOptions{Template: "base", Gateway: &gateway.Engine{Registrar: rec, Addr: "gw.example.com:8090"}})
 	if _, err := e.Create(t.Context(), spec); err == nil {
 		t.Fatal("Create against an unreachable API succeeded")
 	}
 	if len(rec.live) != 0 {
 		t.Errorf("registrations left after a failed create: %v", rec.live)
 	}
+}
+
+// TestGatewayEndToEnd: a sandbox of the local E2B server created with Spec.Secrets
+// through an engine given a gateway: the placeholder inside, the value upstream and
+// the echo scrubbed over HTTPS through the sandbox's CA, a placeholder to another host
+// refused and counted, and the credential dead after terminate (gatewaytest).
+func TestGatewayEndToEnd(t *testing.T) {
+	f := gatewaytest.Start(t)
+	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP, Egress: true})
+	eng, err := e2b.NewEngine(srv.Client(t), e2b.EngineOptions{Template: "base", Timeout: 5 * time.Minute, Gateway: f.Engine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Run(t, eng)
 }

@@ -233,6 +233,10 @@ type Capabilities struct {
 	ExecKill bool `json:"execKill"`
 	// Runtimes are the values Spec.Runtime accepts, the default first.
 	Runtimes []string `json:"runtimes,omitempty"`
+	// SSH: the engine tunnels sshd's port (rules.PortSSH) as raw TCP when Spec.Ports
+	// names it (Modal's unencrypted port), so the one provider asks for it at every
+	// boot and reports its tunnel (Info.Tunnels) as the create's SSH host and port.
+	SSH bool `json:"ssh,omitempty"`
 }
 
 // RootFS is an image unpacked for booting: read-only layer directories on the host,

@@ -11,9 +11,11 @@ import (
 
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,12 +109,17 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("EnsureSandbox: %v", err)
 	}
 	t.Cleanup(func() { p.Terminate(context.Background(), opts.SessionID, first.SandboxID) })
-	// The one provider publishes the sidecar's and the preview's tunnels; Modal's
-	// OpenCode tunnel (without OpenCode in the image) and its SSH tunnel are not
-	// published yet (docs/modal.md, "What the one provider does not publish").
+	// Every port Modal exposes at create is published, OpenCode's too although the
+	// image has no OpenCode, and sshd's as a raw TCP tunnel.
 	if first.Recovered || !strings.HasPrefix(first.SandboxID, "sb-") || !strings.HasPrefix(first.PreviewURL, "https://127.0.0.1:") ||
-		!strings.HasPrefix(first.SandboxMCPURL, "https://127.0.0.1:") {
-		t.Errorf("EnsureSandbox = %+v", first)
+		!strings.HasPrefix(first.SandboxMCPURL, "https://127.0.0.1:") || !strings.HasPrefix(first.TunnelURL, "https://127.0.0.1:") ||
+		first.SSHHost != "127.0.0.1" || first.SSHPort == 0 {
+		t.Errorf("EnsureSandbox = %+v, want the sidecar's, OpenCode's, the preview's and the SSH tunnel", first)
+	}
+	if c, err := net.DialTimeout("tcp", net.JoinHostPort(first.SSHHost, strconv.Itoa(first.SSHPort)), 10*time.Second); err != nil {
+		t.Errorf("dial the SSH tunnel: %v", err)
+	} else {
+		c.Close()
 	}
 	onImage(t, first.SandboxID)
 	hctx, hcancel := context.WithTimeout(ctx, 60*time.Second)
@@ -150,7 +157,8 @@ func TestEndToEnd(t *testing.T) {
 	recovered := opts
 	recovered.CurrentSandboxID = first.SandboxID
 	again, err := p.EnsureSandbox(ctx, recovered)
-	if err != nil || !again.Recovered || again.SandboxID != first.SandboxID || again.PreviewURL != first.PreviewURL {
+	if err != nil || !again.Recovered || again.SandboxID != first.SandboxID || again.PreviewURL != first.PreviewURL ||
+		again.TunnelURL != first.TunnelURL || again.SSHPort != first.SSHPort {
 		t.Errorf("EnsureSandbox (recover) = %+v, %v", again, err)
 	}
 

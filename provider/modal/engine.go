@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
-	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modalnet"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 var (
@@ -31,13 +31,28 @@ var (
 )
 
 // Capabilities: Modal isolates sandboxes and snapshots filesystems, DialPort reaches
-// the ports given a tunnel at create (Spec.Ports), volumes are Modal Volumes
-// (volumes.go), and memory and CPU limits are Modal's resources (pids and disk limits
-// are refused). No ExecKill: Modal's protocol has no call that kills an exec. No
-// pause; no Spec.Image (a snapshot's image id goes in Spec.Snapshot); no host mounts.
+// the ports given a tunnel at create (Spec.Ports), sshd's port is tunnelled as raw TCP
+// (SSH), volumes are Modal Volumes (volumes.go), and memory and CPU limits are Modal's
+// resources (pids and disk limits are refused). No ExecKill: Modal's protocol has no
+// call that kills an exec. No pause; no Spec.Image (a snapshot's image id goes in
+// Spec.Snapshot); no host mounts.
 func (e *Engine) Capabilities() engine.Capabilities {
 	return engine.Capabilities{Isolated: true, Snapshot: true, DialPort: true, Names: true, TTY: true, FileErrors: true, Volumes: true,
-		Limits: true}
+		Limits: true, SSH: true}
+}
+
+// tunnelPorts splits Spec.Ports into Modal's encrypted ports (TLS-terminated tunnels)
+// and its unencrypted ones: sshd's, whose protocol brings its own encryption and which
+// ssh clients reach as raw TCP.
+func tunnelPorts(ports []int) (encrypted, unencrypted []int) {
+	for _, p := range ports {
+		if p == rules.PortSSH {
+			unencrypted = append(unencrypted, p)
+		} else {
+			encrypted = append(encrypted, p)
+		}
+	}
+	return encrypted, unencrypted
 }
 
 func (e *Engine) sandbox(ctx context.Context, id string) (*modalsdk.Sandbox, error) {
@@ -89,32 +104,27 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	case spec.Limits.MemoryBytes != 0 && spec.Limits.MemoryBytes < 1<<20:
 		return engine.Info{}, fmt.Errorf("modal: memory limit %d bytes: Modal counts whole MiB: %w", spec.Limits.MemoryBytes, engine.ErrLimit)
 	}
-	if e.o.Gateway == nil {
-		if err := gateway.Refuse("modal", spec); err != nil {
-			return engine.Info{}, err
-		}
-	}
-	spec, reg, err := e.o.Gateway.Prepare(ctx, spec)
+	id, err := e.o.Gateway.Create(ctx, e, "modal", spec, e.create)
 	if err != nil {
 		return engine.Info{}, err
 	}
-	created := false
-	defer func() {
-		if !created {
-			_ = e.o.Gateway.Release(context.WithoutCancel(ctx), spec.Labels)
-		}
-	}()
+	return e.Get(ctx, id)
+}
+
+// create makes the sandbox of spec (its secrets already with the gateway) and returns
+// its id.
+func (e *Engine) create(ctx context.Context, spec engine.Spec) (string, error) {
 	cidrs, domains, err := allowlists(spec)
 	if err != nil {
-		return engine.Info{}, err
+		return "", err
 	}
 	c, app, err := e.connect(ctx, provider.OpCreateSandbox)
 	if err != nil {
-		return engine.Info{}, err
+		return "", err
 	}
 	img, err := e.image.Image(c)
 	if err != nil {
-		return engine.Info{}, err
+		return "", err
 	}
 	snap := spec.Snapshot
 	if snap == "" {
@@ -123,7 +133,7 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	}
 	if snap != "" {
 		if img, err = c.Images.FromID(ctx, snap, nil); err != nil {
-			return engine.Info{}, notFound(err)
+			return "", notFound(err)
 		}
 	}
 	env := map[string]string{}
@@ -131,7 +141,8 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	params := &modalsdk.SandboxCreateParams{Name: spec.Name, Env: env, EncryptedPorts: spec.Ports,
+	encrypted, unencrypted := tunnelPorts(spec.Ports)
+	params := &modalsdk.SandboxCreateParams{Name: spec.Name, Env: env, EncryptedPorts: encrypted, UnencryptedPorts: unencrypted,
 		// A Modal sandbox with network has its own (its ports are its own) and reaches the
 		// outside: Spec.Egress; Spec.Network asks no less.
 		Timeout: wholeSeconds(spec.Timeout), BlockNetwork: !spec.Network && !spec.Egress, Tags: maps.Clone(spec.Labels),
@@ -146,23 +157,17 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 		params.CPULimit = params.CPU
 	}
 	if err := e.mountVolumes(ctx, c, spec, params); err != nil {
-		return engine.Info{}, err
+		return "", err
 	}
 	sb, err := c.Sandboxes.Create(ctx, app, img, params)
-	if err == nil {
-		if err = gateway.Trust(ctx, e, sb.SandboxID, reg); err != nil {
-			_ = e.Terminate(context.WithoutCancel(ctx), sb.SandboxID)
-		}
-	}
 	if err != nil {
 		var ae modalsdk.AlreadyExistsError
 		if errors.As(err, &ae) {
-			return engine.Info{}, fmt.Errorf("%w: %v", engine.ErrNameTaken, err)
+			return "", fmt.Errorf("%w: %v", engine.ErrNameTaken, err)
 		}
-		return engine.Info{}, err
+		return "", err
 	}
-	created = true
-	return e.Get(ctx, sb.SandboxID)
+	return sb.SandboxID, nil
 }
 
 // allowlists are Modal's outbound CIDR and domain allow-lists for spec.EgressHosts
@@ -202,7 +207,11 @@ func (e *Engine) Get(ctx context.Context, id string) (engine.Info, error) {
 	}
 	if ts, err := sb.Tunnels(ctx, TunnelTimeout, nil); err == nil {
 		for port, t := range ts {
-			info.Tunnels = append(info.Tunnels, engine.Tunnel{Port: port, Host: t.Host, HostPort: t.Port})
+			host, hostPort := t.Host, t.Port
+			if h, p, err := t.TCPSocket(); err == nil {
+				host, hostPort = h, p // an unencrypted port's raw TCP end
+			}
+			info.Tunnels = append(info.Tunnels, engine.Tunnel{Port: port, Host: host, HostPort: hostPort})
 		}
 	}
 	return info, nil
@@ -417,13 +426,12 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 }
 
 // Terminate ends the sandbox; one that is already gone is success.
+// The sandbox's gateway credential dies with it.
 func (e *Engine) Terminate(ctx context.Context, id string) error {
-	if e.o.Gateway != nil {
-		// The sandbox's gateway credential dies with it.
-		if info, err := e.Get(ctx, id); err == nil {
-			defer e.o.Gateway.Release(context.WithoutCancel(ctx), info.Labels)
-		}
-	}
+	return e.o.Gateway.Terminate(ctx, e, id, e.terminate)
+}
+
+func (e *Engine) terminate(ctx context.Context, id string) error {
 	sb, err := e.sandbox(ctx, id)
 	if errors.Is(err, engine.ErrNotFound) {
 		return nil

@@ -1,10 +1,11 @@
 package gateway
 
 // What an engine adapter (provider/modal, provider/e2b) does with Spec.Secrets when
-// its sandboxes reach the internet without our proxy: without a gateway it refuses
-// them (never degrading them to environment variables); with one it registers the
-// sandbox before Create (Prepare), writes the trust into it after (Trust), and ends
-// the credential at Terminate (Release).
+// its sandboxes reach the internet without our proxy, in one place for both (Create
+// and Terminate around the adapter's own): without a gateway it refuses them (never
+// degrading them to environment variables); with one it registers the sandbox before
+// it is created (Prepare), writes the trust into it after (Trust), and ends the
+// credential at terminate (Release).
 
 import (
 	"context"
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"slices"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -42,7 +44,8 @@ func Refuse(engineName string, spec engine.Spec) error {
 
 // Prepare registers spec's secrets and returns the spec to create: the placeholders,
 // the proxy's and the trust's environment added, the registration's id labeled, and
-// the gateway's host allowed egress. Without secrets it returns spec as it is.
+// the gateway's host allowed egress (added to EgressHosts when it is a list, unless
+// it is a loopback address). Without secrets it returns spec as it is.
 func (g *Engine) Prepare(ctx context.Context, spec engine.Spec) (engine.Spec, Registration, error) {
 	if len(spec.Secrets) == 0 {
 		return spec, Registration{}, nil
@@ -66,7 +69,9 @@ func (g *Engine) Prepare(ctx context.Context, spec engine.Spec) (engine.Spec, Re
 	}
 	spec.Labels[LabelKey] = key
 	if len(spec.EgressHosts) > 0 {
-		if host, _, err := net.SplitHostPort(g.Addr); err == nil {
+		// A loopback address is a relay inside the sandbox (the local servers' way to
+		// the gateway: gatewaytest), not a destination; its own is the caller's to allow.
+		if host, _, err := net.SplitHostPort(g.Addr); err == nil && !isLoopback(host) {
 			spec.EgressHosts = append(slices.Clip(spec.EgressHosts), host)
 		}
 	}
@@ -75,21 +80,82 @@ func (g *Engine) Prepare(ctx context.Context, spec engine.Spec) (engine.Spec, Re
 	return spec, reg, nil
 }
 
-// Trust writes reg's authority into sandbox id: alone at rules.TrustCAFile and
-// appended to the system bundle.
+func isLoopback(host string) bool {
+	a, err := netip.ParseAddr(host)
+	return host == "localhost" || (err == nil && a.IsLoopback())
+}
+
+// Trust writes reg's authority into sandbox id: the copies its environment names
+// (rules.TrustEnv: the authority alone and the system bundle with it, in the user's
+// rules.TrustUserDir), then the system's files where the engine may write them (E2B's
+// file calls run as the sandbox's user, who may not: the environment holds anyway).
 func Trust(ctx context.Context, e engine.Engine, id string, reg Registration) error {
 	if len(reg.TrustPEM) == 0 {
 		return nil
 	}
-	if err := e.WriteFile(ctx, id, rules.TrustCAFile, reg.TrustPEM, 0o644); err != nil {
-		return fmt.Errorf("write the egress authority into %s: %w", id, err)
-	}
 	bundle, _ := e.ReadFile(ctx, id, rules.TrustBundleFile)
 	bundle = append(append(bundle, '\n'), reg.TrustPEM...)
-	if err := e.WriteFile(ctx, id, rules.TrustBundleFile, bundle, 0o644); err != nil {
-		return fmt.Errorf("add the egress authority to %s's bundle: %w", id, err)
+	if err := e.MkdirAll(ctx, id, rules.TrustUserDir); err != nil {
+		return fmt.Errorf("make %s in sandbox %s for the egress authority: %w", rules.TrustUserDir, id, err)
+	}
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{rules.TrustUserCAFile, reg.TrustPEM}, {rules.TrustUserBundleFile, bundle}} {
+		if err := e.WriteFile(ctx, id, f.path, f.data, 0o644); err != nil {
+			return fmt.Errorf("write the egress authority to %s in sandbox %s: %w", f.path, id, err)
+		}
+	}
+	// Best effort: programs that read only the system's roots trust it too.
+	if e.WriteFile(ctx, id, rules.TrustCAFile, reg.TrustPEM, 0o644) == nil {
+		_ = e.WriteFile(ctx, id, rules.TrustBundleFile, bundle, 0o644)
 	}
 	return nil
+}
+
+// Create is an adapter's Create with the gateway's part around it. Without a gateway
+// (g nil), a spec with secrets is refused (Refuse, naming engineName). With one, the
+// secrets are registered (Prepare), create makes the sandbox of the prepared spec and
+// returns its id, and the trust is written into it (Trust); a failure after Prepare
+// ends the registration again, and the sandbox too (e.Terminate) once it exists.
+func (g *Engine) Create(ctx context.Context, e engine.Engine, engineName string, spec engine.Spec,
+	create func(context.Context, engine.Spec) (string, error)) (string, error) {
+	if g == nil {
+		if err := Refuse(engineName, spec); err != nil {
+			return "", err
+		}
+		return create(ctx, spec)
+	}
+	spec, reg, err := g.Prepare(ctx, spec)
+	if err != nil {
+		return "", err
+	}
+	id, err := create(ctx, spec)
+	if err == nil {
+		if err = Trust(ctx, e, id, reg); err != nil {
+			_ = e.Terminate(context.WithoutCancel(ctx), id)
+		}
+	}
+	if err != nil {
+		_ = g.Release(context.WithoutCancel(ctx), spec.Labels)
+		return "", err
+	}
+	return id, nil
+}
+
+// Terminate is an adapter's Terminate with the gateway's part around it: the
+// sandbox's labels are read (e.Get) before terminate ends it, and its credential
+// ends after, whatever terminate returned. Without a gateway (g nil) it is terminate.
+func (g *Engine) Terminate(ctx context.Context, e engine.Engine, id string, terminate func(context.Context, string) error) error {
+	if g == nil {
+		return terminate(ctx, id)
+	}
+	info, gerr := e.Get(ctx, id)
+	err := terminate(ctx, id)
+	if gerr == nil {
+		_ = g.Release(context.WithoutCancel(ctx), info.Labels)
+	}
+	return err
 }
 
 // Release ends the credential of a sandbox created with Prepare (its labels).
