@@ -28,6 +28,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -96,6 +98,23 @@ func Dial(ctx context.Context, socket string, port int) (net.Conn, error) {
 		return nil, fmt.Errorf("write the relay preamble: %w", err)
 	}
 	return c, nil
+}
+
+// Listen listens on the unix socket path, making its directory and replacing
+// a stale socket (one left by an earlier run); a file there that is not a
+// socket is an error.
+func Listen(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("make the socket's directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(path)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	return ln, nil
 }
 
 // Relay is the agent's side of the link.
