@@ -42,6 +42,8 @@ func runBastion(ctx context.Context, args []string, getenv func(string) string, 
 	fs.StringVar(&cfg.Git.LockFile, "lock-file", "", "the file flocked around every git command (default: in the git directory)")
 	fs.StringVar(&cfg.Git.SessionID, "session", "", "the session whose branch a push writes")
 	fs.StringVar(&cfg.Git.Remote.URL, "remote", "", "the http(s) URL of the remote push and fetch go to")
+	fs.StringVar(&cfg.Git.UserName, "user-name", "Agent", "the committer's name")
+	fs.StringVar(&cfg.Git.UserEmail, "user-email", "agent@sandbox.invalid", "the committer's email")
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
