@@ -60,13 +60,10 @@ func NewCmdList(f *Factory, runF func(*ListOptions) error) *cobra.Command {
 }
 
 func listRun(o *ListOptions) error {
-	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) ([]engine.Info, error) {
+	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) ([]listEntry, error) {
 		list, err := b.Engine.List(ctx)
-		if list == nil {
-			list = []engine.Info{}
-		}
-		return list, err
-	}, func(w io.Writer, list []engine.Info) error {
+		return listEntries(ctx, b.Engine, list), err
+	}, func(w io.Writer, list []listEntry) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tSTATE\tCREATED\tNAME")
 		for _, i := range list {
@@ -146,7 +143,7 @@ func execRun(o *ExecOptions) error {
 		defer stop()
 		req.Resize = resize
 	}
-	code, err := b.Engine.Exec(o.Ctx, o.ID, req)
+	code, err := b.Engine.Exec(o.Ctx, resolveSandbox(o.Ctx, b.Engine, o.ID), req)
 	if err != nil && code != 124 {
 		return err
 	}
@@ -204,6 +201,7 @@ func NewCmdCp(f *Factory, runF func(*CpOptions) error) *cobra.Command {
 
 func cpRun(o *CpOptions) error {
 	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) (struct{}, error) {
+		o.ID = resolveSandbox(ctx, b.Engine, o.ID)
 		if o.Out {
 			return struct{}{}, copyOut(ctx, b.Engine, o.ID, o.Src, o.Dst, o.Factory.stdout)
 		}

@@ -221,5 +221,3 @@ func waitGone(t testing.TB, eng engine.Engine, id string) bool {
 	}
 	return false
 }
-
-
