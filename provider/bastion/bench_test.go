@@ -42,7 +42,7 @@ func BenchmarkCreate(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.StopTimer()
-			p.Terminate(context.Background(), session, res.AgentID)
+			endPair(p.Engine(), p, session, res)
 			b.StartTimer()
 		}
 	})
@@ -61,7 +61,7 @@ func BenchmarkPreview(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { p.Terminate(context.Background(), session, res.AgentID) })
+	b.Cleanup(func() { endPair(eng, p, session, res) })
 	script := strings.NewReplacer("HOST", `"127.0.0.1"`, "PORT", strconv.Itoa(previewPort)).Replace(previewServer)
 	if _, err := eng.StartDetached(b.Context(), res.AgentID, engine.ExecRequest{Argv: []string{"python3", "-c", script}}); err != nil {
 		b.Fatal(err)

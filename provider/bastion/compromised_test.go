@@ -1,6 +1,7 @@
 package bastion_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"path"
@@ -22,6 +23,8 @@ const previewPort, hostilePort = 3000, 7777
 // previewServer answers every GET with its path and the Authorization it got.
 const previewServer = `import http.server
 class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     def do_GET(self):
         b = ("preview %s auth=%s" % (self.path, self.headers.get("Authorization", ""))).encode()
         self.send_response(200)
@@ -30,7 +33,7 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b)
     def log_message(self, *a):
         pass
-http.server.HTTPServer((HOST, PORT), H).serve_forever()
+http.server.ThreadingHTTPServer((HOST, PORT), H).serve_forever()
 `
 
 // pair is a bastion session under test.
@@ -86,7 +89,7 @@ func TestBastionCompromisedAgent(t *testing.T) {
 	}
 	s.res = res
 	t.Logf("bastion session up in %v: agent %s, controller %s", time.Since(start).Round(time.Millisecond), res.AgentID, res.ControllerID)
-	t.Cleanup(func() { p.Terminate(t.Context(), s.session, res.ControllerID) })
+	t.Cleanup(func() { endPair(eng, p, s.session, res) })
 
 	checkShape(t, s)
 	legitimate(t, s, remote, llmURL, llmKeys, llmKey)
@@ -283,7 +286,7 @@ func TestBastionLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateBastion: %v", err)
 	}
-	t.Cleanup(func() { p.Terminate(t.Context(), session, res.AgentID) })
+	t.Cleanup(func() { endPair(eng, p, session, res) })
 	for _, id := range []string{res.AgentID, res.ControllerID} {
 		if _, err := p.Pause(t.Context(), session, id); err == nil || !errors.Is(err, engine.ErrUnsupported) {
 			t.Errorf("Pause(%s) = %v, want a refusal (ErrUnsupported)", id, err)
@@ -319,5 +322,18 @@ func TestBastionLifecycle(t *testing.T) {
 		if err == nil || !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), string(k)) {
 			t.Errorf("CreateBastion on %s = %v, want a refusal naming it", k, err)
 		}
+	}
+}
+
+// endPair terminates a pair and removes its volume, when the test ends
+// (t.Context is done by then).
+func endPair(eng engine.Engine, p *provider.Provider, session string, res provider.BastionResult) {
+	ctx := context.Background()
+	p.Terminate(ctx, session, res.AgentID)
+	for _, id := range []string{res.AgentID, res.ControllerID} {
+		eng.Terminate(ctx, id)
+	}
+	if v, ok := eng.(engine.Volumes); ok {
+		v.RemoveVolume(ctx, res.Volume)
 	}
 }
