@@ -29,7 +29,8 @@ func (p *Provider) startController(ctx context.Context, res *BastionResult, opts
 	// The credentials are in this sandbox's environment only; it runs no agent
 	// code and reaches nothing but the remote.
 	spec := engine.Spec{Image: opts.Spec.Image, Runtime: opts.Spec.Runtime, Volumes: []engine.VolumeMount{shared},
-		Ports: []int{rules.PortBastionIngress}, Timeout: timeout, Env: []string{rules.EnvBastionToken + "=" + b.PlatformToken},
+		Ports: []int{rules.PortBastionIngress}, Timeout: timeout,
+		Env:    []string{rules.EnvBastionToken + "=" + b.PlatformToken, rules.EnvBastionAgentToken + "=" + res.SidecarToken},
 		Labels: map[string]string{rules.LabelRole: rules.RoleController, rules.LabelSession: opts.SessionID}}
 	if repo != nil {
 		u, _ := url.Parse(repo.URL)

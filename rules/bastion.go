@@ -54,6 +54,10 @@ const (
 	// EnvBastionGitToken holds the git remote's credential in the
 	// controller's environment only; the git gate sends it.
 	EnvBastionGitToken = "SANDBOX_BASTION_GIT_TOKEN"
+	// EnvBastionAgentToken holds, in the controller's environment, the token
+	// of the agent's sidecar, which the ingress sends on requests for the
+	// sidecar's port in place of the platform's.
+	EnvBastionAgentToken = "SANDBOX_BASTION_AGENT_TOKEN"
 	// LabelRole and LabelSession label both sandboxes of a pair: the role
 	// (RoleAgent, RoleController) and the session they share.
 	LabelRole    = "role"

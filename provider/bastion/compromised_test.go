@@ -162,6 +162,16 @@ func legitimate(t *testing.T, s *pair, remote gitRemote, llmURL string, llmKeys 
 		t.Errorf("preview through the ingress with a wrong token = %d, want 401", code)
 	}
 
+	// The agent's sidecar API through the ingress: the platform's token in,
+	// the sidecar's own token added by the controller.
+	api := s.res.IngressURL + rules.BastionPortPrefix + strconv.Itoa(provider.PortSandboxMCP) + "/api/services"
+	if code, body := get(t, api, s.platform); code != 200 || !strings.Contains(body, `"services"`) {
+		t.Errorf("GET the sidecar's /api/services through the ingress = %d %q, want 200 and the services", code, body)
+	}
+	if code, _ := get(t, api, ""); code != 401 {
+		t.Errorf("GET the sidecar's /api/services through the ingress without a token = %d, want 401", code)
+	}
+
 	// A push through the gate lands on session/<id>, main untouched.
 	ws := path.Join(provider.DefaultPaths().Workspace(), "app")
 	if out, code := sh(t, s.eng, s.res.AgentID, "echo feature > "+ws+"/feature.txt"); code != 0 {

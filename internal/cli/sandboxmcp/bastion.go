@@ -31,10 +31,12 @@ func runBastionCommand(ctx context.Context, args []string, getenv func(string) s
 func runBastion(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
 	var cfg controller.Config
 	var ports string
+	var sidecarPort int
 	fs := flag.NewFlagSet("bastion", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Addr, "addr", ":"+strconv.Itoa(rules.PortBastionIngress), "the ingress' listen address")
 	fs.StringVar(&ports, "ports", "", "the agent's ports the ingress opens, comma-separated")
+	fs.IntVar(&sidecarPort, "sidecar-port", rules.PortSidecar, "the agent's port that gets $"+rules.EnvBastionAgentToken+" as its bearer token")
 	fs.StringVar(&cfg.RelaySocket, "relay-socket", "", "the agent's relay socket on the shared volume")
 	fs.StringVar(&cfg.GitSocket, "git-socket", "", "where the git gate listens on the shared volume (empty: no gate)")
 	fs.StringVar(&cfg.Git.Workspace, "workspace", "", "the work tree of the repository, on the shared volume")
@@ -61,6 +63,9 @@ func runBastion(ctx context.Context, args []string, getenv func(string) string, 
 		return 1
 	}
 	cfg.Git.Remote.Token = getenv(rules.EnvBastionGitToken)
+	if tok := getenv(rules.EnvBastionAgentToken); tok != "" {
+		cfg.UpstreamTokens = map[int]string{sidecarPort: tok}
+	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
 	if err := controller.Run(ctx, cfg); err != nil {
 		fmt.Fprintf(stderr, "sandbox-mcp bastion: %v\n", err)

@@ -31,6 +31,9 @@ type Config struct {
 	Token string
 	// AgentPorts are the agent's ports the ingress opens; required.
 	AgentPorts []int
+	// UpstreamTokens are the tokens of the agent's own services by port
+	// (ingress.Config.UpstreamTokens): the agent's sidecar's.
+	UpstreamTokens map[int]string
 	// RelaySocket is the agent's relay on the shared volume; required.
 	RelaySocket string
 	// GitSocket is where the git gate listens, on the shared volume; empty
@@ -52,7 +55,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.New("bastion controller: Addr and RelaySocket are required")
 	}
 	relay := cfg.RelaySocket
-	in, err := ingress.New(ingress.Config{Token: cfg.Token, Ports: cfg.AgentPorts, Logger: log,
+	in, err := ingress.New(ingress.Config{Token: cfg.Token, Ports: cfg.AgentPorts, Logger: log, UpstreamTokens: cfg.UpstreamTokens,
 		Dial: func(ctx context.Context, port int) (net.Conn, error) { return link.Dial(ctx, relay, port) }})
 	if err != nil {
 		return fmt.Errorf("bastion controller: %w", err)
