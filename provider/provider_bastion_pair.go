@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -221,4 +222,60 @@ func (p *Provider) failUnlessGone(op Operation, err error) error {
 		return nil
 	}
 	return p.fail(op, err)
+}
+
+// PausePair pauses both sandboxes of id's bastion session, the controller
+// first, so that nothing reaches a paused agent through it; handled is false
+// when id is not part of one. (Provider.Pause refuses a half: the platform's
+// restore resumes one sandbox, not a pair.)
+func (p *Provider) PausePair(ctx context.Context, id string) (handled bool, err error) {
+	return p.pairDo(ctx, id, true)
+}
+
+// ResumePair resumes both sandboxes of id's bastion session, the agent first
+// and the controller, the only way in, last.
+func (p *Provider) ResumePair(ctx context.Context, id string) (handled bool, err error) {
+	return p.pairDo(ctx, id, false)
+}
+
+func (p *Provider) pairDo(ctx context.Context, id string, pause bool) (bool, error) {
+	ids, err := p.bastionPair(ctx, id)
+	if err != nil || len(ids) == 0 {
+		return false, nil // gone, or a plain sandbox: the single pause reports it
+	}
+	if !p.caps.Pause {
+		return true, PauseUnsupportedError(p.o.Kind)
+	}
+	roles := map[string]string{}
+	for _, x := range ids {
+		info, err := p.eng.Get(ctx, x)
+		if err != nil {
+			return true, err
+		}
+		roles[x] = info.Labels[rules.LabelRole]
+	}
+	// Pausing: the controller first; resuming: the agent first.
+	first := rules.RoleController
+	if !pause {
+		first = rules.RoleAgent
+	}
+	slices.SortStableFunc(ids, func(a, b string) int {
+		switch {
+		case roles[a] == first && roles[b] != first:
+			return -1
+		case roles[b] == first && roles[a] != first:
+			return 1
+		}
+		return 0
+	})
+	for _, x := range ids {
+		op, verb := p.eng.Resume, "resume"
+		if pause {
+			op, verb = p.eng.Pause, "pause"
+		}
+		if err := op(ctx, x); err != nil {
+			return true, fmt.Errorf("%s the %s %s of bastion session: %w", verb, roles[x], x, err)
+		}
+	}
+	return true, nil
 }

@@ -126,3 +126,26 @@ func printBastion(w io.Writer, res provider.BastionResult, session, token string
 	fmt.Fprintf(tw, "  %s\t%s\n", "reach port N", strings.TrimSuffix(res.IngressURL, "/")+rules.BastionPortPrefix+"N/ with Authorization: Bearer <platform token>")
 	return tw.Flush()
 }
+
+// pausePair pauses or resumes the whole bastion pair id belongs to; handled
+// is false for a sandbox of no pair.
+func pausePair(ctx context.Context, b openedBackend, id string, pause bool) (bool, error) {
+	if b.Provider == nil {
+		return false, nil
+	}
+	if pause {
+		return b.Provider.PausePair(ctx, id)
+	}
+	return b.Provider.ResumePair(ctx, id)
+}
+
+// refuseBastionSnapshot refuses a snapshot of one half of a bastion pair: it
+// would restore as a sandbox without its other half.
+func refuseBastionSnapshot(ctx context.Context, eng engine.Engine, id string) error {
+	info, err := eng.Get(ctx, id)
+	if err != nil || info.Labels[rules.LabelRole] == "" {
+		return nil
+	}
+	return fmt.Errorf("sandbox %s is the %s of bastion session %s: a snapshot of one half is refused (%w); pause the pair instead",
+		id, info.Labels[rules.LabelRole], info.Labels[rules.LabelSession], engine.ErrUnsupported)
+}

@@ -234,6 +234,9 @@ type snapshotView struct {
 
 func snapshotRun(o *IDOptions) error {
 	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) (snapshotView, error) {
+		if err := refuseBastionSnapshot(ctx, b.Engine, o.ID); err != nil {
+			return snapshotView{}, err
+		}
 		o.Factory.progress("snapshotting %s", o.ID)
 		id, err := b.Engine.Snapshot(ctx, o.ID)
 		return snapshotView{id}, err
@@ -257,6 +260,13 @@ func NewCmdPause(f *Factory, pause bool, runF func(*IDOptions) error) *cobra.Com
 
 func pauseRun(o *IDOptions, pause bool) error {
 	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) (engine.Info, error) {
+		o.ID = resolveSandbox(ctx, b.Engine, o.ID)
+		if handled, err := pausePair(ctx, b, o.ID, pause); handled || err != nil {
+			if err != nil {
+				return engine.Info{}, err
+			}
+			return b.Engine.Get(ctx, o.ID)
+		}
 		f := b.Engine.Resume
 		if pause {
 			f = b.Engine.Pause

@@ -285,14 +285,16 @@ echo done`
 	}
 }
 
-// TestBastionLifecycle: one half dying ends the other (WatchBastion); pause
-// and snapshot of either half are refused; Modal and E2B refuse the option.
+// TestBastionLifecycle: pause and resume act on the pair (PausePair,
+// ResumePair); the platform's single pause and snapshot of either half are
+// refused; one half dying ends the other (WatchBastion); Modal and E2B refuse
+// the option.
 func TestBastionLifecycle(t *testing.T) {
 	requireEngine(t)
 	p, eng := newProvider(t)
-	session := "bastion-" + randomHex(t, 4)
+	session, token := "bastion-"+randomHex(t, 4), "plat-"+randomHex(t, 16)
 	res, err := p.CreateBastion(t.Context(), provider.CreateOptions{SessionID: session},
-		provider.BastionOptions{PlatformToken: "plat-" + randomHex(t, 16)})
+		provider.BastionOptions{PlatformToken: token})
 	if err != nil {
 		t.Fatalf("CreateBastion: %v", err)
 	}
@@ -305,6 +307,27 @@ func TestBastionLifecycle(t *testing.T) {
 			t.Errorf("Snapshot(%s) = %v, want a refusal (ErrUnsupported)", id, err)
 		}
 	}
+	// Pause and resume act on the pair, whichever half is named; the ingress
+	// reaches the agent again afterwards.
+	if handled, err := p.PausePair(t.Context(), res.AgentID); !handled || err != nil {
+		t.Fatalf("PausePair = %v, %v; want the pair paused", handled, err)
+	}
+	for _, id := range []string{res.AgentID, res.ControllerID} {
+		if info, err := eng.Get(t.Context(), id); err != nil || info.State != engine.StatePaused {
+			t.Errorf("after PausePair, %s is %s (%v), want paused", id, info.State, err)
+		}
+	}
+	if handled, err := p.ResumePair(t.Context(), res.ControllerID); !handled || err != nil {
+		t.Fatalf("ResumePair = %v, %v; want the pair resumed", handled, err)
+	}
+	health := res.IngressURL + rules.BastionPortPrefix + strconv.Itoa(provider.PortSandboxMCP) + "/api/health"
+	if code, body := get(t, health, token); code != 200 {
+		t.Errorf("the agent's health through the ingress after ResumePair = %d %q, want 200", code, body)
+	}
+	if handled, _ := p.PausePair(t.Context(), "no-such-sandbox"); handled {
+		t.Error("PausePair of an unknown id handled it, want it left to the single pause")
+	}
+
 	done := make(chan error, 1)
 	go func() { done <- p.WatchBastion(t.Context(), res.AgentID, res.ControllerID, 100*time.Millisecond) }()
 	// The agent dies on its own (the engine ends it, not the provider).
