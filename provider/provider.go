@@ -80,6 +80,9 @@ type Provider struct {
 	o    Options
 	log  *slog.Logger
 	hc   *http.Client
+	// noPorts boots a bastion agent: no tunnel, reached through DialPort
+	// (provider_bastion.go).
+	noPorts bool
 }
 
 var (
@@ -242,6 +245,9 @@ func (p *Provider) CreateSandbox(ctx context.Context, opts CreateOptions) (Creat
 // Snapshot stores the sandbox's writable state; the id restores it
 // (CreateOptions.SnapshotID).
 func (p *Provider) Snapshot(ctx context.Context, sessionID, sandboxID string) (SnapshotResult, error) {
+	if err := p.refuseBastion(ctx, sandboxID, OpSnapshot); err != nil {
+		return SnapshotResult{}, err
+	}
 	id, err := p.eng.Snapshot(ctx, sandboxID)
 	if err != nil {
 		return SnapshotResult{}, p.fail(OpSnapshot, fmt.Errorf("snapshot sandbox %s: %w", sandboxID, err))
@@ -258,6 +264,9 @@ func (p *Provider) Pause(ctx context.Context, sessionID, sandboxID string) (Snap
 	if sandboxID == "" {
 		return SnapshotResult{}, NewProviderError(p.o.Kind, OpPause, "sandboxId is required for pause", false, nil)
 	}
+	if err := p.refuseBastion(ctx, sandboxID, OpPause); err != nil {
+		return SnapshotResult{}, err
+	}
 	if err := p.eng.Pause(ctx, sandboxID); err != nil {
 		return SnapshotResult{}, p.fail(OpPause, err)
 	}
@@ -268,6 +277,9 @@ func (p *Provider) Pause(ctx context.Context, sessionID, sandboxID string) (Snap
 func (p *Provider) Terminate(ctx context.Context, sessionID, sandboxID string) error {
 	if sandboxID == "" {
 		return MissingSandboxIDError(p.o.Kind)
+	}
+	if handled, err := p.terminatePair(ctx, sandboxID); handled { // a bastion session ends whole
+		return p.failUnlessGone(OpTerminate, err)
 	}
 	err := p.eng.Terminate(ctx, sandboxID)
 	if err == nil || errors.Is(err, engine.ErrNotFound) || IsNotFoundMessage(err.Error()) {

@@ -214,11 +214,7 @@ func (p *Provider) spec(opts CreateOptions, token, sidecarURL string) (engine.Sp
 	if p.caps.Isolated {
 		// Its own network (the fixed ports are its own), the outside through the
 		// engine's egress (remote clones, the LLM).
-		ports := bootPorts
-		if p.caps.SSH {
-			ports = append(slices.Clip(ports), PortSSH)
-		}
-		for _, port := range ports {
+		for _, port := range p.publishedPorts() {
 			if !slices.Contains(spec.Ports, port) {
 				spec.Ports = append(spec.Ports, port)
 			}
@@ -369,6 +365,9 @@ func (p *Provider) result(ctx context.Context, info engine.Info, openCode, previ
 // portURL is a URL that reaches port inside the sandbox from the host: the engine's
 // (engine.PortURLer), else http:// to its tunnel.
 func (p *Provider) portURL(ctx context.Context, info engine.Info, port int) (string, error) {
+	if p.noPorts {
+		return dialURL(info.ID, port), nil
+	}
 	if pu, ok := p.eng.(engine.PortURLer); ok {
 		return pu.PortURL(ctx, info.ID, port)
 	}

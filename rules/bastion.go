@@ -24,3 +24,45 @@ const (
 	// BastionGitMaxRequestBytes bounds the body of one request to the gate (256 KiB).
 	BastionGitMaxRequestBytes = 256 << 10
 )
+
+// The bastion pair as the engine and its two sandboxes see it.
+const (
+	// PortBastionIngress is the controller's ingress, its only tunnel: the
+	// platform's requests for the agent's ports arrive here.
+	PortBastionIngress = 20100
+	// BastionHealthPath is the controller's one unauthenticated path: it says
+	// the ingress and the git gate run, and reaches nothing of the agent.
+	BastionHealthPath = "/_bastion/health"
+	// BastionDir is the directory, at the top of the shared workspace volume,
+	// that holds the link's sockets.
+	BastionDir = ".bastion"
+	// BastionGitSocket is the git gate's unix socket in BastionDir, served by
+	// the controller.
+	BastionGitSocket = "git.sock"
+	// BastionRelaySocket is the relay's unix socket in BastionDir, served by
+	// the agent: the controller's ingress reaches the agent's ports through it.
+	BastionRelaySocket = "relay.sock"
+	// BastionRelayMaxPreamble bounds the line that opens every relay
+	// connection ("port <n>\n").
+	BastionRelayMaxPreamble = 16
+	// BastionGitDir is where the controller keeps the repository's git
+	// directory, in its own home, out of the agent's reach.
+	BastionGitDir = HomeDir + "/.bastion-git"
+	// EnvBastionToken holds the platform's token in the controller's
+	// environment only; the ingress checks it.
+	EnvBastionToken = "SANDBOX_BASTION_TOKEN"
+	// EnvBastionGitToken holds the git remote's credential in the
+	// controller's environment only; the git gate sends it.
+	EnvBastionGitToken = "SANDBOX_BASTION_GIT_TOKEN"
+	// EnvBastionAgentToken holds, in the controller's environment, the token
+	// of the agent's sidecar, which the ingress sends on requests for the
+	// sidecar's port in place of the platform's.
+	EnvBastionAgentToken = "SANDBOX_BASTION_AGENT_TOKEN"
+	// LabelRole and LabelSession label both sandboxes of a pair: the role
+	// (RoleAgent, RoleController) and the session they share.
+	LabelRole    = "role"
+	LabelSession = "session"
+	// RoleAgent and RoleController are the values of LabelRole.
+	RoleAgent      = "agent"
+	RoleController = "controller"
+)

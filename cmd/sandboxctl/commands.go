@@ -60,13 +60,10 @@ func NewCmdList(f *Factory, runF func(*ListOptions) error) *cobra.Command {
 }
 
 func listRun(o *ListOptions) error {
-	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) ([]engine.Info, error) {
+	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) ([]listEntry, error) {
 		list, err := b.Engine.List(ctx)
-		if list == nil {
-			list = []engine.Info{}
-		}
-		return list, err
-	}, func(w io.Writer, list []engine.Info) error {
+		return listEntries(ctx, b.Engine, list), err
+	}, func(w io.Writer, list []listEntry) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tSTATE\tCREATED\tNAME")
 		for _, i := range list {
@@ -146,7 +143,7 @@ func execRun(o *ExecOptions) error {
 		defer stop()
 		req.Resize = resize
 	}
-	code, err := b.Engine.Exec(o.Ctx, o.ID, req)
+	code, err := b.Engine.Exec(o.Ctx, resolveSandbox(o.Ctx, b.Engine, o.ID), req)
 	if err != nil && code != 124 {
 		return err
 	}
@@ -204,6 +201,7 @@ func NewCmdCp(f *Factory, runF func(*CpOptions) error) *cobra.Command {
 
 func cpRun(o *CpOptions) error {
 	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) (struct{}, error) {
+		o.ID = resolveSandbox(ctx, b.Engine, o.ID)
 		if o.Out {
 			return struct{}{}, copyOut(ctx, b.Engine, o.ID, o.Src, o.Dst, o.Factory.stdout)
 		}
@@ -236,6 +234,9 @@ type snapshotView struct {
 
 func snapshotRun(o *IDOptions) error {
 	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) (snapshotView, error) {
+		if err := refuseBastionSnapshot(ctx, b.Engine, o.ID); err != nil {
+			return snapshotView{}, err
+		}
 		o.Factory.progress("snapshotting %s", o.ID)
 		id, err := b.Engine.Snapshot(ctx, o.ID)
 		return snapshotView{id}, err
@@ -259,6 +260,13 @@ func NewCmdPause(f *Factory, pause bool, runF func(*IDOptions) error) *cobra.Com
 
 func pauseRun(o *IDOptions, pause bool) error {
 	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) (engine.Info, error) {
+		o.ID = resolveSandbox(ctx, b.Engine, o.ID)
+		if handled, err := pausePair(ctx, b, o.ID, pause); handled || err != nil {
+			if err != nil {
+				return engine.Info{}, err
+			}
+			return b.Engine.Get(ctx, o.ID)
+		}
 		f := b.Engine.Resume
 		if pause {
 			f = b.Engine.Pause

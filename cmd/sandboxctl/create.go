@@ -29,6 +29,9 @@ type CreateOptions struct {
 	Env      map[string]string
 	// Spec holds --image, --runtime, the limits and the volumes.
 	Spec engine.Spec
+	// Bastion is --bastion: the session is a pair (bastion.go).
+	Bastion          bool
+	PlatformTokenEnv string
 }
 
 // createFlags are create's flags as typed.
@@ -39,6 +42,8 @@ type createFlags struct {
 	image, runtime, session string
 	snapshot, tokenEnv      string
 	repos, secrets          []string
+	bastion                 bool
+	platformTokenEnv        string
 }
 
 // NewCmdCreate builds `create`.
@@ -84,13 +89,18 @@ func NewCmdCreate(f *Factory, runF func(*CreateOptions) error) *cobra.Command {
 	s.Int64Var(&fl.pids, "pids", 0, "limit of processes and threads (`N`)")
 	s.StringArrayVar(&fl.volumes, "volume", nil, "named volume to mount, `NAME:/path[:ro]` (repeatable)")
 	s.StringArrayVar(&fl.secrets, "secret", nil, "secret the sandbox never holds, `NAME:HOSTS` (host[,host]…): the value of the host's $NAME, sent to those hosts only (repeatable)")
+	s.BoolVar(&fl.bastion, "bastion", false, "make a bastion session: an agent sandbox with no credential and no tunnel, beside a controller that is its only ingress and runs its git (local provider only)")
+	s.StringVar(&fl.platformTokenEnv, "platform-token-env", "", "with --bastion, environment variable holding the token the controller's ingress asks for (default: generated and printed)")
 	return cmd
 }
 
 // options validates the flags.
 func (fl *createFlags) options(cmd *cobra.Command) (*CreateOptions, error) {
 	o := &CreateOptions{Repos: fl.repos, TokenEnv: fl.tokenEnv, Snapshot: fl.snapshot, Session: fl.session,
-		Env: map[string]string{}, Spec: engine.Spec{Image: fl.image, Runtime: fl.runtime}}
+		Env: map[string]string{}, Spec: engine.Spec{Image: fl.image, Runtime: fl.runtime}, Bastion: fl.bastion, PlatformTokenEnv: fl.platformTokenEnv}
+	if fl.platformTokenEnv != "" && !fl.bastion {
+		return nil, fmt.Errorf("--platform-token-env needs --bastion")
+	}
 	for _, kv := range fl.envs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -158,6 +168,9 @@ func createRun(o *CreateOptions) error {
 		// A branch asked for by name must exist: no quiet fall-back to the default one.
 		opts.Repos = append(opts.Repos, provider.RepoSpec{RepoURL: url, Token: token, Branch: branch, BranchRequired: branch != "",
 			WorkspacePath: name})
+	}
+	if o.Bastion {
+		return createBastionRun(o, b, opts)
 	}
 	start := time.Now()
 	res, err := b.Provider.CreateSandbox(o.Ctx, opts)

@@ -54,6 +54,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			return 0
 		}
 		return runMCP(ctx, args[1:], getenv, stdin, stdout, stderr)
+	case "bastion", "relay": // a bastion session's halves (bastion.go)
+		return runBastionCommand(ctx, args, getenv, stderr)
 	case "version", "--version", "-version":
 		writeVersion(stdout)
 		return 0

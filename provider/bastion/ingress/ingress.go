@@ -54,6 +54,11 @@ type Config struct {
 	// Logger receives one line per refused or failed request; default
 	// discards. Nothing secret is logged.
 	Logger *slog.Logger
+	// UpstreamTokens are the bearer tokens the agent's own services ask for,
+	// by port (the agent's sidecar's token): a forwarded request to such a
+	// port carries "Authorization: Bearer <token>" in place of the platform's
+	// credential. The agent knows these already; the platform need not.
+	UpstreamTokens map[int]string
 	// Now is the clock JWTs are checked against; default time.Now.
 	Now func() time.Time
 }
@@ -63,6 +68,7 @@ type Handler struct {
 	token  []byte
 	jwtKey []byte
 	ports  map[int]bool
+	up     map[int]string
 	log    *slog.Logger
 	now    func() time.Time
 	proxy  *httputil.ReverseProxy
@@ -79,7 +85,7 @@ func New(cfg Config) (*Handler, error) {
 	if len(cfg.Ports) == 0 {
 		return nil, errors.New("ingress: Ports is empty: name the agent ports the ingress may reach")
 	}
-	h := &Handler{token: []byte(cfg.Token), jwtKey: cfg.JWTKey, ports: map[int]bool{}, log: cfg.Logger, now: cfg.Now}
+	h := &Handler{token: []byte(cfg.Token), jwtKey: cfg.JWTKey, ports: map[int]bool{}, up: cfg.UpstreamTokens, log: cfg.Logger, now: cfg.Now}
 	for _, p := range cfg.Ports {
 		if p < 1 || p > 65535 {
 			return nil, fmt.Errorf("ingress: port %d is out of range 1-65535", p)
@@ -153,6 +159,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Host = out.URL.Host
 		out.Header.Del("Authorization")
+		if tok := h.up[port]; tok != "" {
+			out.Header.Set("Authorization", "Bearer "+tok)
+		}
 		// The upstream sees where the request came from, as a preview
 		// server behind any proxy would.
 		pr.SetXForwarded()

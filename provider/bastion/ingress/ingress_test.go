@@ -183,6 +183,24 @@ func TestIngressForwards(t *testing.T) {
 	}
 }
 
+// TestIngressUpstreamToken: a port with an upstream token gets it in place of
+// the platform's credential, from the static token and a JWT alike.
+func TestIngressUpstreamToken(t *testing.T) {
+	ing, _, got := agent(t, ingress.Config{Token: token, JWTKey: jwtKey, UpstreamTokens: map[int]string{agentPort: "sidecar-tok"}})
+	for _, auth := range []string{"Bearer " + token, "Bearer " + jwt(t, jwtKey, time.Now().Add(time.Hour), "")} {
+		resp, _ := get(t, ing.URL+"/port/3000/api", auth)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET = %d, want 200", resp.StatusCode)
+		}
+		if s := <-got; s.Auth != "Bearer sidecar-tok" {
+			t.Errorf("agent saw Authorization %q, want the upstream token", s.Auth)
+		}
+	}
+	if resp, _ := get(t, ing.URL+"/port/3000/api", ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET without the platform's token = %d, want 401: the upstream token opens nothing by itself", resp.StatusCode)
+	}
+}
+
 func TestIngressPorts(t *testing.T) {
 	ing, dials, _ := agent(t, ingress.Config{Token: token})
 	cases := []struct {
