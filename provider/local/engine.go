@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/cgroup"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/oci"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/volume"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -54,7 +57,10 @@ type Engine struct {
 	dir  string
 	caps engine.Capabilities
 	log  *slog.Logger
-	cg   cgroups
+	cg   cgroup.Hierarchies
+	// vols are the data dir's volumes, disks the templates of sandboxes' disks.
+	vols  *volume.Store
+	disks *volume.Disks
 	// runtime is the OCI runtime binary; initBinary this binary, bound into every
 	// sandbox as its init.
 	runtime, initBinary string
@@ -135,26 +141,28 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	e := &Engine{o: o, dir: dir, log: log.With("component", "local-engine"), boxes: map[string]*box{}}
+	e.vols = volume.NewStore(filepath.Join(dir, "volumes"), e.volumeUsers, e.log)
+	e.disks = volume.NewDisks(filepath.Join(dir, "disks"))
 	if !o.Unisolated {
-		if e.runtime, err = findRuntime(runtimeRunc); err != nil {
+		if e.runtime, err = oci.Find(oci.Runc); err != nil {
 			return nil, fmt.Errorf("new engine: %w", err)
 		}
 		if os.Geteuid() != 0 {
-			return nil, fmt.Errorf("new engine: %w: %s runs sandboxes for root only: run as root (or opt into unisolated mode, which has no isolation)", engine.ErrNotIsolated, runtimeRunc)
+			return nil, fmt.Errorf("new engine: %w: %s runs sandboxes for root only: run as root (or opt into unisolated mode, which has no isolation)", engine.ErrNotIsolated, oci.Runc)
 		}
 		if e.initBinary, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("new engine: this binary's path, to bind as the sandboxes' init: %w", err)
 		}
 	}
-	e.cg = detectCgroups()
-	// Groups a terminate could not remove in time (see cgroups.remove).
-	e.cg.sweep(sandboxCgroupPrefix, time.Minute)
+	e.cg = cgroup.Detect()
+	// Groups a terminate could not remove in time (see cgroup.Hierarchies.Remove).
+	e.cg.Sweep(cgroup.SandboxPrefix, time.Minute)
 	e.caps = engine.Capabilities{Isolated: !o.Unisolated, Snapshot: true,
-		Pause: e.cg.freezer(), Limits: e.cg.limits(), DialPort: true,
-		Volumes: !o.Unisolated && volumesUsable(), Images: o.Images != nil && !o.Unisolated,
-		Runtimes: []string{runtimeRunc}, Names: true, TTY: true, FileErrors: true, ExecKill: true}
+		Pause: e.cg.Freezer(), Limits: e.cg.Limits(), DialPort: true,
+		Volumes: !o.Unisolated && volume.Usable(), Images: o.Images != nil && !o.Unisolated,
+		Runtimes: []string{oci.Runc}, Names: true, TTY: true, FileErrors: true, ExecKill: true}
 	if o.Unisolated {
-		e.caps.Runtimes = []string{runtimeNone}
+		e.caps.Runtimes = []string{oci.None}
 	}
 	if err := e.adopt(); err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
@@ -165,6 +173,10 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 // Capabilities say what this engine does: isolation unless unisolated, pause when the
 // cgroup freezer is usable, limits when memory or pids cgroups are.
 func (e *Engine) Capabilities() engine.Capabilities { return e.caps }
+
+// runtimeRoot is the runtime's state directory (--root): under the data dir, so
+// engines of other data dirs never share container names.
+func (e *Engine) runtimeRoot() string { return filepath.Join(e.dir, "runtime") }
 
 func (e *Engine) sandboxDir(id string) string { return filepath.Join(e.dir, "sandboxes", id) }
 

@@ -14,14 +14,6 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// gvisorRefusal is why this engine does not offer gVisor, as measured with Debian
-// 12's runsc (0.0~20221219) on cgroup v1 (docs/local-engine.md, "gVisor: measured,
-// refused"; TestGvisorRefusalStillHolds checks the first reason).
-const gvisorRefusal = "gVisor: Debian's runsc 2022-12 answers EINVAL to statx and newfstatat with " +
-	"AT_NO_AUTOMOUNT, so ls and stat fail on every path; it has no OOM killer, so an over-limit " +
-	"allocation kills the whole sandbox, sidecar included; and it enforces no pids limit but " +
-	"RLIMIT_NPROC per uid"
-
 // resolveImage finds the spec's image and makes the sandbox directory sd's upper
 // layer and work directory, owned by the sandbox's root.
 func (e *Engine) resolveImage(ctx context.Context, ref, sd string) (*engine.RootFS, error) {

@@ -18,6 +18,8 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/cgroup"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/volume"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -133,7 +135,7 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 	} else {
 		sc := shimConfig{Init: cfg, Runtime: e.runtime, RuntimeRoot: e.runtimeRoot(), InitBinary: e.initBinary,
 			TimeoutMs: spec.Timeout.Milliseconds(),
-			Limits:    bx.st.Applied, Cgroup: "sandbox-" + bx.st.ID}
+			Limits:    bx.st.Applied, Cgroup: cgroup.Name(bx.st.ID)}
 		if len(spec.Secrets) > 0 && !(spec.Egress && bx.st.NetNS) {
 			return engine.Info{}, fmt.Errorf("secrets need the engine's egress proxy (Spec.Egress, without Spec.Network): %w", engine.ErrUnsupported)
 		}
@@ -262,7 +264,7 @@ func (e *Engine) startHelper(ctx context.Context, bx *box, cmd *exec.Cmd, config
 		bx.st.ShimPid, bx.st.ShimStart = 0, 0
 		// An unisolated init enters the sandbox's cgroups before it starts anything
 		// (a container's are the runtime's to enter).
-		e.cg.enter(bx.st.Cgroups, pid)
+		e.cg.Enter(bx.st.Cgroups, pid)
 	}
 	bx.st.Dead = false
 	// Saved at once: whoever finds the directory can end this process.
@@ -344,7 +346,7 @@ func (e *Engine) destroy(bx *box) (err error) {
 		}
 	}()
 	if st.Paused || len(st.Cgroups) > 0 {
-		e.cg.thaw(st.Cgroups)
+		e.cg.Thaw(st.Cgroups)
 	}
 	if st.Pid > 0 || st.ShimPid > 0 {
 		if initAlive(st) {
@@ -376,9 +378,9 @@ func (e *Engine) destroy(bx *box) (err error) {
 			return err
 		}
 	}
-	e.cg.remove(st.Cgroups)
+	e.cg.Remove(st.Cgroups)
 	e.releaseVolumes(st)
-	unmountDisk(e.sandboxDir(st.ID))
+	volume.UnmountDisk(e.sandboxDir(st.ID))
 	if err := os.RemoveAll(e.sandboxDir(st.ID)); err != nil {
 		return err
 	}
@@ -474,7 +476,7 @@ func (e *Engine) Terminate(ctx context.Context, id string) error {
 		// A directory without a state (a crash before init started) is removed too.
 		sd := e.sandboxDir(id)
 		if _, err := os.Stat(sd); err == nil {
-			unmountDisk(sd)
+			volume.UnmountDisk(sd)
 			return os.RemoveAll(sd)
 		}
 		return nil

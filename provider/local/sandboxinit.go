@@ -1,7 +1,7 @@
 package local
 
 // The init of a sandbox: PID 1 inside the runtime's container (the engine's own binary,
-// bound read-only at initPath, in its container mode), or, for an unisolated sandbox,
+// bound read-only at oci.InitPath, in its container mode), or, for an unisolated sandbox,
 // a host process. It serves the control socket (exec) and reaps every process of the
 // sandbox. When it dies the kernel kills everything in its pid namespace.
 

@@ -12,9 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ttyGID is group tty inside.
-const ttyGID = 5
-
 // rootOwner makes a tmpfs belong to the sandbox's root.
 var rootOwner = fmt.Sprintf(",uid=%d,gid=%d", hostID(0), hostID(0))
 

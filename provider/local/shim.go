@@ -51,7 +51,7 @@ type shimConfig struct {
 	// Runtime is the OCI runtime binary; RuntimeRoot its --root (under the data dir).
 	Runtime     string `json:"runtime"`
 	RuntimeRoot string `json:"runtimeRoot"`
-	// InitBinary is the host path of the binary bound at initPath.
+	// InitBinary is the host path of the binary bound at oci.InitPath.
 	InitBinary string        `json:"initBinary"`
 	Limits     engine.Limits `json:"limits"`
 	Cgroup     string        `json:"cgroup"`

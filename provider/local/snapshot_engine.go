@@ -38,13 +38,13 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	if e.caps.Pause && !st.Paused {
-		if err := e.cg.setFrozen(st.Cgroups, true); err == nil {
+		if err := e.cg.SetFrozen(st.Cgroups, true); err == nil {
 			defer func() {
 				bx.mu.Lock()
 				paused := bx.st.Paused
 				bx.mu.Unlock()
 				if !paused {
-					_ = e.cg.setFrozen(st.Cgroups, false)
+					_ = e.cg.SetFrozen(st.Cgroups, false)
 				}
 			}()
 		}
@@ -121,7 +121,7 @@ func (e *Engine) setPaused(id string, paused bool) error {
 	if bx.gone {
 		return fmt.Errorf("pause %s: being terminated: %w", id, engine.ErrNotFound)
 	}
-	if err := e.cg.setFrozen(bx.st.Cgroups, paused); err != nil {
+	if err := e.cg.SetFrozen(bx.st.Cgroups, paused); err != nil {
 		return fmt.Errorf("pause %s: %w", id, err)
 	}
 	bx.st.Paused = paused

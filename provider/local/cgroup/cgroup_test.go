@@ -1,4 +1,4 @@
-package local
+package cgroup
 
 import (
 	"os"
@@ -9,10 +9,10 @@ import (
 	"time"
 )
 
-// TestCgroupSweep: sweep removes a sandbox-named group with no process once it
+// TestCgroupSweep: Sweep removes a sandbox-named group with no process once it
 // is older than minAge, and leaves a younger one and one that holds a process.
 func TestCgroupSweep(t *testing.T) {
-	cg := detectCgroups()
+	cg := Detect()
 	if len(cg.v1) == 0 && cg.v2 == "" {
 		t.Skip("no cgroup hierarchy accepts children here")
 	}
@@ -37,16 +37,16 @@ func TestCgroupSweep(t *testing.T) {
 			os.Remove(g)
 		}
 	})
-	cg.sweep(prefix, time.Hour)
+	cg.Sweep(prefix, time.Hour)
 	for _, g := range made {
 		if _, err := os.Stat(g); err != nil {
-			t.Errorf("sweep with minAge 1h removed the new group %s: %v", g, err)
+			t.Errorf("Sweep with minAge 1h removed the new group %s: %v", g, err)
 		}
 	}
-	cg.sweep(prefix, 0)
+	cg.Sweep(prefix, 0)
 	for _, g := range made {
 		if _, err := os.Stat(g); !os.IsNotExist(err) {
-			t.Errorf("sweep left the empty group %s (stat: %v)", g, err)
+			t.Errorf("Sweep left the empty group %s (stat: %v)", g, err)
 		}
 	}
 	// A group holding a process stays: rmdir refuses it.
@@ -63,14 +63,14 @@ func TestCgroupSweep(t *testing.T) {
 	if err := writeCg(busy, "cgroup.procs", strconv.Itoa(sleep.Process.Pid)); err != nil {
 		t.Fatal(err)
 	}
-	cg.sweep(prefix, 0)
+	cg.Sweep(prefix, 0)
 	if _, err := os.Stat(busy); err != nil {
-		t.Errorf("sweep removed a group that holds a process: %v", err)
+		t.Errorf("Sweep removed a group that holds a process: %v", err)
 	}
 	_ = sleep.Process.Kill()
 	_ = sleep.Wait()
-	cg.remove([]string{busy})
+	cg.Remove([]string{busy})
 	if _, err := os.Stat(busy); !os.IsNotExist(err) {
-		t.Errorf("remove left %s after its process ended (stat: %v)", busy, err)
+		t.Errorf("Remove left %s after its process ended (stat: %v)", busy, err)
 	}
 }
