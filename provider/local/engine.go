@@ -16,6 +16,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/cgroup"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/oci"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/volume"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
@@ -75,7 +76,7 @@ var _ engine.Engine = (*Engine)(nil)
 // box is one sandbox this Engine knows.
 type box struct {
 	mu sync.Mutex
-	st boxState
+	st state.Record
 	// pending is set while this Engine creates the sandbox.
 	pending bool
 	// done is closed when init, started by this Engine, has been reaped; nil for a
@@ -84,36 +85,6 @@ type box struct {
 	// gone is set while destroy removes the sandbox: nothing writes its state file
 	// any more (a write racing the directory's removal would leave it behind).
 	gone bool
-}
-
-// boxState is dir/sandboxes/<id>/state.json.
-type boxState struct {
-	ID       string      `json:"id"`
-	Name     string      `json:"name,omitempty"`
-	Created  time.Time   `json:"created"`
-	Spec     engine.Spec `json:"spec"`
-	Isolated bool        `json:"isolated"`
-	NetNS    bool        `json:"netns"`
-	Pid      int         `json:"pid"`      // init, on the host
-	PidStart uint64      `json:"pidStart"` // its start time, against pid reuse
-	PidNS    string      `json:"pidNs,omitempty"`
-	// ShimPid is the sandbox's host-side shim (none for an unisolated sandbox), and
-	// ShimStart its start time.
-	ShimPid   int             `json:"shimPid,omitempty"`
-	ShimStart uint64          `json:"shimStart,omitempty"`
-	Tunnels   []engine.Tunnel `json:"tunnels,omitempty"`
-	Applied   engine.Limits   `json:"applied,omitempty"`
-	Want      engine.Limits   `json:"want,omitempty"` // the spec's limits with the defaults
-	Cgroups   []string        `json:"cgroups,omitempty"`
-	Paused    bool            `json:"paused,omitempty"`
-	Dead      bool            `json:"dead,omitempty"`
-	ExitCode  *int            `json:"exitCode,omitempty"`
-	// Image is the image the sandbox booted from (its layers are the overlay's).
-	Image   *engine.RootFS `json:"image,omitempty"`
-	Runtime string         `json:"runtime,omitempty"`
-	// SecretEnv are the secrets' NAME=placeholder entries (never their values), for
-	// every exec's environment.
-	SecretEnv []string `json:"secretEnv,omitempty"`
 }
 
 // NewEngine opens (or creates) the data dir, re-adopts the sandboxes still alive and

@@ -40,7 +40,7 @@ func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 		return nil, fmt.Errorf("dial port %d in sandbox %s: %w", port, id, err)
 	}
 	defer unix.Close(nsfd)
-	if !initAlive(st) {
+	if !st.InitAlive() {
 		return nil, fmt.Errorf("dial port %d in sandbox %s: it is gone", port, id)
 	}
 	type result struct {

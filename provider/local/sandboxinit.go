@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 )
 
 // initConfig is what init gets: on stdin inside a container (from the shim), on fd 3
@@ -28,8 +31,8 @@ type initConfig struct {
 	Isolated bool   `json:"isolated"`
 	NetNS    bool   `json:"netns"`
 	// Hide are host directories covered with an empty tmpfs inside (the data dir).
-	Hide  []string    `json:"hide,omitempty"`
-	Binds []bindMount `json:"binds,omitempty"`
+	Hide  []string      `json:"hide,omitempty"`
+	Binds []rootfs.Bind `json:"binds,omitempty"`
 	// Layers are the image's layer directories on the host, lowest first; empty
 	// means the host's system directories.
 	Layers []string `json:"layers,omitempty"`
@@ -37,32 +40,20 @@ type initConfig struct {
 	// …; an unisolated init's the same).
 	Tunnels []int `json:"tunnels,omitempty"`
 	// TrustPEM is a certificate the sandbox trusts besides the system's (the
-	// authority of its secrets' proxy), added to its copy of caBundlePath; the shim
+	// authority of its secrets' proxy), added to its copy of rootfs.CABundlePath; the shim
 	// sets it and init never gets it.
 	TrustPEM []byte `json:"-"`
 	// DeadlineMs ends the sandbox (exit 124) at this Unix time in ms; 0 means never.
 	DeadlineMs int64 `json:"deadlineMs,omitempty"`
 }
 
-type bindMount struct {
-	Source   string `json:"source"`
-	Target   string `json:"target"`
-	ReadOnly bool   `json:"readOnly,omitempty"`
-	// Host marks a host directory of Spec.Mounts: read-write, it is bound as it is,
-	// never id-mapped (see setupRoot).
-	Host bool `json:"host,omitempty"`
-}
-
 // Names of a sandbox's directory entries on the host.
 const (
-	dirHome    = "disk/home" // the writable directories are on the sandbox's disk (disk.go)
-	dirTmp     = "disk/tmp"
-	dirVarTmp  = "disk/vartmp"
-	dirRun     = "disk/run"
-	dirStage   = "stage" // overlay upper dirs, only used inside
+	dirHome    = rootfs.DirHome // the writable directories are on the sandbox's disk
+	dirTmp     = rootfs.DirTmp
+	dirVarTmp  = rootfs.DirVarTmp
+	dirRun     = rootfs.DirRun
 	fileCtl    = "control.sock"
-	fileExit   = "exit"
-	fileState  = "state.json"
 	fileInitLg = "init.log"
 )
 
@@ -234,7 +225,7 @@ func (in *initServer) acceptLoop(ln net.Listener) {
 }
 
 func writeExitCode(dirFd, code int) {
-	fd, err := unix.Openat(dirFd, fileExit, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
+	fd, err := unix.Openat(dirFd, state.ExitFile, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return
 	}

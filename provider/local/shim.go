@@ -42,6 +42,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -406,7 +407,7 @@ func (s *shim) wait(pid int) int {
 			continue
 		}
 		if ws.Exited() {
-			if err := writeFileAtomic(filepath.Join(s.dir, fileExit), []byte(strconv.Itoa(ws.ExitStatus())), 0o644); err != nil {
+			if err := writeFileAtomic(filepath.Join(s.dir, state.ExitFile), []byte(strconv.Itoa(ws.ExitStatus())), 0o644); err != nil {
 				fmt.Fprintf(os.Stderr, "sandbox shim: record the exit code: %v\n", err)
 			}
 			return ws.ExitStatus()

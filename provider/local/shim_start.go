@@ -18,6 +18,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/oci"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
 )
 
 // loadSecrets makes the sandbox's secrets from the values the engine sent over the
@@ -54,7 +55,14 @@ func (s *shim) writeBundle() (string, error) {
 	if err := unix.Mount(s.cfg.InitBinary, initBin, "", unix.MS_BIND, ""); err != nil {
 		return "", fmt.Errorf("bind the init binary: %w", err)
 	}
-	ro, err := buildRoot(s.cfg.Init, root)
+	userns, closeNS, err := sandboxUserns()
+	if err != nil {
+		return "", err
+	}
+	defer closeNS()
+	c := s.cfg.Init
+	ro, err := rootfs.Build(rootfs.Config{ID: c.ID, Dir: c.Dir, Layers: c.Layers, Binds: c.Binds, Hide: c.Hide,
+		TrustPEM: c.TrustPEM}, root, userns)
 	if err != nil {
 		return "", fmt.Errorf("set up the sandbox root: %w", err)
 	}

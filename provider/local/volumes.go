@@ -5,6 +5,8 @@ import (
 	"sort"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 )
 
 // The engine's volumes are a volume.Store over DataDir/volumes; this file is
@@ -65,18 +67,18 @@ func (e *Engine) volumeUsers() map[string][]string {
 
 // mountVolumes mounts spec's volumes on the host and returns the binds that put them
 // into the sandbox.
-func (e *Engine) mountVolumes(spec engine.Spec) ([]bindMount, error) {
+func (e *Engine) mountVolumes(spec engine.Spec) ([]rootfs.Bind, error) {
 	vb, err := e.vols.Mount(spec.Volumes)
 	if err != nil {
 		return nil, err
 	}
-	binds := make([]bindMount, 0, len(vb))
+	binds := make([]rootfs.Bind, 0, len(vb))
 	for _, b := range vb {
-		binds = append(binds, bindMount{Source: b.Source, Target: b.Target, ReadOnly: b.ReadOnly})
+		binds = append(binds, rootfs.Bind{Source: b.Source, Target: b.Target, ReadOnly: b.ReadOnly})
 	}
 	return binds, nil
 }
 
 // releaseVolumes unmounts from the host the volumes of st that no other live sandbox
 // mounts.
-func (e *Engine) releaseVolumes(st boxState) { e.vols.Release(st.ID, st.Spec.Volumes) }
+func (e *Engine) releaseVolumes(st state.Record) { e.vols.Release(st.ID, st.Spec.Volumes) }
