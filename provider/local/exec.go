@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/netns"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -45,7 +46,7 @@ func (e *Engine) environ(st state.Record, extra []string) []string {
 		}
 	}
 	if st.Spec.Egress && st.NetNS {
-		for k, v := range proxyEnv() {
+		for k, v := range netns.ProxyEnv() {
 			if _, set := m[k]; !set {
 				m[k] = v
 			}
@@ -95,7 +96,7 @@ func (e *Engine) dialControl(ctx context.Context, st state.Record) (net.Conn, er
 	}
 	defer unix.Close(nsfd)
 	var c net.Conn
-	err = inNetns(nsfd, func() error {
+	err = netns.Do(nsfd, func() error {
 		var err error
 		c, err = d.DialContext(ctx, "unix", p)
 		return err

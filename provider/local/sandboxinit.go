@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/netns"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 )
@@ -102,7 +103,7 @@ func sandboxInit() int {
 		if err != nil {
 			return fail(fmt.Errorf("tunnel for port %d: %w", port, err))
 		}
-		go serveTunnel(tl, port)
+		go netns.ServeTunnel(tl, -1, port)
 	}
 	if cfg.DeadlineMs > 0 {
 		time.AfterFunc(time.Until(time.UnixMilli(cfg.DeadlineMs)), func() {
