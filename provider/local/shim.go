@@ -5,8 +5,8 @@ package local
 // are mounted there and nowhere on the host, and go with it), hands it its
 // configuration over a pipe, and it:
 //
-//   - builds the sandbox's root file system (rootfs.go, sandboxroot.go);
-//   - writes the OCI bundle (bundle.go) and runs the runtime's create and start, with
+//   - builds the sandbox's root file system (rootfs.Build);
+//   - writes the OCI bundle (oci.WriteBundle) and runs the runtime's create and start, with
 //     the control socket's listener and init's ready pipe as the only descriptors
 //     passed in (--preserve-fds);
 //   - serves the sandbox's tunnels (host listeners it holds) and its egress proxy (a

@@ -61,7 +61,7 @@ type Bind struct {
 // Build builds the sandbox's root at r, in the caller's own mount namespace (the
 // shim's), for the runtime to pivot into: the image's layers under the sandbox's
 // upper layer, or the host's system directories read-only with a /etc of its own
-// (rootfs.go); then the sandbox's writable directories and the spec's mounts. It says
+// (rootfs.go here); then the sandbox's writable directories and the spec's mounts. It says
 // whether the root itself is to be read-only (the default root). The runtime mounts
 // /proc, /dev and /sys. Mounts are id-mapped with a user namespace of the sandbox's
 // mapping (the same as the container's), so the host's (and the image's) root-owned
