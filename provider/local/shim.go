@@ -333,7 +333,7 @@ func (s *shim) wait(pid int) int {
 			continue
 		}
 		if ws.Exited() {
-			if err := writeFileAtomic(filepath.Join(s.dir, state.ExitFile), []byte(strconv.Itoa(ws.ExitStatus())), 0o644); err != nil {
+			if err := state.WriteExitCode(s.dir, ws.ExitStatus()); err != nil {
 				fmt.Fprintf(os.Stderr, "sandbox shim: record the exit code: %v\n", err)
 			}
 			return ws.ExitStatus()

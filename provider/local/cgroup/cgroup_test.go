@@ -1,12 +1,16 @@
 package cgroup
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
 // TestCgroupSweep: Sweep removes a sandbox-named group with no process once it
@@ -72,5 +76,62 @@ func TestCgroupSweep(t *testing.T) {
 	cg.Remove([]string{busy})
 	if _, err := os.Stat(busy); !os.IsNotExist(err) {
 		t.Errorf("Remove left %s after its process ended (stat: %v)", busy, err)
+	}
+}
+
+// TestMakeEnterFreezeRemove makes a sandbox's groups with limits, puts a process in,
+// freezes and thaws it, and removes the groups once it is gone.
+func TestMakeEnterFreezeRemove(t *testing.T) {
+	cg := Detect()
+	if !cg.Limits() {
+		t.Skip("no cgroup hierarchy with limits accepts children here")
+	}
+	id := "sb-cgtest-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+	ask := engine.Limits{MemoryBytes: 64 << 20, Pids: 32}
+	applied, groups := cg.Make(id, ask)
+	t.Cleanup(func() { cg.Remove(groups) })
+	if len(groups) == 0 {
+		t.Fatal("Make made no group")
+	}
+	for _, g := range groups {
+		if filepath.Base(g) != Name(id) {
+			t.Errorf("group %s, want it named %s", g, Name(id))
+		}
+	}
+	if cg.Controls("memory") && applied.MemoryBytes != ask.MemoryBytes {
+		t.Errorf("applied memory = %d, want %d", applied.MemoryBytes, ask.MemoryBytes)
+	}
+	if cg.Controls("pids") && applied.Pids != ask.Pids {
+		t.Errorf("applied pids = %d, want %d", applied.Pids, ask.Pids)
+	}
+	sleep := exec.Command("sleep", "30")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleep.Process.Kill(); _ = sleep.Wait() })
+	cg.Enter(groups, sleep.Process.Pid)
+	for _, g := range groups {
+		b, err := os.ReadFile(filepath.Join(g, "cgroup.procs"))
+		if err != nil || !strings.Contains(string(b), strconv.Itoa(sleep.Process.Pid)) {
+			t.Errorf("%s/cgroup.procs = %q (%v), want the entered pid", g, b, err)
+		}
+	}
+	if cg.Freezer() {
+		if err := cg.SetFrozen(groups, true); err != nil {
+			t.Errorf("freeze: %v", err)
+		}
+		if err := cg.SetFrozen(groups, false); err != nil {
+			t.Errorf("thaw: %v", err)
+		}
+	} else if err := cg.SetFrozen(groups, true); !errors.Is(err, engine.ErrUnsupported) {
+		t.Errorf("freeze without a freezer = %v, want ErrUnsupported", err)
+	}
+	_ = sleep.Process.Kill()
+	_ = sleep.Wait()
+	cg.Remove(groups)
+	for _, g := range groups {
+		if _, err := os.Stat(g); !os.IsNotExist(err) {
+			t.Errorf("Remove left %s (stat: %v)", g, err)
+		}
 	}
 }

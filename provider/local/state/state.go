@@ -92,6 +92,11 @@ func Exists(sd string) bool {
 	return err == nil
 }
 
+// WriteExitCode records init's exit code in sd's ExitFile: the shim's half of it.
+func WriteExitCode(sd string, code int) error {
+	return atomicfile.WriteFile(filepath.Join(sd, ExitFile), []byte(strconv.Itoa(code)), 0o644)
+}
+
 // ReadExitCode returns the exit code recorded in sd's ExitFile, or nil.
 func ReadExitCode(sd string) *int {
 	b, err := os.ReadFile(filepath.Join(sd, ExitFile))

@@ -70,6 +70,16 @@ func TestReadExitCode(t *testing.T) {
 	}
 }
 
+func TestWriteExitCode(t *testing.T) {
+	sd := t.TempDir()
+	if err := WriteExitCode(sd, 137); err != nil {
+		t.Fatal(err)
+	}
+	if got := ReadExitCode(sd); got == nil || *got != 137 {
+		t.Errorf("ReadExitCode after WriteExitCode(137) = %v, want 137", deref(got))
+	}
+}
+
 // TestAlive: a live process is alive only under its own start time, and a reaped one
 // is not.
 func TestAlive(t *testing.T) {
