@@ -16,6 +16,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 )
 
 func benchEngine(b *testing.B) *Engine {
@@ -226,7 +227,7 @@ func rssKiB(pids []int) int {
 }
 
 // sandboxPIDs lists the host pids of every process in the sandbox's pid namespace.
-func sandboxPIDs(st boxState) []int {
+func sandboxPIDs(st state.Record) []int {
 	var out []int
 	entries, _ := os.ReadDir("/proc")
 	for _, ent := range entries {

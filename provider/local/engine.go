@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,7 +15,12 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/cgroup"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/oci"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/volume"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
+	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
 
 // Production paths of the binaries bound into every isolated sandbox.
@@ -54,7 +60,10 @@ type Engine struct {
 	dir  string
 	caps engine.Capabilities
 	log  *slog.Logger
-	cg   cgroups
+	cg   cgroup.Hierarchies
+	// vols are the data dir's volumes, disks the templates of sandboxes' disks.
+	vols  *volume.Store
+	disks *volume.Disks
 	// runtime is the OCI runtime binary; initBinary this binary, bound into every
 	// sandbox as its init.
 	runtime, initBinary string
@@ -69,7 +78,7 @@ var _ engine.Engine = (*Engine)(nil)
 // box is one sandbox this Engine knows.
 type box struct {
 	mu sync.Mutex
-	st boxState
+	st state.Record
 	// pending is set while this Engine creates the sandbox.
 	pending bool
 	// done is closed when init, started by this Engine, has been reaped; nil for a
@@ -78,36 +87,6 @@ type box struct {
 	// gone is set while destroy removes the sandbox: nothing writes its state file
 	// any more (a write racing the directory's removal would leave it behind).
 	gone bool
-}
-
-// boxState is dir/sandboxes/<id>/state.json.
-type boxState struct {
-	ID       string      `json:"id"`
-	Name     string      `json:"name,omitempty"`
-	Created  time.Time   `json:"created"`
-	Spec     engine.Spec `json:"spec"`
-	Isolated bool        `json:"isolated"`
-	NetNS    bool        `json:"netns"`
-	Pid      int         `json:"pid"`      // init, on the host
-	PidStart uint64      `json:"pidStart"` // its start time, against pid reuse
-	PidNS    string      `json:"pidNs,omitempty"`
-	// ShimPid is the sandbox's host-side shim (none for an unisolated sandbox), and
-	// ShimStart its start time.
-	ShimPid   int             `json:"shimPid,omitempty"`
-	ShimStart uint64          `json:"shimStart,omitempty"`
-	Tunnels   []engine.Tunnel `json:"tunnels,omitempty"`
-	Applied   engine.Limits   `json:"applied,omitempty"`
-	Want      engine.Limits   `json:"want,omitempty"` // the spec's limits with the defaults
-	Cgroups   []string        `json:"cgroups,omitempty"`
-	Paused    bool            `json:"paused,omitempty"`
-	Dead      bool            `json:"dead,omitempty"`
-	ExitCode  *int            `json:"exitCode,omitempty"`
-	// Image is the image the sandbox booted from (its layers are the overlay's).
-	Image   *engine.RootFS `json:"image,omitempty"`
-	Runtime string         `json:"runtime,omitempty"`
-	// SecretEnv are the secrets' NAME=placeholder entries (never their values), for
-	// every exec's environment.
-	SecretEnv []string `json:"secretEnv,omitempty"`
 }
 
 // NewEngine opens (or creates) the data dir, re-adopts the sandboxes still alive and
@@ -135,26 +114,28 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	e := &Engine{o: o, dir: dir, log: log.With("component", "local-engine"), boxes: map[string]*box{}}
+	e.vols = volume.NewStore(filepath.Join(dir, "volumes"), e.volumeUsers, e.log)
+	e.disks = volume.NewDisks(filepath.Join(dir, "disks"))
 	if !o.Unisolated {
-		if e.runtime, err = findRuntime(runtimeRunc); err != nil {
+		if e.runtime, err = oci.Find(oci.Runc); err != nil {
 			return nil, fmt.Errorf("new engine: %w", err)
 		}
 		if os.Geteuid() != 0 {
-			return nil, fmt.Errorf("new engine: %w: %s runs sandboxes for root only: run as root (or opt into unisolated mode, which has no isolation)", engine.ErrNotIsolated, runtimeRunc)
+			return nil, fmt.Errorf("new engine: %w: %s runs sandboxes for root only: run as root (or opt into unisolated mode, which has no isolation)", engine.ErrNotIsolated, oci.Runc)
 		}
 		if e.initBinary, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("new engine: this binary's path, to bind as the sandboxes' init: %w", err)
 		}
 	}
-	e.cg = detectCgroups()
-	// Groups a terminate could not remove in time (see cgroups.remove).
-	e.cg.sweep(sandboxCgroupPrefix, time.Minute)
+	e.cg = cgroup.Detect()
+	// Groups a terminate could not remove in time (see cgroup.Hierarchies.Remove).
+	e.cg.Sweep(cgroup.SandboxPrefix, time.Minute)
 	e.caps = engine.Capabilities{Isolated: !o.Unisolated, Snapshot: true,
-		Pause: e.cg.freezer(), Limits: e.cg.limits(), DialPort: true,
-		Volumes: !o.Unisolated && volumesUsable(), Images: o.Images != nil && !o.Unisolated,
-		Runtimes: []string{runtimeRunc}, Names: true, TTY: true, FileErrors: true, ExecKill: true}
+		Pause: e.cg.Freezer(), Limits: e.cg.Limits(), DialPort: true,
+		Volumes: !o.Unisolated && volume.Usable(), Images: o.Images != nil && !o.Unisolated,
+		Runtimes: []string{oci.Runc}, Names: true, TTY: true, FileErrors: true, ExecKill: true}
 	if o.Unisolated {
-		e.caps.Runtimes = []string{runtimeNone}
+		e.caps.Runtimes = []string{oci.None}
 	}
 	if err := e.adopt(); err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
@@ -165,6 +146,10 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 // Capabilities say what this engine does: isolation unless unisolated, pause when the
 // cgroup freezer is usable, limits when memory or pids cgroups are.
 func (e *Engine) Capabilities() engine.Capabilities { return e.caps }
+
+// runtimeRoot is the runtime's state directory (--root): under the data dir, so
+// engines of other data dirs never share container names.
+func (e *Engine) runtimeRoot() string { return filepath.Join(e.dir, "runtime") }
 
 func (e *Engine) sandboxDir(id string) string { return filepath.Join(e.dir, "sandboxes", id) }
 
@@ -204,4 +189,16 @@ func (e *Engine) Close() error {
 	e.closed = true
 	e.mu.Unlock()
 	return nil
+}
+
+// writeFileAtomic writes data to path through a temp file and a rename, creating the
+// parent directories.
+func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
+	if mode == 0 {
+		mode = 0o644
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, data, mode)
 }

@@ -18,11 +18,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/netns"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // environ is the environment of an exec: defaults, the spec's env, then the request's.
-func (e *Engine) environ(st boxState, extra []string) []string {
+func (e *Engine) environ(st state.Record, extra []string) []string {
 	m := map[string]string{"PATH": sandboxPATH, "HOME": rules.HomeDir, "USER": "root", "LANG": "C.UTF-8",
 		"HOSTNAME": st.ID}
 	if !st.Isolated {
@@ -43,16 +46,16 @@ func (e *Engine) environ(st boxState, extra []string) []string {
 		}
 	}
 	if st.Spec.Egress && st.NetNS {
-		for k, v := range proxyEnv() {
+		for k, v := range netns.ProxyEnv() {
 			if _, set := m[k]; !set {
 				m[k] = v
 			}
 		}
 	}
 	if len(st.SecretEnv) > 0 {
-		for _, k := range trustEnv {
+		for _, k := range rootfs.TrustEnv {
 			if _, set := m[k]; !set {
-				m[k] = caBundlePath
+				m[k] = rootfs.CABundlePath
 			}
 		}
 	}
@@ -76,7 +79,7 @@ func (e *Engine) environ(st boxState, extra []string) []string {
 // For a sandbox with its own network, the connection's socket is made in that
 // namespace (a unix socket's accepted end belongs to the connecting socket's
 // namespace): no socket of the host's network is ever open inside.
-func (e *Engine) dialControl(ctx context.Context, st boxState) (net.Conn, error) {
+func (e *Engine) dialControl(ctx context.Context, st state.Record) (net.Conn, error) {
 	fd, err := unix.Open(e.sandboxDir(st.ID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -93,7 +96,7 @@ func (e *Engine) dialControl(ctx context.Context, st boxState) (net.Conn, error)
 	}
 	defer unix.Close(nsfd)
 	var c net.Conn
-	err = inNetns(nsfd, func() error {
+	err = netns.Do(nsfd, func() error {
 		var err error
 		c, err = d.DialContext(ctx, "unix", p)
 		return err
@@ -223,7 +226,7 @@ func (e *Engine) StartDetached(ctx context.Context, id string, req engine.ExecRe
 
 // ctlRequest is the control request of an exec: the default working directory (the
 // image's, or the home) and the sandbox's environment filled in.
-func (e *Engine) ctlRequest(st boxState, req engine.ExecRequest, detach bool) ctlRequest {
+func (e *Engine) ctlRequest(st state.Record, req engine.ExecRequest, detach bool) ctlRequest {
 	cwd := req.Cwd
 	if cwd == "" && st.Image != nil && st.Image.WorkDir != "" {
 		cwd = st.Image.WorkDir

@@ -39,7 +39,7 @@ func (e *Engine) rootFd(id string) (int, bool, error) {
 		return -1, false, fmt.Errorf("sandbox %s root: %w", id, err)
 	}
 	// The pid could have been reused between the check and the open.
-	if st.Isolated && !initAlive(st) {
+	if st.Isolated && !st.InitAlive() {
 		unix.Close(fd)
 		return -1, false, fmt.Errorf("sandbox %q is dead: %w", id, engine.ErrNotFound)
 	}

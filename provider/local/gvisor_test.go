@@ -31,7 +31,7 @@ func TestGvisorRefusedWithTheReason(t *testing.T) {
 	}
 }
 
-// The first reason of gvisorRefusal, on this machine's runsc: Debian 12's ls fails on
+// The first reason of the gVisor refusal (package oci), on this machine's runsc: Debian 12's ls fails on
 // every path under it. When this test fails, runsc lists / now: revisit the gvisor
 // runtime (docs/local-engine.md, "gVisor: measured, refused").
 func TestGvisorRefusalStillHolds(t *testing.T) {
@@ -50,7 +50,7 @@ func TestGvisorRefusalStillHolds(t *testing.T) {
 	}
 	out, err := do("ls", "/")
 	if err == nil {
-		t.Fatalf("%s lists / now (%q): the statx reason of gvisorRefusal is gone; revisit the gvisor runtime", v, out)
+		t.Fatalf("%s lists / now (%q): the statx reason of the gVisor refusal (package oci) is gone; revisit the gvisor runtime", v, out)
 	}
 	if !strings.Contains(out, "Invalid argument") {
 		t.Errorf("%s: ls / failed otherwise than measured (%v): %q", v, err, out)

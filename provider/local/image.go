@@ -1,7 +1,7 @@
 package local
 
 // Sandboxes from images: the engine resolves Spec.Image through EngineOptions.Images
-// and init mounts the layers under the sandbox's upper layer (rootfs.go).
+// and init mounts the layers under the sandbox's upper layer (package rootfs).
 
 import (
 	"context"
@@ -11,16 +11,10 @@ import (
 	"strconv"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
-
-// gvisorRefusal is why this engine does not offer gVisor, as measured with Debian
-// 12's runsc (0.0~20221219) on cgroup v1 (docs/local-engine.md, "gVisor: measured,
-// refused"; TestGvisorRefusalStillHolds checks the first reason).
-const gvisorRefusal = "gVisor: Debian's runsc 2022-12 answers EINVAL to statx and newfstatat with " +
-	"AT_NO_AUTOMOUNT, so ls and stat fail on every path; it has no OOM killer, so an over-limit " +
-	"allocation kills the whole sandbox, sidecar included; and it enforces no pids limit but " +
-	"RLIMIT_NPROC per uid"
 
 // resolveImage finds the spec's image and makes the sandbox directory sd's upper
 // layer and work directory, owned by the sandbox's root.
@@ -43,7 +37,7 @@ func (e *Engine) resolveImage(ctx context.Context, ref, sd string) (*engine.Root
 			return nil, fmt.Errorf("image %q: layer %q is not an absolute path", ref, l)
 		}
 	}
-	for _, d := range []string{dirUpper, dirWork} {
+	for _, d := range []string{rootfs.DirUpper, rootfs.DirWork} {
 		p := filepath.Join(sd, d)
 		if err := os.Mkdir(p, 0o755); err != nil {
 			return nil, err
@@ -71,12 +65,12 @@ func (e *Engine) UpperDir(id string) (string, error) {
 	if img == nil {
 		return "", fmt.Errorf("sandbox %s has no image, so no upper layer: %w", id, engine.ErrUnsupported)
 	}
-	return filepath.Join(e.sandboxDir(id), dirUpper), nil
+	return filepath.Join(e.sandboxDir(id), rootfs.DirUpper), nil
 }
 
 // homeOf is Info.Home: the host path of the sandbox's /home/user. An image sandbox's
 // home is in its overlay, reached through its init's root.
-func (e *Engine) homeOf(st boxState) string {
+func (e *Engine) homeOf(st state.Record) string {
 	if st.Image != nil {
 		return "/proc/" + strconv.Itoa(st.Pid) + "/root" + rules.HomeDir
 	}

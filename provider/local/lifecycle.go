@@ -18,6 +18,10 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/cgroup"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/volume"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -25,7 +29,7 @@ import (
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, error) {
 	id := newEngineID("sb-")
 	sd := e.sandboxDir(id)
-	bx := &box{st: boxState{ID: id, Name: spec.Name, Created: time.Now().UTC(), Spec: spec,
+	bx := &box{st: state.Record{ID: id, Name: spec.Name, Created: time.Now().UTC(), Spec: spec,
 		Isolated: !e.o.Unisolated, NetNS: !e.o.Unisolated && !spec.Network}}
 	e.mu.Lock()
 	if e.closed {
@@ -83,14 +87,14 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 	if bx.st.Isolated {
 		for _, b := range [][2]string{{e.o.SandboxMCP, SandboxMCPPath}, {e.o.Proliferate, ProliferatePath}} {
 			if b[0] != "" {
-				cfg.Binds = append(cfg.Binds, bindMount{Source: b[0], Target: b[1], ReadOnly: true})
+				cfg.Binds = append(cfg.Binds, rootfs.Bind{Source: b[0], Target: b[1], ReadOnly: true})
 			}
 		}
 		for _, m := range spec.Mounts {
 			if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) {
 				return engine.Info{}, fmt.Errorf("mount %s -> %s: paths must be absolute", m.Source, m.Target)
 			}
-			cfg.Binds = append(cfg.Binds, bindMount{Source: m.Source, Target: filepath.Clean(m.Target), ReadOnly: m.ReadOnly, Host: true})
+			cfg.Binds = append(cfg.Binds, rootfs.Bind{Source: m.Source, Target: filepath.Clean(m.Target), ReadOnly: m.ReadOnly, Host: true})
 		}
 		vols, err := e.mountVolumes(spec)
 		if err != nil {
@@ -133,7 +137,7 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 	} else {
 		sc := shimConfig{Init: cfg, Runtime: e.runtime, RuntimeRoot: e.runtimeRoot(), InitBinary: e.initBinary,
 			TimeoutMs: spec.Timeout.Milliseconds(),
-			Limits:    bx.st.Applied, Cgroup: "sandbox-" + bx.st.ID}
+			Limits:    bx.st.Applied, Cgroup: cgroup.Name(bx.st.ID)}
 		if len(spec.Secrets) > 0 && !(spec.Egress && bx.st.NetNS) {
 			return engine.Info{}, fmt.Errorf("secrets need the engine's egress proxy (Spec.Egress, without Spec.Network): %w", engine.ErrUnsupported)
 		}
@@ -253,7 +257,7 @@ func (e *Engine) startHelper(ctx context.Context, bx *box, cmd *exec.Cmd, config
 		_ = cmd.Wait()
 		close(done)
 	}()
-	start, _, _ := procStart(pid)
+	start, _, _ := state.ProcStart(pid)
 	bx.mu.Lock()
 	bx.done = done
 	bx.st.ShimPid, bx.st.ShimStart = pid, start
@@ -262,7 +266,7 @@ func (e *Engine) startHelper(ctx context.Context, bx *box, cmd *exec.Cmd, config
 		bx.st.ShimPid, bx.st.ShimStart = 0, 0
 		// An unisolated init enters the sandbox's cgroups before it starts anything
 		// (a container's are the runtime's to enter).
-		e.cg.enter(bx.st.Cgroups, pid)
+		e.cg.Enter(bx.st.Cgroups, pid)
 	}
 	bx.st.Dead = false
 	// Saved at once: whoever finds the directory can end this process.
@@ -316,7 +320,7 @@ func (e *Engine) awaitReady(ctx context.Context, bx *box, readyR *os.File, name 
 	if err != nil {
 		return err
 	}
-	istart, _, _ := procStart(ipid)
+	istart, _, _ := state.ProcStart(ipid)
 	pidns := ""
 	if ipid != pid {
 		pidns, _ = os.Readlink("/proc/" + strconv.Itoa(ipid) + "/ns/pid")
@@ -344,10 +348,10 @@ func (e *Engine) destroy(bx *box) (err error) {
 		}
 	}()
 	if st.Paused || len(st.Cgroups) > 0 {
-		e.cg.thaw(st.Cgroups)
+		e.cg.Thaw(st.Cgroups)
 	}
 	if st.Pid > 0 || st.ShimPid > 0 {
-		if initAlive(st) {
+		if st.InitAlive() {
 			_ = syscall.Kill(st.Pid, syscall.SIGKILL)
 		}
 		if !st.Isolated {
@@ -376,9 +380,9 @@ func (e *Engine) destroy(bx *box) (err error) {
 			return err
 		}
 	}
-	e.cg.remove(st.Cgroups)
+	e.cg.Remove(st.Cgroups)
 	e.releaseVolumes(st)
-	unmountDisk(e.sandboxDir(st.ID))
+	volume.UnmountDisk(e.sandboxDir(st.ID))
 	if err := os.RemoveAll(e.sandboxDir(st.ID)); err != nil {
 		return err
 	}
@@ -387,8 +391,8 @@ func (e *Engine) destroy(bx *box) (err error) {
 
 // forceDelete kills the sandbox's shim and has the runtime kill and delete its
 // container, whatever is left of it.
-func (e *Engine) forceDelete(st boxState) error {
-	if st.ShimPid > 0 && shimAlive(st) {
+func (e *Engine) forceDelete(st state.Record) error {
+	if st.ShimPid > 0 && st.ShimAlive() {
 		_ = syscall.Kill(st.ShimPid, syscall.SIGKILL)
 	}
 	if !st.Isolated || e.runtime == "" {
@@ -403,12 +407,12 @@ func (e *Engine) forceDelete(st boxState) error {
 
 // endShim waits for the sandbox's shim to exit, and, past timeout, kills it and deletes
 // the container itself.
-func (e *Engine) endShim(st boxState, timeout time.Duration) error {
+func (e *Engine) endShim(st state.Record, timeout time.Duration) error {
 	if st.ShimPid <= 0 {
 		return nil
 	}
 	deadline := time.Now().Add(timeout)
-	for shimAlive(st) {
+	for st.ShimAlive() {
 		if time.Now().After(deadline) {
 			return e.forceDelete(st)
 		}
@@ -419,7 +423,7 @@ func (e *Engine) endShim(st boxState, timeout time.Duration) error {
 
 // waitGone waits until no process of the sandbox is left in /proc: init (by pid
 // and start time) and, for an isolated sandbox, any process in its pid namespace.
-func waitGone(st boxState, timeout time.Duration) error {
+func waitGone(st state.Record, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		if !procLeft(st) {
@@ -437,8 +441,8 @@ func waitGone(st boxState, timeout time.Duration) error {
 // cgroups, of its pid namespace. The cgroups come first because a namespace's inode
 // number is free again once the namespace is gone, and another sandbox of the machine
 // may get it: its processes are not this one's.
-func procLeft(st boxState) bool {
-	if start, _, ok := procStart(st.Pid); ok && start == st.PidStart {
+func procLeft(st state.Record) bool {
+	if start, _, ok := state.ProcStart(st.Pid); ok && start == st.PidStart {
 		return true
 	}
 	if len(st.Cgroups) > 0 {
@@ -474,7 +478,7 @@ func (e *Engine) Terminate(ctx context.Context, id string) error {
 		// A directory without a state (a crash before init started) is removed too.
 		sd := e.sandboxDir(id)
 		if _, err := os.Stat(sd); err == nil {
-			unmountDisk(sd)
+			volume.UnmountDisk(sd)
 			return os.RemoveAll(sd)
 		}
 		return nil

@@ -2,7 +2,7 @@ package local
 
 // Limits of a sandbox: the spec's, with rules' defaults for those it leaves at zero
 // (memory, pids, disk; the CPU is not limited by default). Memory, pids and CPU are
-// cgroup limits (cgroup.go), the disk is a file system of that size (disk.go). A limit
+// cgroup limits (package cgroup), the disk is a file system of that size (volume.Disks). A limit
 // the spec asks for that this machine cannot apply refuses the create with
 // engine.ErrLimit; Info.Applied says what holds.
 

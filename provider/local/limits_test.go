@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/volume"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -18,10 +19,10 @@ func TestLimitsDefaultsAndRefusals(t *testing.T) {
 	e := newTestEngine(t)
 	info := createBox(t, e, engine.Spec{})
 	want := engine.Limits{MemoryBytes: rules.DefaultMemoryBytes, Pids: rules.DefaultPids, DiskBytes: rules.DefaultDiskBytes}
-	if e.cg.v1["memory"] == "" && e.cg.v2 == "" {
+	if !e.cg.Controls("memory") {
 		want.MemoryBytes = 0
 	}
-	if e.cg.v1["pids"] == "" && e.cg.v2 == "" {
+	if !e.cg.Controls("pids") {
 		want.Pids = 0
 	}
 	if info.Applied != want {
@@ -91,7 +92,7 @@ func TestLimitsPidsContainForkBomb(t *testing.T) {
 func testForkBomb(t *testing.T, k rootKind) {
 	e, base := k.engine(t)
 	info := k.create(t, e, base, engine.Spec{Limits: engine.Limits{Pids: 200, CPUMillis: 500}})
-	if info.Applied.Pids != 200 || (e.cg.v1["cpu"] != "" || e.cg.v2 != "") && info.Applied.CPUMillis != 500 {
+	if info.Applied.Pids != 200 || e.cg.Controls("cpu") && info.Applied.CPUMillis != 500 {
 		t.Fatalf("applied %+v", info.Applied)
 	}
 	bx, _ := e.lookup(info.ID)
@@ -160,7 +161,7 @@ func TestLimitsDisk(t *testing.T) {
 				t.Errorf("writing %d MB to a %d-byte disk: exit %d %q", tc.writeMB, tc.disk, code, out)
 			}
 			var st syscall.Stat_t
-			if err := syscall.Stat(filepath.Join(e.sandboxDir(info.ID), fileDisk), &st); err != nil {
+			if err := syscall.Stat(filepath.Join(e.sandboxDir(info.ID), volume.DiskImage), &st); err != nil {
 				t.Fatal(err)
 			}
 			if used := st.Blocks * 512; used > tc.disk {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/oci"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -15,7 +16,7 @@ import (
 // layer, a snapshot's state and the production layout.
 func (e *Engine) prepare(ctx context.Context, bx *box, sd string) (*engine.RootFS, error) {
 	spec := bx.st.Spec
-	rt, err := e.checkRuntime(spec.Runtime)
+	rt, err := oci.Check(spec.Runtime, e.caps.Runtimes)
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +32,7 @@ func (e *Engine) prepare(ctx context.Context, bx *box, sd string) (*engine.RootF
 	cgDone := make(chan struct{})
 	go func() {
 		defer close(cgDone)
-		applied, groups := e.cg.make(bx.st.ID, lim)
+		applied, groups := e.cg.Make(bx.st.ID, lim)
 		applied.DiskBytes = lim.DiskBytes
 		bx.mu.Lock()
 		bx.st.Applied, bx.st.Cgroups = applied, groups
@@ -39,7 +40,7 @@ func (e *Engine) prepare(ctx context.Context, bx *box, sd string) (*engine.RootF
 	}()
 	var diskErr error
 	if lim.DiskBytes > 0 {
-		diskErr = e.makeDisk(sd, lim.DiskBytes)
+		diskErr = e.disks.Make(sd, lim.DiskBytes)
 	}
 	<-cgDone
 	if diskErr != nil {

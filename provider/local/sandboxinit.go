@@ -1,7 +1,7 @@
 package local
 
 // The init of a sandbox: PID 1 inside the runtime's container (the engine's own binary,
-// bound read-only at initPath, in its container mode), or, for an unisolated sandbox,
+// bound read-only at oci.InitPath, in its container mode), or, for an unisolated sandbox,
 // a host process. It serves the control socket (exec) and reaps every process of the
 // sandbox. When it dies the kernel kills everything in its pid namespace.
 
@@ -18,6 +18,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/netns"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 )
 
 // initConfig is what init gets: on stdin inside a container (from the shim), on fd 3
@@ -28,8 +32,8 @@ type initConfig struct {
 	Isolated bool   `json:"isolated"`
 	NetNS    bool   `json:"netns"`
 	// Hide are host directories covered with an empty tmpfs inside (the data dir).
-	Hide  []string    `json:"hide,omitempty"`
-	Binds []bindMount `json:"binds,omitempty"`
+	Hide  []string      `json:"hide,omitempty"`
+	Binds []rootfs.Bind `json:"binds,omitempty"`
 	// Layers are the image's layer directories on the host, lowest first; empty
 	// means the host's system directories.
 	Layers []string `json:"layers,omitempty"`
@@ -37,32 +41,20 @@ type initConfig struct {
 	// …; an unisolated init's the same).
 	Tunnels []int `json:"tunnels,omitempty"`
 	// TrustPEM is a certificate the sandbox trusts besides the system's (the
-	// authority of its secrets' proxy), added to its copy of caBundlePath; the shim
+	// authority of its secrets' proxy), added to its copy of rootfs.CABundlePath; the shim
 	// sets it and init never gets it.
 	TrustPEM []byte `json:"-"`
 	// DeadlineMs ends the sandbox (exit 124) at this Unix time in ms; 0 means never.
 	DeadlineMs int64 `json:"deadlineMs,omitempty"`
 }
 
-type bindMount struct {
-	Source   string `json:"source"`
-	Target   string `json:"target"`
-	ReadOnly bool   `json:"readOnly,omitempty"`
-	// Host marks a host directory of Spec.Mounts: read-write, it is bound as it is,
-	// never id-mapped (see setupRoot).
-	Host bool `json:"host,omitempty"`
-}
-
 // Names of a sandbox's directory entries on the host.
 const (
-	dirHome    = "disk/home" // the writable directories are on the sandbox's disk (disk.go)
-	dirTmp     = "disk/tmp"
-	dirVarTmp  = "disk/vartmp"
-	dirRun     = "disk/run"
-	dirStage   = "stage" // overlay upper dirs, only used inside
+	dirHome    = rootfs.DirHome // the writable directories are on the sandbox's disk
+	dirTmp     = rootfs.DirTmp
+	dirVarTmp  = rootfs.DirVarTmp
+	dirRun     = rootfs.DirRun
 	fileCtl    = "control.sock"
-	fileExit   = "exit"
-	fileState  = "state.json"
 	fileInitLg = "init.log"
 )
 
@@ -111,7 +103,7 @@ func sandboxInit() int {
 		if err != nil {
 			return fail(fmt.Errorf("tunnel for port %d: %w", port, err))
 		}
-		go serveTunnel(tl, port)
+		go netns.ServeTunnel(tl, -1, port)
 	}
 	if cfg.DeadlineMs > 0 {
 		time.AfterFunc(time.Until(time.UnixMilli(cfg.DeadlineMs)), func() {
@@ -234,7 +226,7 @@ func (in *initServer) acceptLoop(ln net.Listener) {
 }
 
 func writeExitCode(dirFd, code int) {
-	fd, err := unix.Openat(dirFd, fileExit, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
+	fd, err := unix.Openat(dirFd, state.ExitFile, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return
 	}

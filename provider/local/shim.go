@@ -5,8 +5,8 @@ package local
 // are mounted there and nowhere on the host, and go with it), hands it its
 // configuration over a pipe, and it:
 //
-//   - builds the sandbox's root file system (rootfs.go, sandboxroot.go);
-//   - writes the OCI bundle (bundle.go) and runs the runtime's create and start, with
+//   - builds the sandbox's root file system (rootfs.Build);
+//   - writes the OCI bundle (oci.WriteBundle) and runs the runtime's create and start, with
 //     the control socket's listener and init's ready pipe as the only descriptors
 //     passed in (--preserve-fds);
 //   - serves the sandbox's tunnels (host listeners it holds) and its egress proxy (a
@@ -20,18 +20,14 @@ package local
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,8 +37,8 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
-	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
-	"github.com/proliferate-ai/sandbox-mcp/rules"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/netns"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 )
 
 // shimConfig is what the engine sends to the shim on fd 3.
@@ -51,7 +47,7 @@ type shimConfig struct {
 	// Runtime is the OCI runtime binary; RuntimeRoot its --root (under the data dir).
 	Runtime     string `json:"runtime"`
 	RuntimeRoot string `json:"runtimeRoot"`
-	// InitBinary is the host path of the binary bound at initPath.
+	// InitBinary is the host path of the binary bound at oci.InitPath.
 	InitBinary string        `json:"initBinary"`
 	Limits     engine.Limits `json:"limits"`
 	Cgroup     string        `json:"cgroup"`
@@ -267,7 +263,7 @@ func (s *shim) controlListener() (*os.File, error) {
 		return err
 	}
 	if s.netns > 0 {
-		err = inNetns(s.netns, listen)
+		err = netns.Do(s.netns, listen)
 	} else {
 		err = listen()
 	}
@@ -298,11 +294,11 @@ func (s *shim) serveTunnels() error {
 		if err != nil {
 			return fmt.Errorf("tunnel for port %d: %w", port, err)
 		}
+		nsfd := -1
 		if s.netns > 0 {
-			go serveTunnelInto(ln, s.netns, port)
-		} else {
-			go serveTunnel(ln, port)
+			nsfd = s.netns
 		}
+		go netns.ServeTunnel(ln, nsfd, port)
 	}
 	return nil
 }
@@ -318,76 +314,7 @@ func (s *shim) serveEgress() error {
 		// public host).
 		hosts = append(append([]string(nil), hosts...), s.secrets.Hosts()...)
 	}
-	g, err := egress.New(egress.Config{Hosts: hosts, Secrets: s.secrets})
-	if err != nil {
-		return err
-	}
-	var ln net.Listener
-	err = inNetns(s.netns, func() error {
-		var err error
-		ln, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(rules.PortEgressProxy))
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 30 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return nil
-}
-
-// inNetns runs fn on an OS thread that entered the network namespace nsfd; a thread
-// that cannot go back is never reused (it stays locked and exits with its goroutine).
-func inNetns(nsfd int, fn func() error) error {
-	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- err
-			return
-		}
-		defer unix.Close(self)
-		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- fmt.Errorf("setns: %w", err)
-			return
-		}
-		err = fn()
-		if unix.Setns(self, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- err
-	}()
-	return <-ch
-}
-
-// serveTunnelInto forwards every connection of a host listener to port on the
-// loopback of the network namespace nsfd.
-func serveTunnelInto(ln net.Listener, nsfd, port int) {
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		go func() {
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			in, err := dialInNetns(ctx, nsfd, addr)
-			cancel()
-			if err != nil {
-				return
-			}
-			defer in.Close()
-			portfwd.Splice(c, in)
-		}()
-	}
+	return netns.ServeEgress(s.netns, egress.Config{Hosts: hosts, Secrets: s.secrets})
 }
 
 // wait reaps the shim's children until the container's init (pid) ends, and returns
@@ -406,7 +333,7 @@ func (s *shim) wait(pid int) int {
 			continue
 		}
 		if ws.Exited() {
-			if err := writeFileAtomic(filepath.Join(s.dir, fileExit), []byte(strconv.Itoa(ws.ExitStatus())), 0o644); err != nil {
+			if err := state.WriteExitCode(s.dir, ws.ExitStatus()); err != nil {
 				fmt.Fprintf(os.Stderr, "sandbox shim: record the exit code: %v\n", err)
 			}
 			return ws.ExitStatus()

@@ -17,6 +17,8 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/oci"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
 )
 
 // loadSecrets makes the sandbox's secrets from the values the engine sent over the
@@ -53,27 +55,20 @@ func (s *shim) writeBundle() (string, error) {
 	if err := unix.Mount(s.cfg.InitBinary, initBin, "", unix.MS_BIND, ""); err != nil {
 		return "", fmt.Errorf("bind the init binary: %w", err)
 	}
-	ro, err := buildRoot(s.cfg.Init, root)
+	userns, closeNS, err := sandboxUserns()
+	if err != nil {
+		return "", err
+	}
+	defer closeNS()
+	c := s.cfg.Init
+	ro, err := rootfs.Build(rootfs.Config{ID: c.ID, Dir: c.Dir, Layers: c.Layers, Binds: c.Binds, Hide: c.Hide,
+		TrustPEM: c.TrustPEM}, root, userns)
 	if err != nil {
 		return "", fmt.Errorf("set up the sandbox root: %w", err)
 	}
-	spec, err := ociSpec(bundleConfig{ID: s.id, Root: root, ReadOnly: ro,
-		Init: initBin, NetNS: s.cfg.Init.NetNS, Limits: s.cfg.Limits, Cgroup: s.cfg.Cgroup})
-	if err != nil {
-		return "", err
-	}
-	bundle := filepath.Join(s.dir, dirBundle)
-	if err := os.MkdirAll(bundle, 0o700); err != nil {
-		return "", err
-	}
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
-		return "", fmt.Errorf("write the bundle: %w", err)
-	}
-	return bundle, nil
+	return oci.WriteBundle(filepath.Join(s.dir, dirBundle), oci.Config{ID: s.id, Root: root, ReadOnly: ro,
+		Init: initBin, Env: []string{initEnv + "=" + modeContainer, "PATH=" + sandboxPATH},
+		NetNS: s.cfg.Init.NetNS, Limits: s.cfg.Limits, Cgroup: s.cfg.Cgroup})
 }
 
 // create runs the runtime's create on bundle, handing init readyW (closed here) and
@@ -142,8 +137,8 @@ func (s *shim) configure(pid int, cfgW *os.File) error {
 	defer cfgW.Close()
 	// Init is never the OOM victim; where even the host's root may not lower a score
 	// (no CAP_SYS_RESOURCE), the commands' higher score still makes them the victims.
-	if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(initOOMScoreAdj)), 0); err != nil {
-		fmt.Fprintf(os.Stderr, "sandbox shim: init's oom_score_adj: %v (the commands run at %d)\n", err, cmdOOMScoreAdj)
+	if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(oci.InitOOMScoreAdj)), 0); err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox shim: init's oom_score_adj: %v (the commands run at %d)\n", err, oci.CmdOOMScoreAdj)
 	}
 	if s.cfg.Init.NetNS {
 		var err error

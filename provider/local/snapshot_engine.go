@@ -12,6 +12,8 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -38,13 +40,13 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	if e.caps.Pause && !st.Paused {
-		if err := e.cg.setFrozen(st.Cgroups, true); err == nil {
+		if err := e.cg.SetFrozen(st.Cgroups, true); err == nil {
 			defer func() {
 				bx.mu.Lock()
 				paused := bx.st.Paused
 				bx.mu.Unlock()
 				if !paused {
-					_ = e.cg.setFrozen(st.Cgroups, false)
+					_ = e.cg.SetFrozen(st.Cgroups, false)
 				}
 			}()
 		}
@@ -121,7 +123,7 @@ func (e *Engine) setPaused(id string, paused bool) error {
 	if bx.gone {
 		return fmt.Errorf("pause %s: being terminated: %w", id, engine.ErrNotFound)
 	}
-	if err := e.cg.setFrozen(bx.st.Cgroups, paused); err != nil {
+	if err := e.cg.SetFrozen(bx.st.Cgroups, paused); err != nil {
 		return fmt.Errorf("pause %s: %w", id, err)
 	}
 	bx.st.Paused = paused
@@ -129,12 +131,12 @@ func (e *Engine) setPaused(id string, paused bool) error {
 }
 
 // commitImage makes the upper layer of the image sandbox st a new image.
-func (e *Engine) commitImage(ctx context.Context, st boxState) (string, error) {
+func (e *Engine) commitImage(ctx context.Context, st state.Record) (string, error) {
 	ic, ok := e.o.Images.(engine.ImageCommitter)
 	if !ok {
 		return "", fmt.Errorf("snapshot %s: the engine's image store cannot commit images: %w", st.ID, engine.ErrUnsupported)
 	}
-	id, err := ic.CommitImage(ctx, st.Image.ID, filepath.Join(e.sandboxDir(st.ID), dirUpper), rules.HostIDBase, rules.IDCount)
+	id, err := ic.CommitImage(ctx, st.Image.ID, filepath.Join(e.sandboxDir(st.ID), rootfs.DirUpper), rules.HostIDBase, rules.IDCount)
 	if err != nil {
 		return "", fmt.Errorf("snapshot %s: %w", st.ID, err)
 	}

@@ -3,7 +3,7 @@ package local
 // The spawner: the one process of a sandbox that starts commands, a child of init
 // inside the container. It exists for the OOM killer: init runs at an OOM score of
 // -1000 (never the victim), and a child inherits its parent's score, so the commands
-// are forked by a process that raised its own to cmdOOMScoreAdj first. The isolation
+// are forked by a process that raised its own to oci.CmdOOMScoreAdj first. The isolation
 // (user namespace, capabilities, seccomp) is the runtime's, inherited from init.
 //
 // Init sends each command over a socket pair (fd 3 of the spawner): a length-prefixed
@@ -24,6 +24,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/oci"
 )
 
 // spawnMsg is one command for the spawner.
@@ -275,7 +277,7 @@ func spawnerMain() int {
 	// The commands' OOM score, inherited by every one: raising one's own score needs
 	// no privilege, and a spawner that cannot is refused rather than run commands
 	// that could make init the victim.
-	if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(cmdOOMScoreAdj)), 0); err != nil {
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(oci.CmdOOMScoreAdj)), 0); err != nil {
 		fmt.Fprintf(os.Stderr, "sandbox spawner: oom_score_adj: %v\n", err)
 		return 1
 	}

@@ -6,9 +6,12 @@ package local
 // inside own their files, and no file of the host is theirs.
 
 import (
+	"fmt"
 	"os"
-	"path/filepath"
+	"strconv"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
@@ -23,28 +26,34 @@ func inSandboxRange(id uint32) bool {
 	return id >= rules.HostIDBase && id < rules.HostIDBase+rules.IDCount
 }
 
-// mkdirOwned creates p and its missing parents below base, each owned by the owner of
-// its parent.
-func mkdirOwned(base, p string) error {
-	if p == base || len(p) <= len(base) {
-		return nil
+// sandboxUserns returns a user namespace with the sandbox's id mapping (for
+// id-mapped mounts), held by a child of this process until closed.
+func sandboxUserns() (int, func(), error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return -1, nil, err
 	}
-	if _, err := os.Lstat(p); err == nil {
-		return nil
+	defer r.Close()
+	attr := &syscall.ProcAttr{
+		Env:   []string{initEnv + "=" + modeHold},
+		Files: []uintptr{r.Fd()},
+		Sys: &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: idMap, GidMappings: idMap,
+			GidMappingsEnableSetgroups: true},
 	}
-	parent := filepath.Dir(p)
-	if err := mkdirOwned(base, parent); err != nil {
-		return err
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{"sandbox-userns"}, attr)
+	if err != nil {
+		w.Close()
+		return -1, nil, fmt.Errorf("make the sandbox's user namespace: %w", err)
 	}
-	if err := os.Mkdir(p, 0o755); err != nil && !os.IsExist(err) {
-		return err
+	end := func() {
+		w.Close()
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, 0, nil)
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(parent, &st); err != nil {
-		return err
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		end()
+		return -1, nil, fmt.Errorf("the sandbox's user namespace: %w", err)
 	}
-	if inSandboxRange(st.Uid) {
-		return os.Lchown(p, int(st.Uid), int(st.Gid))
-	}
-	return nil
+	return fd, func() { unix.Close(fd); end() }, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/volume"
 )
 
 func newVolumeEngine(t *testing.T) *Engine {
@@ -110,7 +111,7 @@ func TestVolumeRemoveInUse(t *testing.T) {
 	if err := e.RemoveVolume(t.Context(), "busy"); err != nil {
 		t.Fatalf("RemoveVolume after terminate: %v", err)
 	}
-	if isMountPoint(filepath.Join(e.volumeDir("busy"), volumeMnt)) {
+	if volume.IsMountPoint(e.vols.MountPath("busy")) {
 		t.Error("a removed volume stays mounted on the host")
 	}
 	if _, err := os.Stat(e.volumeDir("busy")); !errors.Is(err, os.ErrNotExist) {
@@ -146,7 +147,7 @@ dd if=/dev/zero of=/data/b bs=1M count=1 status=none 2>&1`
 		t.Fatalf("the 101st MB was taken: %s", out)
 	}
 	var st os.FileInfo
-	st, err := os.Stat(filepath.Join(e.volumeDir("cap"), volumeImage))
+	st, err := os.Stat(e.vols.ImagePath("cap"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,8 +251,8 @@ func TestVolumeReleasedWhenUnused(t *testing.T) {
 	if err := e.Terminate(t.Context(), a.ID); err != nil {
 		t.Fatal(err)
 	}
-	mnt := filepath.Join(e.volumeDir("shared"), volumeMnt)
-	if !isMountPoint(mnt) {
+	mnt := e.vols.MountPath("shared")
+	if !volume.IsMountPoint(mnt) {
 		t.Fatal("the volume was released while another sandbox uses it")
 	}
 	if out, _ := sh(t, e, b.ID, "cat", "/data/f"); out != "kept\n" {
@@ -260,10 +261,10 @@ func TestVolumeReleasedWhenUnused(t *testing.T) {
 	if err := e.Terminate(t.Context(), b.ID); err != nil {
 		t.Fatal(err)
 	}
-	if isMountPoint(mnt) {
+	if volume.IsMountPoint(mnt) {
 		t.Error("the volume stays mounted on the host after its last sandbox ended")
 	}
-	img := filepath.Join(e.volumeDir("shared"), volumeImage)
+	img := e.vols.ImagePath("shared")
 	// The kernel frees an autoclear loop device after its last close, asynchronously:
 	// a loaded machine takes seconds.
 	for i := 0; loopBacking(img) != ""; i++ {
@@ -279,7 +280,7 @@ func TestVolumeReleasedWhenUnused(t *testing.T) {
 
 // loopBacking names a loop device whose backing file is img, if any.
 func loopBacking(img string) string {
-	if l := loopsBacking(img); len(l) > 0 {
+	if l := volume.LoopsBacking(img); len(l) > 0 {
 		return l[0]
 	}
 	return ""
@@ -301,8 +302,8 @@ func TestVolumeRemountKeepsOneFileSystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := createBox(t, e, spec)
-	img := filepath.Join(e.volumeDir("again"), volumeImage)
-	if loops := loopsBacking(img); len(loops) != 1 {
+	img := e.vols.ImagePath("again")
+	if loops := volume.LoopsBacking(img); len(loops) != 1 {
 		t.Errorf("loop devices over %s after a remount: %v; want exactly one (one file system)", img, loops)
 	}
 	if out, _ := sh(t, e, c.ID, "cat", "/data/f"); out != "one\n" {

@@ -1,7 +1,10 @@
-package local
-
-// The sandbox's root filesystem. With an image (Spec.Image), an overlay: the image's
-// layers read-only under the sandbox's own upper layer (dirUpper, UpperDir). Without
+// Package rootfs builds the root filesystem of a local engine's sandbox, in the mount
+// namespace of its shim, for the OCI runtime to pivot into. Package local, the engine,
+// is its one importer: its shim calls Build, and its engine lays out the sandbox
+// directory by the Dir* names.
+//
+// With an image (Spec.Image), an overlay: the image's layers read-only under the
+// sandbox's own upper layer (DirUpper, the engine's UpperDir). Without
 // one, the host's system directories (/usr and the merged-usr links) read-only and a
 // /etc made for the sandbox: its users, hosts and resolver, and read-only the few host
 // entries programs need (certificates, the loader's cache, time zones, alternatives,
@@ -9,6 +12,7 @@ package local
 // /var, nor any data dir. Root-owned host and image files are mounted id-mapped
 // (mount_setattr MOUNT_ATTR_IDMAP with the sandbox's user namespace), so inside they
 // belong to the sandbox's root and setuid programs such as sudo work.
+package rootfs
 
 import (
 	"fmt"
@@ -38,15 +42,9 @@ var etcFromHost = []string{
 	"vim", "nanorc", "mke2fs.conf", "subuid", "subgid", "adduser.conf", "deluser.conf", "bindresvport.blacklist",
 }
 
-// Names of a sandbox directory's image entries.
-const (
-	dirUpper = "disk/upper" // the overlay's upper layer
-	dirWork  = "disk/work"  // the overlay's work directory
-)
-
 // systemRoot makes r a read-only tmpfs with the host's system directories and a /etc
 // of the sandbox's own.
-func systemRoot(cfg initConfig, r string, userns int) error {
+func systemRoot(cfg Config, r string, userns int) error {
 	if err := unix.Mount("tmpfs", r, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "mode=0755"+rootOwner); err != nil {
 		return fmt.Errorf("root tmpfs: %w", err)
 	}
@@ -59,7 +57,7 @@ func systemRoot(cfg initConfig, r string, userns int) error {
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		return err
 	}
-	if err := os.Chown(etc, hostID(0), hostID(0)); err != nil {
+	if err := os.Chown(etc, hostRoot, hostRoot); err != nil {
 		return err
 	}
 	for _, name := range etcFromHost {
@@ -74,7 +72,7 @@ func systemRoot(cfg initConfig, r string, userns int) error {
 		if err := os.Mkdir(filepath.Join(r, d), 0o755); err != nil {
 			return err
 		}
-		if err := os.Chown(filepath.Join(r, d), hostID(0), hostID(0)); err != nil {
+		if err := os.Chown(filepath.Join(r, d), hostRoot, hostRoot); err != nil {
 			return err
 		}
 	}
@@ -96,7 +94,7 @@ func mirrorEntry(src, dst string, userns int) error {
 		if err := os.Symlink(target, dst); err != nil {
 			return err
 		}
-		return os.Lchown(dst, hostID(0), hostID(0))
+		return os.Lchown(dst, hostRoot, hostRoot)
 	case fi.IsDir():
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			return err
@@ -184,7 +182,7 @@ func writeEtc(etc, id string, keep bool) error {
 		if err := os.WriteFile(p, []byte(f.data), f.mode); err != nil {
 			return err
 		}
-		if err := os.Chown(p, hostID(0), hostID(0)); err != nil {
+		if err := os.Chown(p, hostRoot, hostRoot); err != nil {
 			return err
 		}
 	}
@@ -194,7 +192,7 @@ func writeEtc(etc, id string, keep bool) error {
 // imageRoot mounts the image's layers read-only (their files are owned by the sandboxes' host
 // ids already: the store unpacks them so), under the sandbox's
 // upper layer on r.
-func imageRoot(cfg initConfig, r, stage string, userns int) error {
+func imageRoot(cfg Config, r, stage string, userns int) error {
 	names := make([]string, len(cfg.Layers))
 	for i, l := range cfg.Layers {
 		names[len(cfg.Layers)-1-i] = "l" + strconv.Itoa(i) // the overlay wants the top first
@@ -211,8 +209,8 @@ func imageRoot(cfg initConfig, r, stage string, userns int) error {
 	if err := os.Chdir(stage); err != nil {
 		return err
 	}
-	opts := "lowerdir=" + strings.Join(names, ":") + ",upperdir=" + filepath.Join(cfg.Dir, dirUpper) +
-		",workdir=" + filepath.Join(cfg.Dir, dirWork)
+	opts := "lowerdir=" + strings.Join(names, ":") + ",upperdir=" + filepath.Join(cfg.Dir, DirUpper) +
+		",workdir=" + filepath.Join(cfg.Dir, DirWork)
 	err := unix.Mount("overlay", r, "overlay", unix.MS_NODEV, opts)
 	_ = os.Chdir(wd)
 	if err != nil {
@@ -249,8 +247,8 @@ func imageRoot(cfg initConfig, r, stage string, userns int) error {
 
 // writableDirs mounts the sandbox's own writable directories: /run always, and
 // without an image /home/user, /tmp and /var/tmp (an image's are in its overlay).
-func writableDirs(cfg initConfig, r, stage string) error {
-	binds := [][2]string{{dirRun, "run"}}
+func writableDirs(cfg Config, r, stage string) error {
+	binds := [][2]string{{DirRun, "run"}}
 	if len(cfg.Layers) == 0 {
 		if err := unix.Mount("tmpfs", filepath.Join(r, "home"), "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "mode=0755"+rootOwner); err != nil {
 			return err
@@ -258,7 +256,7 @@ func writableDirs(cfg initConfig, r, stage string) error {
 		if err := os.Mkdir(filepath.Join(r, "home/user"), 0o755); err != nil {
 			return err
 		}
-		binds = append(binds, [2]string{dirHome, "home/user"}, [2]string{dirTmp, "tmp"}, [2]string{dirVarTmp, "var/tmp"})
+		binds = append(binds, [2]string{DirHome, "home/user"}, [2]string{DirTmp, "tmp"}, [2]string{DirVarTmp, "var/tmp"})
 	}
 	for _, b := range binds {
 		dst := filepath.Join(r, b[1])

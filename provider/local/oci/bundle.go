@@ -1,14 +1,21 @@
-package local
-
+// Package oci is the local engine's OCI runtime and the bundle it runs: which runtime
+// (runc by default; others refused with the reason) and the sandbox's config.json.
+// Package local, the engine, is its one importer; its shim writes the bundle and runs
+// the runtime.
+//
 // The OCI bundle of a sandbox: config.json built from the runtime-spec types with
 // Docker's defaults (capabilities less CAP_MKNOD and CAP_NET_RAW, masked and read-only
 // paths, the moby default seccomp profile as an allow-list), a user namespace with the
 // sandbox's id mapping, a cgroup, pid, ipc, uts, mount and (unless the spec shares the
 // host's network) network namespace, and the sandbox's limits. The runtime (runc by
 // default) makes this boundary once, at create; our init runs inside it as PID 1.
+package oci
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/moby/profiles/seccomp"
@@ -18,9 +25,12 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// initPath is where the engine's own binary is bound, read-only, inside every
+// InitPath is where the engine's own binary is bound, read-only, inside every
 // sandbox: PID 1 runs it in its init mode.
-const initPath = "/dev/.sandbox-init"
+const InitPath = "/dev/.sandbox-init"
+
+// TTYGID is group tty inside: the owner of the sandbox's pseudo-terminals.
+const TTYGID = 5
 
 // defaultCaps are Docker's default capabilities less CAP_MKNOD and CAP_NET_RAW (moby
 // oci/caps/defaults.go). They hold in the sandbox's user namespace only.
@@ -40,24 +50,26 @@ var maskedPaths = []string{
 // readonlyPaths are Docker's read-only paths.
 var readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 
-// initOOMScoreAdj is init's OOM score: never the victim while a command is there to
-// take (the commands run at cmdOOMScoreAdj). The runtime would write it from inside
+// InitOOMScoreAdj is init's OOM score: never the victim while a command is there to
+// take (the commands run at CmdOOMScoreAdj). The runtime would write it from inside
 // the user namespace, where lowering a score is refused, so the shim writes it from
 // the host between create and start.
 const (
-	initOOMScoreAdj = -1000
-	cmdOOMScoreAdj  = 1000
+	InitOOMScoreAdj = -1000
+	CmdOOMScoreAdj  = 1000
 )
 
-// bundleConfig is what a sandbox's config.json is made from.
-type bundleConfig struct {
+// Config is what a sandbox's config.json is made from.
+type Config struct {
 	ID string
 	// Root is the root file system, prepared by the shim; ReadOnly for the host's
 	// system directories (the default root), writable for an image's overlay.
 	Root     string
 	ReadOnly bool
-	// Init is the host path of the binary bound at initPath.
+	// Init is the host path of the binary bound at InitPath, and Env init's whole
+	// environment (its mode and PATH).
 	Init string
+	Env  []string
 	// NetNS gives the sandbox a network namespace of its own (else the host's).
 	NetNS bool
 	// Limits are the sandbox's limits (zero fields are not limited).
@@ -66,8 +78,8 @@ type bundleConfig struct {
 	Cgroup string
 }
 
-// ociSpec is the sandbox's runtime configuration.
-func ociSpec(c bundleConfig) (*specs.Spec, error) {
+// Spec is the sandbox's runtime configuration.
+func Spec(c Config) (*specs.Spec, error) {
 	if c.ID == "" || c.Root == "" || c.Init == "" {
 		return nil, fmt.Errorf("oci spec: ID, Root and Init are required")
 	}
@@ -78,8 +90,8 @@ func ociSpec(c bundleConfig) (*specs.Spec, error) {
 		Hostname: c.ID,
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
-			Args: []string{initPath, "sandbox-init"},
-			Env:  []string{initEnv + "=" + modeContainer, "PATH=" + sandboxPATH},
+			Args: []string{InitPath, "sandbox-init"},
+			Env:  append([]string(nil), c.Env...),
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps,
@@ -90,11 +102,11 @@ func ociSpec(c bundleConfig) (*specs.Spec, error) {
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=" + strconv.Itoa(ttyGID)}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=" + strconv.Itoa(TTYGID)}},
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=" + strconv.FormatInt(rules.DefaultShmBytes, 10)}},
 			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 			sysMount(c.NetNS),
-			{Destination: initPath, Type: "bind", Source: c.Init, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+			{Destination: InitPath, Type: "bind", Source: c.Init, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		},
 		Linux: &specs.Linux{
 			UIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: rules.HostIDBase, Size: rules.IDCount}},
@@ -147,4 +159,23 @@ func resources(l engine.Limits) *specs.LinuxResources {
 		r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
 	}
 	return r
+}
+
+// WriteBundle writes the bundle of c into dir (config.json) and returns dir.
+func WriteBundle(dir string, c Config) (string, error) {
+	spec, err := Spec(c)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
+		return "", fmt.Errorf("write the bundle: %w", err)
+	}
+	return dir, nil
 }

@@ -1,9 +1,10 @@
-package local
-
-// Cgroups of a sandbox: the freezer for pause and resume, memory and pids for limits.
-// Each sandbox gets a child of the controlling process's own cgroup in every usable
+// Package cgroup holds the local engine's cgroups of a sandbox: the freezer for pause
+// and resume, memory, pids and CPU for limits, devices against block devices. Each
+// sandbox gets a child of the controlling process's own cgroup in every usable
 // hierarchy (cgroup v1 controllers, or cgroup v2). What cannot be created or written
-// is simply not applied, and Info.Applied says what was.
+// is simply not applied, and Info.Applied says what was. Package local, the engine,
+// is its one importer.
+package cgroup
 
 import (
 	"bufio"
@@ -20,24 +21,26 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
-type cgroups struct {
+// Hierarchies are this process's cgroups that accept children, one per usable
+// hierarchy; the zero value has none (nothing is limited or frozen).
+type Hierarchies struct {
 	v1 map[string]string // controller -> the directory of this process's cgroup
 	v2 string            // this process's cgroup v2 directory, when usable
 }
 
-const cgroupRoot = "/sys/fs/cgroup"
+const root = "/sys/fs/cgroup"
 
-// detectCgroups finds this process's cgroups that accept children.
-func detectCgroups() cgroups {
-	cg := cgroups{v1: map[string]string{}}
+// Detect finds this process's cgroups that accept children.
+func Detect() Hierarchies {
+	cg := Hierarchies{v1: map[string]string{}}
 	f, err := os.Open("/proc/self/cgroup")
 	if err != nil {
 		return cg
 	}
 	defer f.Close()
-	unified := cgroupRoot
-	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err != nil {
-		unified = filepath.Join(cgroupRoot, "unified")
+	unified := root
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err != nil {
+		unified = filepath.Join(root, "unified")
 	}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -54,7 +57,7 @@ func detectCgroups() cgroups {
 		for _, c := range strings.Split(parts[1], ",") {
 			switch c {
 			case "freezer", "memory", "pids", "devices", "cpu":
-				if d := filepath.Join(cgroupRoot, c, parts[2]); usableCgroup(d) {
+				if d := filepath.Join(root, c, parts[2]); usableCgroup(d) {
 					cg.v1[c] = d
 				}
 			}
@@ -76,20 +79,28 @@ func usableCgroup(d string) bool {
 	return true
 }
 
-func (c cgroups) freezer() bool { return c.v1["freezer"] != "" || c.v2 != "" }
-func (c cgroups) limits() bool {
+// Freezer reports whether sandboxes can be paused: a freezer of v1, or v2.
+func (c Hierarchies) Freezer() bool { return c.v1["freezer"] != "" || c.v2 != "" }
+
+// Limits reports whether any limit can be applied: memory, pids or cpu of v1, or v2.
+func (c Hierarchies) Limits() bool {
 	return c.v1["memory"] != "" || c.v1["pids"] != "" || c.v1["cpu"] != "" || c.v2 != ""
 }
+
+// Controls reports whether the controller ("memory", "pids", "cpu", "freezer") is
+// usable, in v1 or v2.
+func (c Hierarchies) Controls(controller string) bool { return c.v1[controller] != "" || c.v2 != "" }
 
 func writeCg(dir, file, value string) error {
 	return os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644)
 }
 
-// make creates the sandbox's cgroups, one per usable hierarchy, with the limits they
-// can set; each hierarchy in parallel (a memory cgroup of v1 can take tens of
-// milliseconds to make). It runs before init exists; enter puts init in.
-func (c cgroups) make(id string, l engine.Limits) (engine.Limits, []string) {
-	name := "sandbox-" + id
+// Make creates the sandbox id's cgroups (Name(id)), one per usable hierarchy, with
+// the limits they can set; each hierarchy in parallel (a memory cgroup of v1 can take
+// tens of milliseconds to make). It returns the limits that hold and the groups'
+// directories. It runs before init exists; Enter puts init in.
+func (c Hierarchies) Make(id string, l engine.Limits) (engine.Limits, []string) {
+	name := Name(id)
 	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
 	type group struct {
 		dir   string
@@ -169,15 +180,15 @@ func (c cgroups) make(id string, l engine.Limits) (engine.Limits, []string) {
 	return applied, groups
 }
 
-// enter puts pid into every group.
-func (c cgroups) enter(groups []string, pid int) {
+// Enter puts pid into every group.
+func (c Hierarchies) Enter(groups []string, pid int) {
 	for _, g := range groups {
 		_ = writeCg(g, "cgroup.procs", strconv.Itoa(pid))
 	}
 }
 
 // freezerOf returns the group of groups that freezes and whether it is cgroup v1.
-func (c cgroups) freezerOf(groups []string) (string, bool) {
+func (c Hierarchies) freezerOf(groups []string) (string, bool) {
 	for _, g := range groups {
 		if c.v1["freezer"] != "" && strings.HasPrefix(g, c.v1["freezer"]+"/") {
 			return g, true
@@ -191,9 +202,10 @@ func (c cgroups) freezerOf(groups []string) (string, bool) {
 	return "", false
 }
 
-// freeze stops (or, with thaw, restarts) every process of the groups and waits
-// until the kernel says it is done.
-func (c cgroups) setFrozen(groups []string, frozen bool) error {
+// SetFrozen stops (or, not frozen, restarts) every process of the groups and waits
+// until the kernel says it is done; without a freezer it refuses with
+// engine.ErrUnsupported.
+func (c Hierarchies) SetFrozen(groups []string, frozen bool) error {
 	g, v1 := c.freezerOf(groups)
 	if g == "" {
 		return fmt.Errorf("no freezer cgroup: %w", engine.ErrUnsupported)
@@ -235,19 +247,20 @@ func (c cgroups) setFrozen(groups []string, frozen bool) error {
 	}
 }
 
-func (c cgroups) thaw(groups []string) {
+// Thaw restarts the groups' processes if they are frozen, so they can be killed.
+func (c Hierarchies) Thaw(groups []string) {
 	if g, _ := c.freezerOf(groups); g != "" {
-		_ = c.setFrozen(groups, false)
+		_ = c.SetFrozen(groups, false)
 	}
 }
 
-// remove deletes the groups once their processes are gone. A v1 pids group can
+// Remove deletes the groups once their processes are gone. A v1 pids group can
 // stay busy for a while after its last process died on a loaded machine, so each
-// group is retried for up to cgroupRemoveWait; what still stands then is left
-// to sweep at the next engine start.
-func (c cgroups) remove(groups []string) {
+// group is retried for up to removeWait; what still stands then is left
+// to Sweep at the next engine start.
+func (c Hierarchies) Remove(groups []string) {
 	for _, g := range groups {
-		deadline := time.Now().Add(cgroupRemoveWait)
+		deadline := time.Now().Add(removeWait)
 		for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 			if err := os.Remove(g); err == nil || os.IsNotExist(err) || time.Now().After(deadline) {
 				break
@@ -257,19 +270,22 @@ func (c cgroups) remove(groups []string) {
 	}
 }
 
-// cgroupRemoveWait bounds how long remove retries one busy group.
-const cgroupRemoveWait = 5 * time.Second
+// removeWait bounds how long Remove retries one busy group.
+const removeWait = 5 * time.Second
 
-// sandboxCgroupPrefix starts the name of every sandbox's cgroup ("sandbox-" + id).
-const sandboxCgroupPrefix = "sandbox-sb-"
+// Name is the name of the sandbox id's cgroup in every hierarchy.
+func Name(id string) string { return "sandbox-" + id }
 
-// sweep removes the groups, in every usable hierarchy, whose names start with
+// SandboxPrefix starts the name of every sandbox's cgroup (Name of an id "sb-…").
+const SandboxPrefix = "sandbox-sb-"
+
+// Sweep removes the groups, in every usable hierarchy, whose names start with
 // prefix, that hold no process and are older than minAge: groups that a
 // terminate could not remove in time. A live sandbox's groups always hold its
 // init, and a group being made gets init within milliseconds, so minAge keeps
 // a create in progress (of this or another engine) safe. A group that turns
 // busy is simply left (rmdir refuses a cgroup with processes).
-func (c cgroups) sweep(prefix string, minAge time.Duration) {
+func (c Hierarchies) Sweep(prefix string, minAge time.Duration) {
 	dirs := slices.Collect(maps.Values(c.v1))
 	if c.v2 != "" {
 		dirs = append(dirs, c.v2)

@@ -1,38 +1,73 @@
-package local
+package rootfs
 
 import (
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
-// ttyGID is group tty inside.
-const ttyGID = 5
+// Names of a sandbox directory's entries that its root is made of.
+const (
+	DirHome   = "disk/home" // the writable directories are on the sandbox's disk
+	DirTmp    = "disk/tmp"
+	DirVarTmp = "disk/vartmp"
+	DirRun    = "disk/run"
+	DirUpper  = "disk/upper" // an image's overlay: its upper layer
+	DirWork   = "disk/work"  // and its work directory
+	DirStage  = "stage"      // overlay upper dirs of mount points, only used inside
+)
+
+// hostRoot is the host id of the sandbox's root (and its group).
+const hostRoot = rules.HostIDBase
 
 // rootOwner makes a tmpfs belong to the sandbox's root.
-var rootOwner = fmt.Sprintf(",uid=%d,gid=%d", hostID(0), hostID(0))
+var rootOwner = fmt.Sprintf(",uid=%d,gid=%d", hostRoot, hostRoot)
 
-// buildRoot builds the sandbox's root at r, in the shim's own mount
-// namespace, for the runtime to pivot into: the image's layers under the sandbox's
+// Config is what a sandbox's root is built from.
+type Config struct {
+	// ID is the sandbox's id: its host name.
+	ID string
+	// Dir is the sandbox's directory on the host, holding the Dir* entries.
+	Dir string
+	// Layers are the image's layer directories on the host, lowest first; empty
+	// means the host's system directories.
+	Layers []string
+	// Binds are mounted into the root after its own directories.
+	Binds []Bind
+	// Hide are host directories covered with an empty read-only tmpfs (the data dir).
+	Hide []string
+	// TrustPEM is a certificate the sandbox trusts besides the system's, added to its
+	// copy of CABundlePath.
+	TrustPEM []byte
+}
+
+// Bind is a mount of a host file or directory into the root.
+type Bind struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
+	// Host marks a host directory of Spec.Mounts: read-write, it is bound as it is,
+	// never id-mapped (see Build).
+	Host bool `json:"host,omitempty"`
+}
+
+// Build builds the sandbox's root at r, in the caller's own mount namespace (the
+// shim's), for the runtime to pivot into: the image's layers under the sandbox's
 // upper layer, or the host's system directories read-only with a /etc of its own
-// (rootfs.go); then the sandbox's writable directories and the spec's mounts. It says
+// (rootfs.go here); then the sandbox's writable directories and the spec's mounts. It says
 // whether the root itself is to be read-only (the default root). The runtime mounts
 // /proc, /dev and /sys. Mounts are id-mapped with a user namespace of the sandbox's
 // mapping (the same as the container's), so the host's (and the image's) root-owned
-// files belong to the sandbox's root.
-func buildRoot(cfg initConfig, r string) (bool, error) {
-	userns, closeNS, err := sandboxUserns()
-	if err != nil {
-		return false, err
-	}
-	defer closeNS()
-	stage := filepath.Join(cfg.Dir, dirStage)
+// files belong to the sandbox's root: userns is a descriptor of such a namespace.
+func Build(cfg Config, r string, userns int) (bool, error) {
+	stage := filepath.Join(cfg.Dir, DirStage)
 	for _, d := range []string{r, stage} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return false, err
@@ -43,6 +78,7 @@ func buildRoot(cfg initConfig, r string) (bool, error) {
 	if err := unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size=4m"); err != nil {
 		return false, fmt.Errorf("stage tmpfs: %w", err)
 	}
+	var err error
 	if len(cfg.Layers) > 0 {
 		err = imageRoot(cfg, r, stage, userns)
 	} else {
@@ -111,38 +147,6 @@ func buildRoot(cfg initConfig, r string) (bool, error) {
 		return true, nil
 	}
 	return false, nil
-}
-
-// sandboxUserns returns a user namespace with the sandbox's id mapping (for
-// id-mapped mounts), held by a child of this process until closed.
-func sandboxUserns() (int, func(), error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return -1, nil, err
-	}
-	defer r.Close()
-	attr := &syscall.ProcAttr{
-		Env:   []string{initEnv + "=" + modeHold},
-		Files: []uintptr{r.Fd()},
-		Sys: &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: idMap, GidMappings: idMap,
-			GidMappingsEnableSetgroups: true},
-	}
-	pid, err := syscall.ForkExec("/proc/self/exe", []string{"sandbox-userns"}, attr)
-	if err != nil {
-		w.Close()
-		return -1, nil, fmt.Errorf("make the sandbox's user namespace: %w", err)
-	}
-	end := func() {
-		w.Close()
-		var ws syscall.WaitStatus
-		_, _ = syscall.Wait4(pid, &ws, 0, nil)
-	}
-	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		end()
-		return -1, nil, fmt.Errorf("the sandbox's user namespace: %w", err)
-	}
-	return fd, func() { unix.Close(fd); end() }, nil
 }
 
 // bindReadOnly bind-mounts src on dst (recursively when rec) and makes it read-only.
@@ -215,17 +219,17 @@ func ensureMountpoint(r, stage, target string, dir bool) (string, error) {
 	return anc, create()
 }
 
-// caBundlePath is the system's certificate bundle inside a sandbox (Debian's).
-const caBundlePath = "/etc/ssl/certs/ca-certificates.crt"
+// CABundlePath is the system's certificate bundle inside a sandbox (Debian's).
+const CABundlePath = "/etc/ssl/certs/ca-certificates.crt"
 
-// trustEnv are the variables that name a certificate bundle for the programs that do
-// not read the system's (or read it only at build time); they name caBundlePath.
-var trustEnv = []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "DENO_CERT", "REQUESTS_CA_BUNDLE"}
+// TrustEnv are the variables that name a certificate bundle for the programs that do
+// not read the system's (or read it only at build time); they name CABundlePath.
+var TrustEnv = []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "DENO_CERT", "REQUESTS_CA_BUNDLE"}
 
-// addTrust binds, read-only over the root's caBundlePath, the root's bundle (if any)
+// addTrust binds, read-only over the root's CABundlePath, the root's bundle (if any)
 // with pem appended.
 func addTrust(r, stage string, pem []byte) error {
-	dst := filepath.Join(r, caBundlePath)
+	dst := filepath.Join(r, CABundlePath)
 	old, err := os.ReadFile(dst)
 	if err != nil && !os.IsNotExist(err) {
 		return err
@@ -237,8 +241,34 @@ func addTrust(r, stage string, pem []byte) error {
 	if err := os.WriteFile(tmp, append(old, pem...), 0o644); err != nil {
 		return err
 	}
-	if _, err := ensureMountpoint(r, stage, caBundlePath, false); err != nil {
+	if _, err := ensureMountpoint(r, stage, CABundlePath, false); err != nil {
 		return err
 	}
 	return bindReadOnly(tmp, dst, false)
+}
+
+// mkdirOwned creates p and its missing parents below base, each owned by the owner of
+// its parent.
+func mkdirOwned(base, p string) error {
+	if p == base || len(p) <= len(base) {
+		return nil
+	}
+	if _, err := os.Lstat(p); err == nil {
+		return nil
+	}
+	parent := filepath.Dir(p)
+	if err := mkdirOwned(base, parent); err != nil {
+		return err
+	}
+	if err := os.Mkdir(p, 0o755); err != nil && !os.IsExist(err) {
+		return err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(parent, &st); err != nil {
+		return err
+	}
+	if st.Uid >= rules.HostIDBase && st.Uid < rules.HostIDBase+rules.IDCount {
+		return os.Lchown(p, int(st.Uid), int(st.Gid))
+	}
+	return nil
 }

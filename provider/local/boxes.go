@@ -2,25 +2,22 @@ package local
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/procfs"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 )
 
-func (e *Engine) saveState(st boxState) error {
-	b, _ := json.MarshalIndent(st, "", "  ")
-	return writeFileAtomic(filepath.Join(e.sandboxDir(st.ID), fileState), b, 0o600)
-}
+// The sandboxes an Engine knows: each a box holding its one state record
+// (package state), loaded from the data dir and checked for life on use.
+
+// saveState writes the sandbox's record.
+func (e *Engine) saveState(st state.Record) error { return state.Save(e.sandboxDir(st.ID), st) }
 
 // adopt loads every sandbox of the data dir.
 func (e *Engine) adopt() error {
@@ -29,46 +26,15 @@ func (e *Engine) adopt() error {
 		return err
 	}
 	for _, ent := range entries {
-		b, err := os.ReadFile(filepath.Join(e.sandboxDir(ent.Name()), fileState))
+		st, err := state.Load(e.sandboxDir(ent.Name()), ent.Name())
 		if err != nil {
-			continue // a create that never finished; Terminate removes it
-		}
-		var st boxState
-		if json.Unmarshal(b, &st) != nil || st.ID != ent.Name() {
-			continue
+			continue // a create that never finished (Terminate removes it), or not a sandbox's
 		}
 		bx := &box{st: st}
 		e.boxes[st.ID] = bx
 		e.refresh(bx) // a sandbox found dead is marked so
 	}
 	return nil
-}
-
-// procStart returns the start time (clock ticks since boot) and state of pid.
-func procStart(pid int) (uint64, byte, bool) {
-	st, err := procfs.ReadStat(pid)
-	if err != nil {
-		return 0, 0, false
-	}
-	return st.Start, st.State, true
-}
-
-// initAlive reports whether the sandbox's init still runs.
-func initAlive(st boxState) bool {
-	if st.Pid <= 0 {
-		return false
-	}
-	start, state, ok := procStart(st.Pid)
-	return ok && start == st.PidStart && state != 'Z' && state != 'X'
-}
-
-// shimAlive reports whether the sandbox's shim still runs.
-func shimAlive(st boxState) bool {
-	if st.ShimPid <= 0 {
-		return false
-	}
-	start, state, ok := procStart(st.ShimPid)
-	return ok && start == st.ShimStart && state != 'Z' && state != 'X'
 }
 
 // refresh returns the sandbox's state, marking it dead (and saving that) when its
@@ -83,7 +49,7 @@ func (e *Engine) refreshLocked(bx *box) engine.State {
 	if bx.st.Dead || bx.gone {
 		return engine.StateDead
 	}
-	if initAlive(bx.st) {
+	if bx.st.InitAlive() {
 		if bx.st.Paused {
 			return engine.StatePaused
 		}
@@ -91,24 +57,22 @@ func (e *Engine) refreshLocked(bx *box) engine.State {
 	}
 	bx.st.Dead = true
 	// The shim records init's exit code once it has reaped it.
-	for deadline := time.Now().Add(2 * time.Second); shimAlive(bx.st) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(2 * time.Second); bx.st.ShimAlive() && time.Now().Before(deadline); {
 		time.Sleep(2 * time.Millisecond)
 	}
-	if b, err := os.ReadFile(filepath.Join(e.sandboxDir(bx.st.ID), fileExit)); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			bx.st.ExitCode = &n
-		}
+	if code := state.ReadExitCode(e.sandboxDir(bx.st.ID)); code != nil {
+		bx.st.ExitCode = code
 	}
 	_ = e.saveState(bx.st)
 	return engine.StateDead
 }
 
 func (e *Engine) info(bx *box) engine.Info {
-	state := e.refresh(bx)
+	now := e.refresh(bx)
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
 	st := bx.st
-	info := engine.Info{ID: st.ID, Name: st.Name, State: state, Created: st.Created,
+	info := engine.Info{ID: st.ID, Name: st.Name, State: now, Created: st.Created,
 		Tunnels: slices.Clone(st.Tunnels), Labels: st.Spec.Labels, Isolated: st.Isolated,
 		Home: e.homeOf(st), Applied: st.Applied, ExitCode: st.ExitCode, Runtime: st.Runtime,
 		Volumes: slices.Clone(st.Spec.Volumes)}
@@ -127,7 +91,7 @@ func (e *Engine) lookup(id string) (*box, error) {
 		return nil, fmt.Errorf("sandbox %q: %w", id, engine.ErrNotFound)
 	}
 	bx, ok := e.boxes[id]
-	if _, err := os.Stat(filepath.Join(e.sandboxDir(id), fileState)); err != nil {
+	if !state.Exists(e.sandboxDir(id)) {
 		if ok && !e.creating(bx) {
 			delete(e.boxes, id)
 		}
@@ -156,16 +120,9 @@ func (e *Engine) creating(bx *box) bool {
 
 // load reads a sandbox's state from its directory.
 func (e *Engine) load(id string) (*box, error) {
-	b, err := os.ReadFile(filepath.Join(e.sandboxDir(id), fileState))
+	st, err := state.Load(e.sandboxDir(id), id)
 	if err != nil {
 		return nil, err
-	}
-	var st boxState
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, err
-	}
-	if st.ID != id {
-		return nil, errors.New("state of another sandbox")
 	}
 	return &box{st: st}, nil
 }
@@ -192,13 +149,13 @@ func (e *Engine) sync() {
 }
 
 // running returns the sandbox when it is alive (running or paused).
-func (e *Engine) running(id string) (*box, boxState, error) {
+func (e *Engine) running(id string) (*box, state.Record, error) {
 	bx, err := e.lookup(id)
 	if err != nil {
-		return nil, boxState{}, err
+		return nil, state.Record{}, err
 	}
 	if e.refresh(bx) == engine.StateDead {
-		return nil, boxState{}, fmt.Errorf("sandbox %q is dead: %w", id, engine.ErrNotFound)
+		return nil, state.Record{}, fmt.Errorf("sandbox %q is dead: %w", id, engine.ErrNotFound)
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()

@@ -1,4 +1,4 @@
-package local
+package oci
 
 // The OCI runtime that runs the sandboxes: runc by default. Another runtime of the
 // machine is offered only once it passes the engine contract suite's isolation checks
@@ -7,18 +7,25 @@ package local
 import (
 	"fmt"
 	"os/exec"
-	"path/filepath"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
-// runtimeRunc is the default runtime, and the only one this engine offers today.
-const runtimeRunc = "runc"
+// Runc is the default runtime, and the only one the engine offers today.
+const Runc = "runc"
 
-// runtimeNone is an unisolated sandbox: host processes.
-const runtimeNone = "none"
+// None is the runtime of an unisolated sandbox: host processes.
+const None = "none"
 
-// runtimePackages are the OCI runtimes this engine knows, with the Debian package that
+// gvisorRefusal is why the engine does not offer gVisor, as measured with Debian
+// 12's runsc (0.0~20221219) on cgroup v1 (docs/local-engine.md, "gVisor: measured,
+// refused"; TestGvisorRefusalStillHolds in package local checks the first reason).
+const gvisorRefusal = "gVisor: Debian's runsc 2022-12 answers EINVAL to statx and newfstatat with " +
+	"AT_NO_AUTOMOUNT, so ls and stat fail on every path; it has no OOM killer, so an over-limit " +
+	"allocation kills the whole sandbox, sidecar included; and it enforces no pids limit but " +
+	"RLIMIT_NPROC per uid"
+
+// runtimePackages are the OCI runtimes the engine knows, with the Debian package that
 // installs each.
 var runtimePackages = map[string]string{
 	"runc": "runc", "runsc": "runsc", "crun": "crun", "youki": "youki", "kata-runtime": "kata-containers",
@@ -29,8 +36,9 @@ var runtimeRefusals = map[string]string{
 	"runsc": gvisorRefusal,
 }
 
-// findRuntime finds a runtime's binary, or says which package installs it.
-func findRuntime(name string) (string, error) {
+// Find finds a runtime's binary, or says which package installs it
+// (engine.ErrNotIsolated).
+func Find(name string) (string, error) {
 	p, err := exec.LookPath(name)
 	if err != nil {
 		pkg := runtimePackages[name]
@@ -43,13 +51,11 @@ func findRuntime(name string) (string, error) {
 	return p, nil
 }
 
-// runtimeRoot is the runtime's state directory (--root): under the data dir, so
-// engines of other data dirs never share container names.
-func (e *Engine) runtimeRoot() string { return filepath.Join(e.dir, "runtime") }
-
-// checkRuntime refuses a runtime this engine does not offer, with the reason.
-func (e *Engine) checkRuntime(name string) (string, error) {
-	def := e.caps.Runtimes[0]
+// Check returns the runtime a spec's name asks for among offered (the first is the
+// default, asked for by ""), and refuses any other with the reason
+// (engine.ErrUnsupported).
+func Check(name string, offered []string) (string, error) {
+	def := offered[0]
 	if name == "" || name == def {
 		return def, nil
 	}
@@ -60,7 +66,7 @@ func (e *Engine) checkRuntime(name string) (string, error) {
 	switch {
 	case why != "":
 	case runtimePackages[name] == "":
-		why = "not an OCI runtime this engine knows"
+		why = "not an OCI runtime the engine knows"
 	default:
 		if _, err := exec.LookPath(name); err != nil {
 			why = "not installed (Debian package " + runtimePackages[name] + ")"
@@ -68,5 +74,5 @@ func (e *Engine) checkRuntime(name string) (string, error) {
 			why = "installed, but it has not passed the engine contract suite's isolation checks on this machine"
 		}
 	}
-	return "", fmt.Errorf("runtime %q: this engine offers %v (%s): %w", name, e.caps.Runtimes, why, engine.ErrUnsupported)
+	return "", fmt.Errorf("runtime %q: the engine offers %v (%s): %w", name, offered, why, engine.ErrUnsupported)
 }

@@ -1,4 +1,4 @@
-package local
+package oci
 
 import (
 	"slices"
@@ -11,7 +11,7 @@ import (
 
 // TestOCISpecDefaults checks the bundle's boundary against Docker's defaults.
 func TestOCISpecDefaults(t *testing.T) {
-	s, err := ociSpec(bundleConfig{ID: "sb-x", Root: "/r", Init: "/i", NetNS: true,
+	s, err := Spec(Config{ID: "sb-x", Root: "/r", Init: "/i", NetNS: true,
 		Limits: engine.Limits{MemoryBytes: 256 << 20, Pids: 64, CPUMillis: 500}, Cgroup: "sandbox-sb-x"})
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestOCISpecDefaults(t *testing.T) {
 }
 
 func TestOCISpecHostNetwork(t *testing.T) {
-	s, err := ociSpec(bundleConfig{ID: "sb-x", Root: "/r", Init: "/i"})
+	s, err := Spec(Config{ID: "sb-x", Root: "/r", Init: "/i"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestOCISpecHostNetwork(t *testing.T) {
 			t.Error("a sandbox sharing the host's network has a network namespace")
 		}
 	}
-	if _, err := ociSpec(bundleConfig{ID: "sb-x"}); err == nil {
+	if _, err := Spec(Config{ID: "sb-x"}); err == nil {
 		t.Error("a spec without a root and an init was made")
 	}
 }
