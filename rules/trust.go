@@ -43,3 +43,10 @@ func TrustEnv() []string {
 		EnvDenoCert + "=" + TrustUserCAFile,
 	}
 }
+
+// TrustEnvNames are the variables TrustEnv sets: the programs that do not read the
+// system's roots (or read them only at build time) find the sandbox's trust through
+// them.
+func TrustEnvNames() []string {
+	return []string{EnvSSLCertFile, EnvRequestsCABundle, EnvNodeExtraCACerts, EnvDenoCert}
+}
