@@ -150,3 +150,25 @@ func TestGatewayFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateLLMKeysHint: a boot whose LLM key the engine cannot keep out of the
+// sandbox (an unisolated one) is refused, naming --llm-keys-in-sandbox, and the key is
+// not in what is printed.
+func TestCreateLLMKeysHint(t *testing.T) {
+	const key = "sk-ant-api03-HINTVALUE0123456789abcdefghij"
+	home := t.TempDir()
+	var out, errOut strings.Builder
+	code := run(t.Context(), []string{"--unisolated", "--data-dir", t.TempDir(), "create", "--env", "ANTHROPIC_API_KEY=" + key},
+		func(k string) string {
+			if k == "HOME" {
+				return home
+			}
+			return ""
+		}, nil, &out, &errOut)
+	if code == 0 || !strings.Contains(errOut.String(), "--llm-keys-in-sandbox") {
+		t.Errorf("create with an LLM key on an unisolated engine = %d %q, want a refusal naming --llm-keys-in-sandbox", code, errOut.String())
+	}
+	if strings.Contains(out.String()+errOut.String(), key) {
+		t.Error("the refusal printed the key")
+	}
+}

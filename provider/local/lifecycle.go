@@ -72,14 +72,8 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 
 func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, error) {
 	spec := bx.st.Spec
-	// Refused before anything is made, never degraded to environment variables: only
-	// the shim's egress proxy can put a secret's value in place of its placeholder.
-	if len(spec.Secrets) > 0 && !bx.st.Isolated {
-		return engine.Info{}, fmt.Errorf("Spec.Secrets: an unisolated sandbox (EngineOptions.Unisolated) runs on the host's network, with no egress proxy to add %s's value on the way out; use an isolated engine: %w",
-			spec.Secrets[0].Name, engine.ErrUnsupported)
-	}
-	if len(spec.Secrets) > 0 && !(spec.Egress && bx.st.NetNS) {
-		return engine.Info{}, fmt.Errorf("Spec.Secrets: they need the engine's egress proxy (Spec.Egress, without Spec.Network): %w", engine.ErrUnsupported)
+	if err := refuseSecrets(spec, bx.st); err != nil {
+		return engine.Info{}, err
 	}
 	img, err := e.prepare(ctx, bx, sd)
 	if err != nil {
