@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"maps"
 	"net/http"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/modalserver"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
@@ -83,18 +85,7 @@ func TestGatewayModalCreate(t *testing.T) {
 	if err != nil || pu.Host != gwEnv[provider.EnvEgressGateway] || pu.User.Username() == "" {
 		t.Fatalf("inside, HTTPS_PROXY = %v (%v), want the gateway %s with a credential", pu, err, gwEnv[provider.EnvEgressGateway])
 	}
-	// The host's loopback: the sandbox's egress policy refuses it (403), which shows
-	// the credential got the request past the gateway's check (407 otherwise).
-	status := func() int {
-		hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
-		defer hc.CloseIdleConnections()
-		resp, err := hc.Get("http://127.0.0.1:1/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	status := func() int { return throughGateway(t, pu) }
 	if got := status(); got != http.StatusForbidden {
 		t.Errorf("through the gateway with the sandbox's credential = %d, want 403 from its egress policy", got)
 	}
@@ -135,5 +126,84 @@ func gatewayCmd(t *testing.T, token string) map[string]string {
 		if time.Now().After(deadline) {
 			t.Fatalf("gateway printed no export lines in 30 s: %q %q", out.String(), errOut.String())
 		}
+	}
+}
+
+// throughGateway is the status of a request to the host's loopback through the
+// gateway proxy pu (with its credential): the sandbox's egress policy refuses it
+// (403), which shows the credential got the request past the gateway's check (407
+// otherwise).
+func throughGateway(t *testing.T, pu *url.URL) int {
+	t.Helper()
+	hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("http://127.0.0.1:1/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestGatewayE2BBackend: the E2B backend over the local E2B server, given the lines
+// `sandboxctl gateway` prints, creates a sandbox with a secret through the gateway:
+// a placeholder inside, HTTPS_PROXY the gateway with a credential it accepts until
+// terminate. Without them, the secret is refused.
+func TestGatewayE2BBackend(t *testing.T) {
+	const value = "sk-ant-api03-E2BGATEWAY0123456789abcdefghij"
+	e2bEnv := serveE2BEnv(t, t.TempDir())
+	gwEnv := gatewayCmd(t, "gateway-admin-token-0123456789")
+	spec := engine.Spec{Egress: true, Secrets: []engine.Secret{{Name: "N4_KEY", Value: value, Hosts: []string{"api.example.com"}}}}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	plain, err := newE2BBackend(ctx, backendOptions{Getenv: func(k string) string { return e2bEnv[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := plain.Engine.Create(ctx, spec); !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), "gateway") {
+		t.Errorf("create with a secret without a gateway = %v, want ErrUnsupported naming the gateway", err)
+	}
+	env := maps.Clone(e2bEnv)
+	maps.Copy(env, gwEnv)
+	b, err := newE2BBackend(ctx, backendOptions{Getenv: func(k string) string { return env[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	info, err := b.Engine.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("create with a secret through the gateway: %v", err)
+	}
+	terminated := false
+	defer func() {
+		if !terminated {
+			_ = b.Engine.Terminate(context.WithoutCancel(ctx), info.ID)
+		}
+	}()
+	inside := func(script string) string {
+		t.Helper()
+		var out strings.Builder
+		if code, err := b.Engine.Exec(ctx, info.ID, execRequest([]string{"sh", "-c", script}, &out)); err != nil || code != 0 {
+			t.Fatalf("exec %q = %d, %v: %s", script, code, err, out.String())
+		}
+		return out.String()
+	}
+	if ph := inside(`printf %s "$N4_KEY"`); ph == value || !strings.HasPrefix(ph, "sk-ant-api03-") || len(ph) != len(value) {
+		t.Errorf("inside, $N4_KEY = %q, want a placeholder of the value's shape", ph)
+	}
+	pu, err := url.Parse(inside(`printf %s "$HTTPS_PROXY"`))
+	if err != nil || pu.Host != gwEnv[provider.EnvEgressGateway] || pu.User.Username() == "" {
+		t.Fatalf("inside, HTTPS_PROXY = %v (%v), want the gateway %s with a credential", pu, err, gwEnv[provider.EnvEgressGateway])
+	}
+	if got := throughGateway(t, pu); got != http.StatusForbidden {
+		t.Errorf("through the gateway with the sandbox's credential = %d, want 403 from its egress policy", got)
+	}
+	terminated = true
+	if err := b.Engine.Terminate(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := throughGateway(t, pu); got != http.StatusProxyAuthRequired {
+		t.Errorf("with the credential after terminate = %d, want 407", got)
 	}
 }
