@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // TestEngineSecrets is the acceptance of secrets on the local engine: inside, the
@@ -53,6 +54,11 @@ func TestEngineSecrets(t *testing.T) {
 	}
 	if ph == value || !strings.HasPrefix(ph, "sk-ant-api03-") || len(ph) != len(value) {
 		t.Errorf("$N4_KEY = %q, want a placeholder shaped like the value", ph)
+	}
+	// The trust's variables name the bound bundle, and Node's fetch is told to use the
+	// proxy.
+	if out, _ := sh(t, e, info.ID, "sh", "-c", `printf '%s %s %s' "$SSL_CERT_FILE" "$NODE_EXTRA_CA_CERTS" "$`+rules.EnvNodeUseEnvProxy+`"`); out != rules.TrustBundleFile+" "+rules.TrustBundleFile+" 1" {
+		t.Errorf("SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, %s inside = %q, want %s twice and 1", rules.EnvNodeUseEnvProxy, out, rules.TrustBundleFile)
 	}
 	// The value in nothing root can read: the pattern is written so that the command
 	// line searching for it does not hold it.
