@@ -31,6 +31,15 @@ const (
 	EnvSandboxctlSandboxMCP       = "SANDBOXCTL_SANDBOX_MCP"
 	EnvSandboxctlProliferate      = "SANDBOXCTL_PROLIFERATE"
 	EnvSandboxctlModalSkipRunStep = "SANDBOXCTL_MODAL_SKIP_RUN"
+	// EnvEgressGateway is the egress gateway's proxy (sandboxctl gateway) as the
+	// sandboxes of Modal or E2B reach it, host:port; with the two below it lets
+	// those engines carry Spec.Secrets.
+	EnvEgressGateway = "SANDBOX_EGRESS_GATEWAY"
+	// EnvEgressGatewayAdminURL is the gateway's registration API (its --admin), the
+	// host side's only.
+	EnvEgressGatewayAdminURL = "SANDBOX_EGRESS_GATEWAY_ADMIN_URL"
+	// EnvEgressGatewayAdminToken is the registration API's bearer token.
+	EnvEgressGatewayAdminToken = "SANDBOX_EGRESS_GATEWAY_ADMIN_TOKEN"
 )
 
 // HostEnvNames lists every name above.
@@ -41,5 +50,5 @@ func HostEnvNames() []string {
 		EnvModalTunnelCA, EnvModalAppName, EnvModalAppSuffix, EnvModalBaseSnapshotID, EnvE2BAPIKey,
 		EnvE2BDomain, EnvE2BAPIURL, EnvE2BSandboxURL, EnvE2BTemplate, EnvE2BLocalTunnels,
 		EnvSandboxctlDataDir, EnvSandboxctlSandboxMCP, EnvSandboxctlProliferate,
-		EnvSandboxctlModalSkipRunStep}
+		EnvSandboxctlModalSkipRunStep, EnvEgressGateway, EnvEgressGatewayAdminURL, EnvEgressGatewayAdminToken}
 }

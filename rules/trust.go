@@ -43,3 +43,17 @@ func TrustEnv() []string {
 		EnvDenoCert + "=" + TrustUserCAFile,
 	}
 }
+
+// TrustEnvNames are the variables TrustEnv sets: the programs that do not read the
+// system's roots (or read them only at build time) find the sandbox's trust through
+// them.
+func TrustEnvNames() []string {
+	return []string{EnvSSLCertFile, EnvRequestsCABundle, EnvNodeExtraCACerts, EnvDenoCert}
+}
+
+// EnvNodeUseEnvProxy=1 makes Node's built-in fetch (Node ≥ 22.21 or 24) and, from
+// Node 24.5, its http and https modules use HTTP_PROXY, HTTPS_PROXY and NO_PROXY,
+// which they ignore otherwise; older Nodes ignore the variable. Set with the proxy
+// variables of a sandbox with egress, so Node's fetch reaches a secret's host through
+// the proxy that adds the value.
+const EnvNodeUseEnvProxy = "NODE_USE_ENV_PROXY"

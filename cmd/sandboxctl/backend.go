@@ -40,6 +40,7 @@ type backend struct {
 // newBackend is the backend of eng with the provider of kind over it.
 func newBackend(eng engine.Engine, o backendOptions, po provider.Options) (*backend, error) {
 	po.Getenv, po.Logger, po.Progress = o.Getenv, o.Logger, o.Stderr
+	po.LLMKeysInSandbox = o.LLMKeysInSandbox
 	p, err := provider.New(eng, po)
 	if err != nil {
 		eng.Close()
@@ -58,6 +59,9 @@ type backendOptions struct {
 	// Stderr receives progress lines.
 	Stderr io.Writer
 	Logger *slog.Logger
+	// LLMKeysInSandbox is create's --llm-keys-in-sandbox
+	// (provider.Options.LLMKeysInSandbox).
+	LLMKeysInSandbox bool
 	// Images, for the local backend, is the image store its engine boots Spec.Image
 	// from and commits image snapshots to; nil opens the data dir's.
 	Images engine.ImageResolver

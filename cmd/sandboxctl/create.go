@@ -27,8 +27,10 @@ type CreateOptions struct {
 	Snapshot string
 	Session  string
 	Env      map[string]string
-	// Spec holds --image, --runtime, the limits and the volumes.
+	// Spec holds --image, --runtime, the limits, the volumes and the secrets.
 	Spec engine.Spec
+	// LLMKeysInSandbox is --llm-keys-in-sandbox (provider.Options.LLMKeysInSandbox).
+	LLMKeysInSandbox bool
 	// Bastion is --bastion: the session is a pair (bastion.go).
 	Bastion          bool
 	PlatformTokenEnv string
@@ -42,6 +44,7 @@ type createFlags struct {
 	image, runtime, session string
 	snapshot, tokenEnv      string
 	repos, secrets          []string
+	llmKeysInSandbox        bool
 	bastion                 bool
 	platformTokenEnv        string
 }
@@ -68,7 +71,7 @@ func NewCmdCreate(f *Factory, runF func(*CreateOptions) error) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			o.Ctx, o.Factory = cmd.Context(), f
+			o.Ctx, o.Factory, o.LLMKeysInSandbox = cmd.Context(), f, fl.llmKeysInSandbox
 			if o.Spec.Secrets, err = parseSecrets(fl.secrets, f.getenv); err != nil {
 				return usageError{err}
 			}
@@ -89,6 +92,7 @@ func NewCmdCreate(f *Factory, runF func(*CreateOptions) error) *cobra.Command {
 	s.Int64Var(&fl.pids, "pids", 0, "limit of processes and threads (`N`)")
 	s.StringArrayVar(&fl.volumes, "volume", nil, "named volume to mount, `NAME:/path[:ro]` (repeatable)")
 	s.StringArrayVar(&fl.secrets, "secret", nil, "secret the sandbox never holds, `NAME:HOSTS` (host[,host]…): the value of the host's $NAME, sent to those hosts only (repeatable)")
+	s.BoolVar(&fl.llmKeysInSandbox, "llm-keys-in-sandbox", false, "give the boot's LLM keys to the sandbox in its environment, where everything it runs can read and send them anywhere; without it they are secrets its egress proxy adds on the way to their API hosts, and a provider that cannot do that (modal or e2b without an egress gateway) refuses the create")
 	s.BoolVar(&fl.bastion, "bastion", false, "make a bastion session: an agent sandbox with no credential and no tunnel, beside a controller that is its only ingress and runs its git (local provider only)")
 	s.StringVar(&fl.platformTokenEnv, "platform-token-env", "", "with --bastion, environment variable holding the token the controller's ingress asks for (default: generated and printed)")
 	return cmd
@@ -144,7 +148,7 @@ func createRun(o *CreateOptions) error {
 	if err != nil {
 		return err
 	}
-	b, err := f.open(o.Ctx, "")
+	b, err := f.openWith(o.Ctx, "", func(bo *backendOptions) { bo.LLMKeysInSandbox = o.LLMKeysInSandbox })
 	if err != nil {
 		return err
 	}
@@ -174,6 +178,9 @@ func createRun(o *CreateOptions) error {
 	}
 	start := time.Now()
 	res, err := b.Provider.CreateSandbox(o.Ctx, opts)
+	if err != nil && !o.LLMKeysInSandbox && strings.Contains(err.Error(), "LLMKeysInSandbox") {
+		return fmt.Errorf("%w\nthe sandbox was not created: give modal or e2b an egress gateway (sandboxctl gateway), or pass --llm-keys-in-sandbox to accept the LLM keys inside the sandbox", err)
+	}
 	if err != nil {
 		return refusal(f.provider, o.Spec, err)
 	}

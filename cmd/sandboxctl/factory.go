@@ -75,11 +75,20 @@ func (b openedBackend) close() {
 
 // open opens the backend name ("" means --provider).
 func (f *Factory) open(ctx context.Context, name string) (openedBackend, error) {
+	return f.openWith(ctx, name, nil)
+}
+
+// openWith is open with the backend's options adjusted by set (a command's own, such
+// as create's --llm-keys-in-sandbox); nil sets nothing.
+func (f *Factory) openWith(ctx context.Context, name string, set func(*backendOptions)) (openedBackend, error) {
 	if name == "" {
 		name = f.provider
 	}
-	b, err := openBackend(ctx, name, backendOptions{DataDir: f.dataDir, Unisolated: f.unisolated,
-		Getenv: f.getenv, Stderr: f.stderr, Logger: f.logger()})
+	bo := backendOptions{DataDir: f.dataDir, Unisolated: f.unisolated, Getenv: f.getenv, Stderr: f.stderr, Logger: f.logger()}
+	if set != nil {
+		set(&bo)
+	}
+	b, err := openBackend(ctx, name, bo)
 	if err != nil {
 		return openedBackend{}, err
 	}

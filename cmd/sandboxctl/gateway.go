@@ -2,17 +2,22 @@ package main
 
 // `sandboxctl gateway`: the egress proxy of package egress served to sandboxes of
 // remote engines (Modal, E2B), which reach it as their HTTPS_PROXY with a per-sandbox
-// credential; engine adapters register sandboxes on the admin listener.
+// credential; engine adapters register sandboxes on the admin listener. It prints the
+// variables (provider.EnvEgressGateway…) with which `sandboxctl -p modal|e2b create
+// --secret` registers its sandboxes there (gatewayFromEnv).
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway"
 )
 
@@ -22,6 +27,9 @@ type GatewayOptions struct {
 	Factory *Factory
 	// Addr is where sandboxes reach the proxy; Admin is where adapters register.
 	Addr, Admin string
+	// Public is the proxy's address as sandboxes reach it, printed; "" is Addr's
+	// listener, its host this machine's first non-loopback address when unspecified.
+	Public string
 	// Token is the admin token, read from the variable --token-env names.
 	Token string
 	// Ready, when set, is called with the two listeners' addresses.
@@ -33,14 +41,18 @@ func NewCmdGateway(f *Factory, runF func(*GatewayOptions) error) *cobra.Command 
 	o := &GatewayOptions{}
 	var tokenEnv string
 	cmd := &cobra.Command{
-		Use:   "gateway --token-env NAME [--addr HOST:PORT] [--admin HOST:PORT]",
+		Use:   "gateway [--token-env NAME] [--addr HOST:PORT] [--public HOST:PORT] [--admin HOST:PORT]",
 		Short: "Serve the secrets' egress proxy to sandboxes of remote engines",
 		Long: "Serve the egress proxy that puts secrets' values in place of their placeholders\n" +
 			"to sandboxes that reach it as their HTTPS_PROXY (Modal, E2B), each with its own\n" +
 			"credential. Engine adapters register sandboxes on --admin with the token in\n" +
-			"$NAME. Runs until interrupted.",
-		Example: "  GATEWAY_ADMIN_TOKEN=\"$(head -c 24 /dev/urandom | base64)\" sandboxctl gateway --token-env GATEWAY_ADMIN_TOKEN",
-		Args:    cobra.NoArgs,
+			"$NAME. It prints the export lines with which `sandboxctl -p modal|e2b create\n" +
+			"--secret` uses it (" + provider.EnvEgressGateway + ", " + provider.EnvEgressGatewayAdminURL + ",\n" +
+			provider.EnvEgressGatewayAdminToken + "). Runs until interrupted.",
+		Example: "  export " + provider.EnvEgressGatewayAdminToken + "=\"$(head -c 24 /dev/urandom | base64)\"\n" +
+			"  sandboxctl gateway --public gw.example.com:8090 > gateway.env &\n" +
+			"  . ./gateway.env; N4_KEY=… sandboxctl -p modal create --secret N4_KEY:api.example.com",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Token = f.getenv(tokenEnv); len(o.Token) < 16 {
 				return usageError{errorf("--token-env %s: the variable must hold an admin token of at least 16 characters", tokenEnv)}
@@ -50,8 +62,9 @@ func NewCmdGateway(f *Factory, runF func(*GatewayOptions) error) *cobra.Command 
 		},
 	}
 	cmd.Flags().StringVar(&o.Addr, "addr", "0.0.0.0:8090", "address sandboxes reach the proxy on")
+	cmd.Flags().StringVar(&o.Public, "public", "", "address sandboxes reach the proxy at, printed (default: --addr's, an unspecified host replaced by this machine's first non-loopback address)")
 	cmd.Flags().StringVar(&o.Admin, "admin", "127.0.0.1:8091", "address of the registration API (keep it off the sandboxes' network)")
-	cmd.Flags().StringVar(&tokenEnv, "token-env", "", "environment variable holding the registration API's token")
+	cmd.Flags().StringVar(&tokenEnv, "token-env", provider.EnvEgressGatewayAdminToken, "environment variable holding the registration API's token")
 	return cmd
 }
 
@@ -77,6 +90,15 @@ func gatewayRun(o *GatewayOptions) error {
 	go func() { errc <- ps.Serve(pl) }()
 	go func() { errc <- as.Serve(al) }()
 	o.Factory.progress("egress gateway on %s, registration on %s", pl.Addr(), al.Addr())
+	public := o.Public
+	if public == "" {
+		public = reachable(pl.Addr().(*net.TCPAddr))
+	}
+	// What `sandboxctl -p modal|e2b create --secret` needs (gatewayFromEnv).
+	for _, kv := range [][2]string{{provider.EnvEgressGateway, public},
+		{provider.EnvEgressGatewayAdminURL, "http://" + al.Addr().String()}, {provider.EnvEgressGatewayAdminToken, o.Token}} {
+		fmt.Fprintf(o.Factory.stdout, "export %s=%s\n", kv[0], shellQuote(kv[1]))
+	}
 	if o.Ready != nil {
 		o.Ready(pl.Addr().String(), al.Addr().String())
 	}
@@ -92,4 +114,48 @@ func gatewayRun(o *GatewayOptions) error {
 		err = nil
 	}
 	return err
+}
+
+// reachable is a's address with an unspecified host replaced by this machine's first
+// non-loopback IPv4 address (a's own when there is none).
+func reachable(a *net.TCPAddr) string {
+	if !a.IP.IsUnspecified() {
+		return a.String()
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, x := range addrs {
+		if n, ok := x.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil && !n.IP.IsLinkLocalUnicast() {
+			return net.JoinHostPort(n.IP.String(), fmt.Sprint(a.Port))
+		}
+	}
+	return a.String()
+}
+
+// gatewayFromEnv is the egress gateway the Modal and E2B backends register their
+// sandboxes' secrets with, from the variables `sandboxctl gateway` prints; nil when
+// none is set (a spec with secrets is then refused), an error naming what is missing
+// when only some are.
+func gatewayFromEnv(getenv func(string) string) (*gateway.Engine, error) {
+	names := []string{provider.EnvEgressGateway, provider.EnvEgressGatewayAdminURL, provider.EnvEgressGatewayAdminToken}
+	var set, missing []string
+	for _, n := range names {
+		if getenv(n) != "" {
+			set = append(set, n)
+		} else {
+			missing = append(missing, n)
+		}
+	}
+	if len(set) == 0 {
+		return nil, nil
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("egress gateway: %s set but %s not: set all three (sandboxctl gateway prints them) or none",
+			strings.Join(set, ", "), strings.Join(missing, ", "))
+	}
+	addr := getenv(provider.EnvEgressGateway)
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, fmt.Errorf("egress gateway: %s=%q: want host:port: %w", provider.EnvEgressGateway, addr, err)
+	}
+	return &gateway.Engine{Addr: addr, Registrar: &gateway.Client{URL: getenv(provider.EnvEgressGatewayAdminURL),
+		Token: getenv(provider.EnvEgressGatewayAdminToken), HTTP: &http.Client{Timeout: time.Minute}}}, nil
 }

@@ -81,6 +81,7 @@ func TestCreateFlags(t *testing.T) {
 				Volumes: []engine.VolumeMount{{Name: "data", Target: "/data"}, {Name: "cache", Target: "/home/user/.cache", ReadOnly: true}}}}},
 		{[]string{"--bastion", "--platform-token-env", "PLAT", "--repo", "https://x/a.git"},
 			&CreateOptions{Repos: []string{"https://x/a.git"}, Bastion: true, PlatformTokenEnv: "PLAT"}},
+		{[]string{"--llm-keys-in-sandbox"}, &CreateOptions{LLMKeysInSandbox: true}},
 		{[]string{"--platform-token-env", "PLAT"}, nil},
 		{[]string{"--env", "novalue"}, nil},
 		{[]string{"--memory", "lots"}, nil},

@@ -90,6 +90,9 @@ func newE2BBackend(ctx context.Context, o backendOptions) (*backend, error) {
 	}
 	eo := e2b.EngineOptionsFromEnv(o.Getenv)
 	eo.Timeout = provider.SandboxTimeout(o.Getenv)
+	if eo.Gateway, err = gatewayFromEnv(o.Getenv); err != nil {
+		return nil, err
+	}
 	eng, err := e2b.NewEngine(c, eo)
 	if err != nil {
 		return nil, err

@@ -100,6 +100,11 @@ func newModalBackend(ctx context.Context, o backendOptions) (*backend, error) {
 		}
 		mo.TLS = &tls.Config{RootCAs: pool}
 	}
+	gw, err := gatewayFromEnv(o.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	mo.Gateway = gw
 	return newBackend(modal.NewEngine(mo), o, provider.Options{Kind: provider.KindModal, Timeout: provider.SandboxTimeout(o.Getenv)})
 }
 

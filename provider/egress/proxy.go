@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine/portfwd"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // Config configures a Proxy.
@@ -389,10 +390,10 @@ func establish(w http.ResponseWriter) (net.Conn, []byte, error) {
 }
 
 // Env is the environment of every command of a sandbox whose egress proxy listens on
-// 127.0.0.1:port inside it.
+// 127.0.0.1:port inside it (with rules.EnvNodeUseEnvProxy, for Node's fetch).
 func Env(port int) map[string]string {
 	u := "http://127.0.0.1:" + strconv.Itoa(port)
 	no := "localhost,127.0.0.1,::1"
 	return map[string]string{"HTTP_PROXY": u, "HTTPS_PROXY": u, "http_proxy": u, "https_proxy": u,
-		"NO_PROXY": no, "no_proxy": no}
+		"NO_PROXY": no, "no_proxy": no, rules.EnvNodeUseEnvProxy: "1"}
 }

@@ -19,7 +19,6 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/netns"
-	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
@@ -53,9 +52,10 @@ func (e *Engine) environ(st state.Record, extra []string) []string {
 		}
 	}
 	if len(st.SecretEnv) > 0 {
-		for _, k := range rootfs.TrustEnv {
+		// The bound system bundle holds the authority: one file for every variable.
+		for _, k := range rules.TrustEnvNames() {
 			if _, set := m[k]; !set {
-				m[k] = rootfs.CABundlePath
+				m[k] = rules.TrustBundleFile
 			}
 		}
 	}

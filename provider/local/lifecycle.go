@@ -72,6 +72,9 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 
 func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, error) {
 	spec := bx.st.Spec
+	if err := refuseSecrets(spec, bx.st); err != nil {
+		return engine.Info{}, err
+	}
 	img, err := e.prepare(ctx, bx, sd)
 	if err != nil {
 		return engine.Info{}, err
@@ -138,9 +141,6 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 		sc := shimConfig{Init: cfg, Runtime: e.runtime, RuntimeRoot: e.runtimeRoot(), InitBinary: e.initBinary,
 			TimeoutMs: spec.Timeout.Milliseconds(),
 			Limits:    bx.st.Applied, Cgroup: cgroup.Name(bx.st.ID)}
-		if len(spec.Secrets) > 0 && !(spec.Egress && bx.st.NetNS) {
-			return engine.Info{}, fmt.Errorf("secrets need the engine's egress proxy (Spec.Egress, without Spec.Network): %w", engine.ErrUnsupported)
-		}
 		if spec.Egress && bx.st.NetNS {
 			if _, err := egress.NewPolicy(spec.EgressHosts); err != nil {
 				return engine.Info{}, fmt.Errorf("egress: %w", err)

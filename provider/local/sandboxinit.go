@@ -41,7 +41,7 @@ type initConfig struct {
 	// …; an unisolated init's the same).
 	Tunnels []int `json:"tunnels,omitempty"`
 	// TrustPEM is a certificate the sandbox trusts besides the system's (the
-	// authority of its secrets' proxy), added to its copy of rootfs.CABundlePath; the shim
+	// authority of its secrets' proxy), added to its copy of rules.TrustBundleFile; the shim
 	// sets it and init never gets it.
 	TrustPEM []byte `json:"-"`
 	// DeadlineMs ends the sandbox (exit 124) at this Unix time in ms; 0 means never.

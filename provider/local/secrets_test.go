@@ -1,6 +1,7 @@
 package local
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // TestEngineSecrets is the acceptance of secrets on the local engine: inside, the
@@ -53,6 +55,11 @@ func TestEngineSecrets(t *testing.T) {
 	if ph == value || !strings.HasPrefix(ph, "sk-ant-api03-") || len(ph) != len(value) {
 		t.Errorf("$N4_KEY = %q, want a placeholder shaped like the value", ph)
 	}
+	// The trust's variables name the bound bundle, and Node's fetch is told to use the
+	// proxy.
+	if out, _ := sh(t, e, info.ID, "sh", "-c", `printf '%s %s %s' "$SSL_CERT_FILE" "$NODE_EXTRA_CA_CERTS" "$`+rules.EnvNodeUseEnvProxy+`"`); out != rules.TrustBundleFile+" "+rules.TrustBundleFile+" 1" {
+		t.Errorf("SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, %s inside = %q, want %s twice and 1", rules.EnvNodeUseEnvProxy, out, rules.TrustBundleFile)
+	}
 	// The value in nothing root can read: the pattern is written so that the command
 	// line searching for it does not hold it.
 	pattern := value[:8] + "[" + value[8:9] + "]" + value[9:]
@@ -70,5 +77,27 @@ func TestEngineSecrets(t *testing.T) {
 	out, _ = sh(t, e, info.ID, "sh", "-c", `curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $OTHER_KEY" `+upstream+`/`)
 	if out != "403" {
 		t.Errorf("another secret's placeholder to this host = %q, want 403", out)
+	}
+}
+
+// TestUnisolatedRefusesSecrets: an unisolated sandbox has no egress proxy, so a spec
+// with secrets is refused, naming the option, and no sandbox is left; never created
+// with the values dropped.
+func TestUnisolatedRefusesSecrets(t *testing.T) {
+	u, err := NewEngine(EngineOptions{DataDir: t.TempDir(), Unisolated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	spec := engine.Spec{Egress: true, Secrets: []engine.Secret{{Name: "N4_KEY", Value: "sk-ant-api03-N4VALUE0123456789abcdefghij", Hosts: []string{"api.example.com"}}}}
+	_, err = u.Create(t.Context(), spec)
+	if !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), "Unisolated") || !strings.Contains(err.Error(), "N4_KEY") {
+		t.Errorf("create with a secret on an unisolated engine = %v, want ErrUnsupported naming Unisolated and N4_KEY", err)
+	}
+	if err != nil && strings.Contains(err.Error(), spec.Secrets[0].Value) {
+		t.Errorf("the refusal %q holds the value", err)
+	}
+	if list, err := u.List(t.Context()); err != nil || len(list) != 0 {
+		t.Errorf("after the refusal, List = %v, %v; want no sandbox", list, err)
 	}
 }

@@ -19,7 +19,24 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/oci"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 )
+
+// refuseSecrets is the error of a sandbox st that cannot carry spec.Secrets, before
+// anything is made: only the shim's egress proxy can put a secret's value in place of
+// its placeholder, and a secret is never degraded to an environment variable.
+func refuseSecrets(spec engine.Spec, st state.Record) error {
+	switch {
+	case len(spec.Secrets) == 0:
+		return nil
+	case !st.Isolated:
+		return fmt.Errorf("Spec.Secrets: an unisolated sandbox (EngineOptions.Unisolated) runs on the host's network, with no egress proxy to add %s's value on the way out; use an isolated engine: %w",
+			spec.Secrets[0].Name, engine.ErrUnsupported)
+	case !(spec.Egress && st.NetNS):
+		return fmt.Errorf("Spec.Secrets: they need the engine's egress proxy (Spec.Egress, without Spec.Network): %w", engine.ErrUnsupported)
+	}
+	return nil
+}
 
 // loadSecrets makes the sandbox's secrets from the values the engine sent over the
 // shim's pipe: their placeholders and the certificate init adds to the sandbox's trust.

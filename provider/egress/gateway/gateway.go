@@ -25,6 +25,7 @@ import (
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // ErrUnknown marks an id that is not registered.
@@ -42,10 +43,11 @@ type Registration struct {
 }
 
 // ProxyEnv is the environment that sends a sandbox's HTTP(S) through the gateway at
-// addr (host:port as the sandbox reaches it) with credential.
+// addr (host:port as the sandbox reaches it) with credential (with
+// rules.EnvNodeUseEnvProxy, for Node's fetch).
 func ProxyEnv(addr, credential string) []string {
 	u := "http://" + credential + "@" + addr
-	return []string{"HTTPS_PROXY=" + u, "HTTP_PROXY=" + u, "https_proxy=" + u, "http_proxy=" + u}
+	return []string{"HTTPS_PROXY=" + u, "HTTP_PROXY=" + u, "https_proxy=" + u, "http_proxy=" + u, rules.EnvNodeUseEnvProxy + "=1"}
 }
 
 // Registrar registers sandboxes with a gateway: a Gateway in this process or a Client

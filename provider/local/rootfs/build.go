@@ -44,7 +44,7 @@ type Config struct {
 	// Hide are host directories covered with an empty read-only tmpfs (the data dir).
 	Hide []string
 	// TrustPEM is a certificate the sandbox trusts besides the system's, added to its
-	// copy of CABundlePath.
+	// copy of rules.TrustBundleFile.
 	TrustPEM []byte
 }
 
@@ -219,17 +219,10 @@ func ensureMountpoint(r, stage, target string, dir bool) (string, error) {
 	return anc, create()
 }
 
-// CABundlePath is the system's certificate bundle inside a sandbox (Debian's).
-const CABundlePath = "/etc/ssl/certs/ca-certificates.crt"
-
-// TrustEnv are the variables that name a certificate bundle for the programs that do
-// not read the system's (or read it only at build time); they name CABundlePath.
-var TrustEnv = []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "DENO_CERT", "REQUESTS_CA_BUNDLE"}
-
-// addTrust binds, read-only over the root's CABundlePath, the root's bundle (if any)
+// addTrust binds, read-only over the root's rules.TrustBundleFile, the root's bundle (if any)
 // with pem appended.
 func addTrust(r, stage string, pem []byte) error {
-	dst := filepath.Join(r, CABundlePath)
+	dst := filepath.Join(r, rules.TrustBundleFile)
 	old, err := os.ReadFile(dst)
 	if err != nil && !os.IsNotExist(err) {
 		return err
@@ -241,7 +234,7 @@ func addTrust(r, stage string, pem []byte) error {
 	if err := os.WriteFile(tmp, append(old, pem...), 0o644); err != nil {
 		return err
 	}
-	if _, err := ensureMountpoint(r, stage, CABundlePath, false); err != nil {
+	if _, err := ensureMountpoint(r, stage, rules.TrustBundleFile, false); err != nil {
 		return err
 	}
 	return bindReadOnly(tmp, dst, false)

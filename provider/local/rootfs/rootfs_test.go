@@ -91,7 +91,7 @@ func checkSystemRoot(t *testing.T, sd string) {
 	if _, err := os.Stat(filepath.Join(r, sd, "hidden", "secret")); err == nil {
 		t.Error("a hidden directory's file is visible")
 	}
-	if b, err := os.ReadFile(filepath.Join(r, CABundlePath)); err != nil || !bytes.HasSuffix(b, pem) {
+	if b, err := os.ReadFile(filepath.Join(r, rules.TrustBundleFile)); err != nil || !bytes.HasSuffix(b, pem) {
 		t.Errorf("the CA bundle does not end with the trusted certificate (%v)", err)
 	}
 	for _, p := range []string{"home/user", "tmp", "var/tmp", "run"} {
