@@ -63,7 +63,7 @@ func (p *Provider) llmSecrets(opts CreateOptions) ([]engine.Secret, error) {
 		return nil, err
 	}
 	if len(keys) > 0 && !p.caps.Isolated {
-		return nil, fmt.Errorf("LLM key %s: this engine runs sandboxes without isolation, with no egress proxy to add the key on the way out; set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w",
+		return nil, fmt.Errorf("the LLM key in %s is refused, because this engine runs sandboxes without isolation, with no egress proxy to add the key on the way out; set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w",
 			keys[0].Name, engine.ErrUnsupported)
 	}
 	return keys, nil
@@ -78,7 +78,7 @@ func llmKeysHint(spec engine.Spec, err error) error {
 	}
 	for _, s := range spec.Secrets {
 		if _, ok := LLMKeyHosts[s.Name]; ok {
-			return fmt.Errorf("LLM key %s: the engine cannot keep it out of the sandbox: let it carry secrets (an egress gateway for Modal or E2B; egress rather than Spec.Network on the local engine), or set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w",
+			return fmt.Errorf("the LLM key in %s is refused, because the engine cannot keep it out of the sandbox; let it carry secrets (an egress gateway for Modal or E2B; egress rather than Spec.Network on the local engine), or set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w",
 				s.Name, err)
 		}
 	}
