@@ -89,7 +89,7 @@ func NewCmdCreate(f *Factory, runF func(*CreateOptions) error) *cobra.Command {
 	s.Int64Var(&fl.pids, "pids", 0, "limit of processes and threads (`N`)")
 	s.StringArrayVar(&fl.volumes, "volume", nil, "named volume to mount, `NAME:/path[:ro]` (repeatable)")
 	s.StringArrayVar(&fl.secrets, "secret", nil, "secret the sandbox never holds, `NAME:HOSTS` (host[,host]…): the value of the host's $NAME, sent to those hosts only (repeatable)")
-	s.BoolVar(&fl.bastion, "bastion", false, "make a bastion session: an agent sandbox with no credential and no tunnel, beside a controller that is its only ingress and runs its git (local provider only)")
+	s.BoolVar(&fl.bastion, "bastion", false, "make a bastion session: an agent sandbox with no credential and no tunnel, beside a controller that is its only ingress and runs its git (the local provider, and modal or e2b served by sandboxctl serve)")
 	s.StringVar(&fl.platformTokenEnv, "platform-token-env", "", "with --bastion, environment variable holding the token the controller's ingress asks for (default: generated and printed)")
 	return cmd
 }
