@@ -111,10 +111,11 @@ func (p *Provider) agentProvider() *Provider {
 }
 
 // BastionUnsupportedError refuses a bastion session on an engine that cannot
-// link two sandboxes through a socket of a shared volume yet.
+// link two sandboxes through a socket of a shared volume: it lacks volumes,
+// detached processes, isolation or DialPort.
 func BastionUnsupportedError(k Kind) *ProviderError {
-	return NewProviderError(k, OpCreateSandbox, "bastion sessions run on the local engine only for now: "+string(k)+
-		" cannot yet link the agent and the controller through a shared volume (docs/bastion.md says what its cloud offers); "+
+	return NewProviderError(k, OpCreateSandbox, "bastion sessions need an isolating engine with volumes, detached processes and DialPort: "+string(k)+
+		" as configured cannot link the agent and the controller through a shared volume (docs/bastion.md says what each engine offers); "+
 		"create without the bastion option", false, engine.ErrUnsupported)
 }
 
@@ -127,7 +128,7 @@ func (p *Provider) CreateBastion(ctx context.Context, opts CreateOptions, b Bast
 	vols, ok := p.eng.(engine.Volumes)
 	_, starts := p.eng.(engine.Starter)
 	switch {
-	case p.o.Kind != KindLocal || !ok || !starts || !p.caps.Isolated || !p.caps.DialPort:
+	case !ok || !starts || !p.caps.Isolated || !p.caps.DialPort || !p.caps.Volumes:
 		return BastionResult{}, BastionUnsupportedError(p.o.Kind)
 	case b.PlatformToken == "":
 		return fail(errors.New("bastion: the platform token is required: the controller's ingress opens only with it"))

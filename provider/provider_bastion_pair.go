@@ -179,8 +179,8 @@ func (p *Provider) refuseBastion(ctx context.Context, id string, op Operation) e
 	if err != nil || info.Labels[rules.LabelRole] == "" {
 		return nil
 	}
-	return NewProviderError(p.o.Kind, op, fmt.Sprintf("sandbox %s is the %s of bastion session %s: %s acts on the pair, which is not built yet; "+
-		"terminate the session and create it again", id, info.Labels[rules.LabelRole], info.Labels[rules.LabelSession], op), false, engine.ErrUnsupported)
+	return NewProviderError(p.o.Kind, op, fmt.Sprintf("sandbox %s is the %s of bastion session %s: %s acts on the pair: "+
+		"pause and resume it with PausePair and ResumePair (sandboxctl pause|resume); a snapshot of the pair is not built", id, info.Labels[rules.LabelRole], info.Labels[rules.LabelSession], op), false, engine.ErrUnsupported)
 }
 
 // WatchBastion ends the pair when either of its sandboxes dies or goes,

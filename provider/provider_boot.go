@@ -197,7 +197,7 @@ func (p *Provider) spec(opts CreateOptions, token, sidecarURL string) (engine.Sp
 	for k, v := range opts.Spec.Labels {
 		spec.Labels[k] = v
 	}
-	spec.Labels["session"] = opts.SessionID
+	spec.Labels[rules.LabelSession] = opts.SessionID
 	// The sandbox's own commands (sandboxctl exec, terminal) reach its sidecar.
 	spec.Env = append(spec.Env, EnvSandboxMCPAuthToken+"="+token)
 	if sidecarURL != "" {

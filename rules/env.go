@@ -67,12 +67,12 @@ const (
 	EnvMonitorInstance = "SANDBOX_MCP_MONITOR_INSTANCE"
 )
 
-// EnvNames lists every variable name spelled in this file, for the test that keeps
+// EnvNames lists every variable name spelled in this file and bastion.go, for the test that keeps
 // them from being spelled anywhere else.
 func EnvNames() []string {
 	return []string{EnvAuthToken, EnvAuthTokenFallback, EnvAddr, EnvWorkspaceDir, EnvStateDir,
 		EnvCaddySnippet, EnvCaddyAdmin, EnvCaddyfile, EnvPreviewAddr, EnvLogLevel, EnvMaxTerminals,
 		EnvSidecarURL, EnvGatewayURL, EnvSessionID, EnvWorkspaceRoot, EnvSessionToken,
 		EnvGatewayAuthToken, EnvManagerSessionID, EnvService, EnvServiceInstance, EnvInternal,
-		EnvMonitorInstance}
+		EnvMonitorInstance, EnvBastionToken, EnvBastionGitToken, EnvBastionAgentToken}
 }

@@ -93,7 +93,7 @@ func NewCmdCreate(f *Factory, runF func(*CreateOptions) error) *cobra.Command {
 	s.StringArrayVar(&fl.volumes, "volume", nil, "named volume to mount, `NAME:/path[:ro]` (repeatable)")
 	s.StringArrayVar(&fl.secrets, "secret", nil, "secret the sandbox never holds, `NAME:HOSTS` (host[,host]…): the value of the host's $NAME, sent to those hosts only (repeatable)")
 	s.BoolVar(&fl.llmKeysInSandbox, "llm-keys-in-sandbox", false, "give the boot's LLM keys to the sandbox in its environment, where everything it runs can read and send them anywhere; without it they are secrets its egress proxy adds on the way to their API hosts, and a provider that cannot do that (modal or e2b without an egress gateway) refuses the create")
-	s.BoolVar(&fl.bastion, "bastion", false, "make a bastion session: an agent sandbox with no credential and no tunnel, beside a controller that is its only ingress and runs its git (local provider only)")
+	s.BoolVar(&fl.bastion, "bastion", false, "make a bastion session: an agent sandbox with no credential and no tunnel, beside a controller that is its only ingress and runs its git (the local provider, and modal or e2b served by sandboxctl serve)")
 	s.StringVar(&fl.platformTokenEnv, "platform-token-env", "", "with --bastion, environment variable holding the token the controller's ingress asks for (default: generated and printed)")
 	return cmd
 }

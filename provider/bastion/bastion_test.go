@@ -189,11 +189,17 @@ func sh(t testing.TB, eng engine.Engine, id, script string) (string, int) {
 // get is a GET with an optional bearer token; it returns the status and body.
 func get(t testing.TB, url, token string) (int, string) {
 	t.Helper()
+	return getWith(t, &http.Client{Timeout: 30 * time.Second}, url, token)
+}
+
+// getWith is get through hc.
+func getWith(t testing.TB, hc *http.Client, url, token string) (int, string) {
+	t.Helper()
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"path"
 	"slices"
 	"strconv"
@@ -40,9 +41,18 @@ http.server.ThreadingHTTPServer((HOST, PORT), H).serve_forever()
 type pair struct {
 	p        *provider.Provider
 	eng      engine.Engine
+	hc       *http.Client // reaches the controller's ingress
+	portHost func(t *testing.T, id string, port int, path string) *http.Request
 	res      provider.BastionResult
 	session  string
 	platform string
+}
+
+// get is a GET of the ingress with an optional bearer token; it returns the
+// status and body.
+func (s *pair) get(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	return getWith(t, s.hc, url, token)
 }
 
 // gate runs args through the git gate's socket from inside the agent and
@@ -72,16 +82,29 @@ func regex(s string) string { return s[:6] + "[" + s[6:7] + "]" + s[7:] }
 // LLM call arriving upstream with the real key.
 func TestBastionCompromisedAgent(t *testing.T) {
 	requireEngine(t)
+	for _, tc := range targets {
+		t.Run(tc.name, func(t *testing.T) { compromisedAgent(t, tc) })
+	}
+}
+
+// compromisedAgent is TestBastionCompromisedAgent on one engine.
+func compromisedAgent(t *testing.T, tc target) {
 	addr := hostAddress(t)
 	gitToken := "ghp_" + randomHex(t, 16)
 	llmKey := "sk-ant-api03-" + randomHex(t, 20)
 	remote := serveGit(t, addr, gitToken)
 	llmURL, llmKeys := serveLLM(t, addr)
-	p, eng := newProvider(t)
-	s := &pair{p: p, eng: eng, session: "bastion-" + randomHex(t, 4), platform: "plat-" + randomHex(t, 16)}
+	env := tc.start(t)
+	p, eng := env.p, env.eng
+	s := &pair{p: p, eng: eng, hc: env.hc, portHost: env.portHost, session: "bastion-" + randomHex(t, 4), platform: "plat-" + randomHex(t, 16)}
+	secrets := map[string]string{"platform token": s.platform, "git token": gitToken}
+	var spec engine.Spec
+	if tc.secrets {
+		spec.Secrets = []engine.Secret{{Name: "ANTHROPIC_API_KEY", Value: llmKey, Hosts: []string{addr}}}
+		secrets["LLM key"] = llmKey
+	}
 	start := time.Now()
-	res, err := p.CreateBastion(t.Context(), provider.CreateOptions{SessionID: s.session,
-		Spec: engine.Spec{Secrets: []engine.Secret{{Name: "ANTHROPIC_API_KEY", Value: llmKey, Hosts: []string{addr}}}}},
+	res, err := p.CreateBastion(t.Context(), provider.CreateOptions{SessionID: s.session, Spec: spec},
 		provider.BastionOptions{PlatformToken: s.platform, RepoURL: remote.url, RepoToken: gitToken,
 			AgentPorts: []int{provider.PortSandboxMCP, provider.PortPreview, previewPort}})
 	if err != nil {
@@ -92,8 +115,12 @@ func TestBastionCompromisedAgent(t *testing.T) {
 	t.Cleanup(func() { endPair(eng, p, s.session, res) })
 
 	checkShape(t, s)
-	legitimate(t, s, remote, llmURL, llmKeys, llmKey)
-	hostile(t, s, remote, map[string]string{"platform token": s.platform, "git token": gitToken, "LLM key": llmKey})
+	legitimate(t, s, remote)
+	if tc.secrets {
+		llmCall(t, s, llmURL, llmKeys, llmKey)
+	}
+	hostile(t, s, remote, secrets)
+	pausePair(t, s)
 
 	// terminate of either ends both.
 	if err := p.Terminate(t.Context(), s.session, res.ControllerID); err != nil {
@@ -103,6 +130,56 @@ func TestBastionCompromisedAgent(t *testing.T) {
 		if !waitGone(t, eng, id) {
 			t.Errorf("sandbox %s still runs after Terminate of the controller", id)
 		}
+	}
+}
+
+// pausePair: where the engine pauses, PausePair and ResumePair act on the
+// pair and the agent answers through the ingress afterwards; where it cannot
+// (Modal), the pair's pause is refused, not half done.
+func pausePair(t *testing.T, s *pair) {
+	t.Helper()
+	handled, err := s.p.PausePair(t.Context(), s.res.AgentID)
+	if !s.eng.Capabilities().Pause {
+		if !handled || err == nil {
+			t.Errorf("PausePair on an engine without pause = %v, %v; want it handled and refused", handled, err)
+		}
+		for _, id := range []string{s.res.AgentID, s.res.ControllerID} {
+			if info, err := s.eng.Get(t.Context(), id); err != nil || info.State != engine.StateRunning {
+				t.Errorf("after a refused PausePair, %s is %s (%v), want running", id, info.State, err)
+			}
+		}
+		return
+	}
+	if !handled || err != nil {
+		t.Fatalf("PausePair = %v, %v; want the pair paused", handled, err)
+	}
+	for _, id := range []string{s.res.AgentID, s.res.ControllerID} {
+		if info, err := s.eng.Get(t.Context(), id); err != nil || info.State != engine.StatePaused {
+			t.Errorf("after PausePair, %s is %s (%v), want paused", id, info.State, err)
+		}
+	}
+	if handled, err := s.p.ResumePair(t.Context(), s.res.ControllerID); !handled || err != nil {
+		t.Fatalf("ResumePair = %v, %v; want the pair resumed", handled, err)
+	}
+	// The local E2B server forwards a port anew after a resume: ask again.
+	ingress := s.res.IngressURL
+	if pu, ok := s.eng.(engine.PortURLer); ok {
+		u, err := pu.PortURL(t.Context(), s.res.ControllerID, rules.PortBastionIngress)
+		if err != nil {
+			t.Fatalf("the controller's ingress after ResumePair: %v", err)
+		}
+		ingress = u
+	}
+	health := ingress + rules.BastionPortPrefix + strconv.Itoa(provider.PortSandboxMCP) + "/api/health"
+	var code int
+	for range 50 {
+		if code, _ = s.get(t, health, s.platform); code == 200 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code != 200 {
+		t.Errorf("the agent's health through the ingress after ResumePair = %d, want 200", code)
 	}
 }
 
@@ -122,12 +199,10 @@ func checkShape(t *testing.T, s *pair) {
 		for _, tu := range info.Tunnels {
 			ports = append(ports, tu.Port)
 		}
-		want := []int(nil)
-		if role == rules.RoleController {
-			want = []int{rules.PortBastionIngress}
-		}
-		if !slices.Equal(ports, want) {
-			t.Errorf("tunnels of the %s = %v, want %v", role, ports, want)
+		// The agent has none; the controller the ingress only (an engine
+		// whose ports all have public hosts, E2B, lists none).
+		if slices.ContainsFunc(ports, func(p int) bool { return role == rules.RoleAgent || p != rules.PortBastionIngress }) {
+			t.Errorf("tunnels of the %s = %v, want none but the controller's ingress (%d)", role, ports, rules.PortBastionIngress)
 		}
 	}
 	if !strings.HasPrefix(s.res.SandboxMCPURL, s.res.IngressURL+rules.BastionPortPrefix) {
@@ -136,7 +211,7 @@ func checkShape(t *testing.T, s *pair) {
 }
 
 // legitimate: the session's own paths work.
-func legitimate(t *testing.T, s *pair, remote gitRemote, llmURL string, llmKeys func() []string, llmKey string) {
+func legitimate(t *testing.T, s *pair, remote gitRemote) {
 	t.Helper()
 	st := s.eng.(engine.Starter)
 	script := strings.NewReplacer("HOST", `"127.0.0.1"`, "PORT", strconv.Itoa(previewPort)).Replace(previewServer)
@@ -147,7 +222,7 @@ func legitimate(t *testing.T, s *pair, remote gitRemote, llmURL string, llmKeys 
 	var code int
 	var body string
 	for range 100 {
-		if code, body = get(t, u, s.platform); code == 200 {
+		if code, body = s.get(t, u, s.platform); code == 200 {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -155,20 +230,20 @@ func legitimate(t *testing.T, s *pair, remote gitRemote, llmURL string, llmKeys 
 	if code != 200 || body != "preview /hello auth=" {
 		t.Errorf("preview through the ingress with the token = %d %q, want 200 %q (the token stripped)", code, body, "preview /hello auth=")
 	}
-	if code, _ := get(t, u, ""); code != 401 {
+	if code, _ := s.get(t, u, ""); code != 401 {
 		t.Errorf("preview through the ingress without a token = %d, want 401", code)
 	}
-	if code, _ := get(t, u, "wrong-"+s.platform); code != 401 {
+	if code, _ := s.get(t, u, "wrong-"+s.platform); code != 401 {
 		t.Errorf("preview through the ingress with a wrong token = %d, want 401", code)
 	}
 
 	// The agent's sidecar API through the ingress: the platform's token in,
 	// the sidecar's own token added by the controller.
 	api := s.res.IngressURL + rules.BastionPortPrefix + strconv.Itoa(provider.PortSandboxMCP) + "/api/services"
-	if code, body := get(t, api, s.platform); code != 200 || !strings.Contains(body, `"services"`) {
+	if code, body := s.get(t, api, s.platform); code != 200 || !strings.Contains(body, `"services"`) {
 		t.Errorf("GET the sidecar's /api/services through the ingress = %d %q, want 200 and the services", code, body)
 	}
-	if code, _ := get(t, api, ""); code != 401 {
+	if code, _ := s.get(t, api, ""); code != 401 {
 		t.Errorf("GET the sidecar's /api/services through the ingress without a token = %d, want 401", code)
 	}
 
@@ -191,8 +266,11 @@ func legitimate(t *testing.T, s *pair, remote gitRemote, llmURL string, llmKeys 
 	if got := git(t, remote.bare, "rev-parse", "refs/heads/main"); got != remote.main {
 		t.Errorf("remote main = %s, want it untouched at %s", got, remote.main)
 	}
+}
 
-	// An LLM call from the agent arrives with the real key.
+// llmCall: an LLM call from the agent arrives upstream with the real key.
+func llmCall(t *testing.T, s *pair, llmURL string, llmKeys func() []string, llmKey string) {
+	t.Helper()
 	out, code := sh(t, s.eng, s.res.AgentID, `curl -sS --max-time 30 -H "x-api-key: $ANTHROPIC_API_KEY" `+llmURL+`/v1/messages`)
 	if code != 0 || out != `{"content":"hi"}` {
 		t.Errorf("LLM call from the agent = %d %q", code, out)
@@ -241,19 +319,15 @@ func hostile(t *testing.T, s *pair, remote gitRemote, secrets map[string]string)
 	}
 
 	// The controller's credentials and its other ports.
-	ctrl, err := s.eng.Get(t.Context(), s.res.ControllerID)
-	if err != nil {
-		t.Fatal(err)
-	}
 	script := `ls ` + rules.BastionGitDir + ` >/dev/null 2>&1 && echo "BROKEN the controller's git directory is visible"
 curl -s --max-time 5 -o /dev/null http://127.0.0.1:` + strconv.Itoa(rules.PortBastionIngress) + `/ && echo "BROKEN an ingress port in the agent"
 `
-	for _, tu := range ctrl.Tunnels {
-		hp := tu.Host + ":" + strconv.Itoa(tu.HostPort)
-		script += `curl -s --max-time 5 -o /dev/null --noproxy '*' http://` + hp + rules.BastionHealthPath + ` && echo "BROKEN the controller's tunnel ` + hp + ` directly"
-curl -s --max-time 5 -o /dev/null -w '%{http_code}' http://` + hp + rules.BastionHealthPath + ` | grep -q 200 && echo "BROKEN the controller's tunnel ` + hp + ` through the proxy"
+	// The controller's ingress from inside the agent: its host side is not
+	// the agent's to reach, directly or through the egress proxy.
+	health := s.res.IngressURL + rules.BastionHealthPath
+	script += `curl -sk --max-time 5 -o /dev/null --noproxy '*' ` + health + ` && echo "BROKEN the controller's ingress ` + health + ` directly"
+curl -sk --max-time 5 -o /dev/null -w '%{http_code}' ` + health + ` | grep -q 200 && echo "BROKEN the controller's ingress ` + health + ` through the proxy"
 `
-	}
 	// A listener of its own, and its own sidecar and Caddy rewritten to open
 	// ingress without the token.
 	listener := strings.NewReplacer("HOST", `"0.0.0.0"`, "PORT", strconv.Itoa(hostilePort)).Replace(previewServer)
@@ -276,19 +350,55 @@ echo done`
 	}
 	for _, port := range []int{hostilePort, provider.PortPreview, provider.PortSandboxMCP} {
 		u := s.res.IngressURL + rules.BastionPortPrefix + strconv.Itoa(port) + "/"
-		if code, body := get(t, u, ""); code != 401 {
+		if code, body := s.get(t, u, ""); code != 401 {
 			t.Errorf("GET %s without the platform's token = %d %q, want 401", u, code, body)
 		}
 	}
-	if code, _ := get(t, s.res.IngressURL+rules.BastionPortPrefix+strconv.Itoa(hostilePort)+"/", s.platform); code != 403 {
+	// The engine's own public side of the agent's ports (E2B's port hosts):
+	// the attacker's listener and the sidecar answer nothing there.
+	if pu, ok := s.eng.(engine.PortURLer); ok {
+		for _, port := range []int{hostilePort, provider.PortSandboxMCP} {
+			u, err := pu.PortURL(t.Context(), s.res.AgentID, port)
+			if err != nil {
+				continue // no public URL at all
+			}
+			if code, body := s.get(t, u+"/", ""); code < 400 {
+				t.Errorf("the agent's port %d at the engine's %s = %d %q, want a refusal", port, u, code, body)
+			}
+		}
+	}
+	if s.portHost != nil {
+		// The controller's ingress answers on its port host: the route works,
+		// so a 403 for the agent's is the traffic token's doing.
+		for _, c := range []struct {
+			id, path string
+			port     int
+			want     int
+		}{
+			{s.res.ControllerID, rules.BastionHealthPath, rules.PortBastionIngress, http.StatusOK},
+			{s.res.AgentID, "/", hostilePort, http.StatusForbidden},
+			{s.res.AgentID, "/api/health", provider.PortSandboxMCP, http.StatusForbidden},
+		} {
+			req := s.portHost(t, c.id, c.port, c.path)
+			resp, err := s.hc.Do(req)
+			if err != nil {
+				t.Fatalf("GET the port host %s: %v", req.Host, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				t.Errorf("GET %s%s without the traffic token = %d, want %d", req.Host, c.path, resp.StatusCode, c.want)
+			}
+		}
+	}
+	if code, _ := s.get(t, s.res.IngressURL+rules.BastionPortPrefix+strconv.Itoa(hostilePort)+"/", s.platform); code != 403 {
 		t.Errorf("the attacker's port through the ingress with the token = %d, want 403 (not an agent port of the session)", code)
 	}
 }
 
 // TestBastionLifecycle: pause and resume act on the pair (PausePair,
 // ResumePair); the platform's single pause and snapshot of either half are
-// refused; one half dying ends the other (WatchBastion); Modal and E2B refuse
-// the option.
+// refused; one half dying ends the other (WatchBastion); an engine without
+// volumes refuses the option.
 func TestBastionLifecycle(t *testing.T) {
 	requireEngine(t)
 	p, eng := newProvider(t)
@@ -346,16 +456,24 @@ func TestBastionLifecycle(t *testing.T) {
 		t.Error("the controller runs on after its agent died")
 	}
 
-	for _, k := range []provider.Kind{provider.KindModal, provider.KindE2B} {
-		q, err := provider.New(eng, provider.Options{Kind: k})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = q.CreateBastion(t.Context(), provider.CreateOptions{SessionID: session}, provider.BastionOptions{PlatformToken: "x"})
-		if err == nil || !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), string(k)) {
-			t.Errorf("CreateBastion on %s = %v, want a refusal naming it", k, err)
-		}
+	// An engine without volumes cannot link the pair: refused, naming it.
+	q, err := provider.New(noVolumes{eng}, provider.Options{Kind: provider.KindE2B})
+	if err != nil {
+		t.Fatal(err)
 	}
+	_, err = q.CreateBastion(t.Context(), provider.CreateOptions{SessionID: session}, provider.BastionOptions{PlatformToken: "x"})
+	if err == nil || !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), string(provider.KindE2B)) {
+		t.Errorf("CreateBastion on an engine without volumes = %v, want a refusal naming it", err)
+	}
+}
+
+// noVolumes is an engine without volumes.
+type noVolumes struct{ engine.Engine }
+
+func (n noVolumes) Capabilities() engine.Capabilities {
+	c := n.Engine.Capabilities()
+	c.Volumes = false
+	return c
 }
 
 // endPair terminates a pair and removes its volume, when the test ends

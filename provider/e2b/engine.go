@@ -181,11 +181,23 @@ func waitEnvd(ctx context.Context, ev *Envd) error {
 // egressRules are E2B's network rules for spec.EgressHosts: the hosts are the only
 // destinations (allowOut under a denyOut of everything). None without Egress (or with
 // Network, the whole outside), and none when "*" allows any name.
+//
+// A spec that publishes no port (no Spec.Ports: a bastion agent, say) is
+// created with allowPublicTraffic false: E2B's port hosts are public by default
+// and would otherwise expose every port of the sandbox; now they answer only
+// requests carrying the traffic access token, which the engine never hands on.
 func egressRules(spec engine.Spec) *e2bwire.NetworkConfig {
-	if !spec.Egress || spec.Network || len(spec.EgressHosts) == 0 || slices.Contains(spec.EgressHosts, "*") {
-		return nil
+	var nc *e2bwire.NetworkConfig
+	if spec.Egress && !spec.Network && len(spec.EgressHosts) > 0 && !slices.Contains(spec.EgressHosts, "*") {
+		nc = &e2bwire.NetworkConfig{AllowOut: slices.Clone(spec.EgressHosts), DenyOut: []string{e2bwire.DenyAll}}
 	}
-	return &e2bwire.NetworkConfig{AllowOut: slices.Clone(spec.EgressHosts), DenyOut: []string{e2bwire.DenyAll}}
+	if len(spec.Ports) == 0 {
+		if nc == nil {
+			nc = &e2bwire.NetworkConfig{}
+		}
+		nc.AllowPublicTraffic = new(bool)
+	}
+	return nc
 }
 
 func info(d e2bwire.SandboxDetail) engine.Info {

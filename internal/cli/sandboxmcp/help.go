@@ -16,6 +16,8 @@ The sandbox sidecar. Run "sandbox-mcp <command> --help" for a command's flags.
 commands:
   api          serve the HTTP API and the terminal WebSocket
   mcp          serve the service manager as MCP tools over stdio
+  bastion      serve a bastion session's controller: ingress and git gate
+  relay        serve a bastion agent's side of the link on a unix socket
   version      print the version (also --version)
   completion   print a shell completion script: bash, zsh or fish
   help         print this help (also --help)
@@ -59,7 +61,7 @@ func isHelp(args []string) bool {
 // writeVersion prints the one-line version.
 func writeVersion(w io.Writer) { fmt.Fprintf(w, "sandbox-mcp %s\n", version.String()) }
 
-var commands = []string{"api", "mcp", "version", "completion", "help"}
+var commands = []string{"api", "mcp", "bastion", "relay", "version", "completion", "help"}
 
 // completionScripts complete commands and the api flag; nothing else takes
 // arguments worth completing.

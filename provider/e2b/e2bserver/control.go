@@ -409,6 +409,15 @@ func (s *Server) ports(w http.ResponseWriter, r *http.Request) error {
 	if st != e2bwire.StateRunning {
 		return errConflict("sandbox " + sb.id + " is paused")
 	}
+	s.mu.Lock()
+	private := sb.traffic != ""
+	s.mu.Unlock()
+	if private {
+		// A plain loopback forward cannot ask for the traffic token: only the
+		// port host, which checks it, reaches such a sandbox's ports.
+		return &apiError{http.StatusForbidden, "sandbox " + sb.id + " was created with allowPublicTraffic false: " +
+			"reach its ports through its port host with the " + headerTraffic + " header"}
+	}
 	addr, err := s.forward(sb, port)
 	if err != nil {
 		return fmt.Errorf("forward port %d: %w", port, err)

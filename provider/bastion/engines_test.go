@@ -1,0 +1,163 @@
+package bastion_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
+	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bserver"
+	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal"
+	"github.com/proliferate-ai/sandbox-mcp/provider/modal/modalserver"
+)
+
+// target is an engine a bastion session is tested on: the local engine
+// itself, or the local Modal or E2B server over it, driven through that
+// provider's own engine (its protocol, its tunnels, its volumes).
+type target struct {
+	name string
+	// start makes the provider and the engine it drives, or skips.
+	start func(t *testing.T) setup
+	// secrets: the agent's Spec.Secrets reach their upstream with the real
+	// value. On the local engine the shim's egress proxy swaps them; the
+	// local Modal and E2B servers need the egress gateway for that, which this
+	// test does not wire (provider/egress/gateway's own tests do).
+	secrets bool
+}
+
+// setup is a target started: the provider, the engine it drives, a client
+// that reaches the engine's published ports, and, where the engine serves
+// every port of a sandbox on a public host of its own (E2B), the request to
+// that host for a port.
+type setup struct {
+	p        *provider.Provider
+	eng      engine.Engine
+	hc       *http.Client
+	portHost func(t *testing.T, id string, port int, path string) *http.Request
+}
+
+// targets are the engines TestBastionCompromisedAgent runs on.
+var targets = []target{
+	{name: "local", secrets: true, start: func(t *testing.T) setup {
+		p, eng := newProvider(t)
+		return setup{p: p, eng: eng, hc: &http.Client{Timeout: 30 * time.Second}}
+	}},
+	{name: "modal-local-server", start: startModal},
+	{name: "e2b-local-server", start: startE2B},
+}
+
+// isolatedEngine is a local engine of the test's own for a local server to
+// run on, with sandbox-mcp bound in; every sandbox and volume it made is
+// removed at the end.
+func isolatedEngine(t *testing.T) *local.Engine {
+	t.Helper()
+	eng, err := local.NewEngine(local.EngineOptions{DataDir: filepath.Join(t.TempDir(), "data"), SandboxMCP: sandboxMCP})
+	if err != nil {
+		t.Skipf("the local engine does not isolate here: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if infos, err := eng.List(ctx); err == nil {
+			for _, in := range infos {
+				_ = eng.Terminate(ctx, in.ID)
+			}
+		}
+		if vols, err := eng.ListVolumes(ctx); err == nil {
+			for _, v := range vols {
+				_ = eng.RemoveVolume(ctx, v.Name)
+			}
+		}
+		eng.Close()
+	})
+	return eng
+}
+
+// serve runs serve on a loopback listener until the test ends.
+func serve(t *testing.T, serve func(net.Listener) error, stop func()) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- serve(ln) }()
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// startModal is the Modal provider over the local Modal server (the base
+// image's RUN steps skipped: the sandboxes run on the host's userland, as on
+// the local engine), the SDK pointed at it through the environment.
+func startModal(t *testing.T) setup {
+	t.Helper()
+	eng := isolatedEngine(t)
+	tok := modalserver.Token{ID: "ak-bastion", Secret: "as-bastion"}
+	srv, err := modalserver.New(modalserver.Options{Engine: eng, SkipRunSteps: true, Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serve(t, srv.Serve, func() { srv.Close() })
+	for k, v := range map[string]string{"MODAL_SERVER_URL": url, "MODAL_CONFIG_PATH": filepath.Join(t.TempDir(), "none.toml"),
+		"MODAL_PROFILE": "", "MODAL_ENVIRONMENT": ""} {
+		t.Setenv(k, v)
+	}
+	env := map[string]string{"MODAL_TOKEN_ID": tok.ID, "MODAL_TOKEN_SECRET": tok.Secret, "MODAL_APP_NAME": "bastion-test"}
+	getenv := func(k string) string { return env[k] }
+	me := modal.NewEngine(modal.Options{Getenv: getenv, TLS: srv.TLSConfig()})
+	t.Cleanup(func() { me.Close() })
+	p, err := provider.New(me, provider.Options{Kind: provider.KindModal, Getenv: getenv, SidecarTimeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}}
+	t.Cleanup(hc.CloseIdleConnections)
+	return setup{p: p, eng: me, hc: hc}
+}
+
+// startE2B is the E2B provider over the local E2B server (template base: the
+// engine's default root), its ports through the server's local tunnels.
+func startE2B(t *testing.T) setup {
+	t.Helper()
+	eng := isolatedEngine(t)
+	const key = "e2b_0123456789abcdef0123456789abcdef01234567"
+	srv, err := e2bserver.New(e2bserver.Options{Engine: eng, APIKey: key, Egress: true, Templates: map[string]string{"base": ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	url := serve(t, func(ln net.Listener) error { return srv.Serve(ctx, ln) }, cancel)
+	c, err := e2b.NewClient(e2b.ClientOptions{APIKey: key, APIURL: url, SandboxURL: url, Domain: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ee, err := e2b.NewEngine(c, e2b.EngineOptions{Template: "base", LocalTunnels: true, Timeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := provider.New(ee, provider.Options{Kind: provider.KindE2B, SidecarTimeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	t.Cleanup(hc.CloseIdleConnections)
+	host := func(t *testing.T, id string, port int, path string) *http.Request {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = e2b.Host(id, port, "localhost")
+		return req
+	}
+	return setup{p: p, eng: ee, hc: hc, portHost: host}
+}
