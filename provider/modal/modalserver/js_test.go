@@ -10,19 +10,27 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 )
 
+// jsInstall serialises jsDir's install.
+var jsInstall sync.Mutex
+
 // jsDir is the node project that pins the SDK: npm `modal` 0.11.1, the newest Modal
 // SDK release the registry serves (its `latest` tag, 1.2.0, is an unrelated 2013
-// browser package that once had the name).
+// browser package that once had the name). Without the network its first install
+// fails within a minute naming the registry.
 func jsDir(t testing.TB) string {
 	t.Helper()
+	jsInstall.Lock() // parallel tests wait for one install
+	defer jsInstall.Unlock()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed: the official JS SDK checks need node and npm", tool)
@@ -36,6 +44,7 @@ func jsDir(t testing.TB) string {
 		// npm install --no-save keeps the lock file's pins and leaves it as it is;
 		// unlike npm ci it accepts a lock without the platform-specific optional
 		// packages that some registries and npm configurations leave out.
+		testutil.RequireNPMRegistry(t, "npm install of the Modal JS SDK")
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		ci := exec.CommandContext(ctx, "npm", "install", "--no-save", "--no-audit", "--no-fund", "--ignore-scripts")
