@@ -120,6 +120,7 @@ var requiredSteps = []string{"create", "timeout+info", "commands.env", "commands
 // server, and checks docs/e2b.md's table against each SDK's method list; the latest
 // SDK runs it once more with the template base booting the test image.
 func TestOfficialJSSDK(t *testing.T) {
+	t.Parallel()
 	type run struct {
 		sdk   string
 		image bool // the template base boots imagetest.PlanImage

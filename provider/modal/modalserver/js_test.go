@@ -128,9 +128,16 @@ func runJSOn(t testing.TB, o Options, extra ...string) []jsStep {
 // (Capabilities().Volumes false), where they are the refusals the docs give, and the
 // image steps on a server without a builder, where RUN steps are refused. Skipped
 // without node or npm (and the image runs where the test image store cannot be built).
+//
+// Each run has its own engine and server. The V2 run goes first and alone (it fills
+// the store's build cache with the image steps); the other runs then go in parallel.
 func TestJSSDK(t *testing.T) {
+	t.Parallel()
 	for _, v2 := range []bool{true, false} {
 		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {
+			if !v2 {
+				t.Parallel()
+			}
 			// On image-booted sandboxes (the server builds debian:bookworm-slim from the
 			// store's base), whose image has no node: the tunnel step's HTTP server is
 			// this test binary (modaltest.ServeEnv).
@@ -145,10 +152,12 @@ func TestJSSDK(t *testing.T) {
 		})
 	}
 	t.Run("engine without volumes", func(t *testing.T) {
+		t.Parallel()
 		eng := noVolumes{modaltest.Engine(t, local.EngineOptions{})}
 		testJSSDK(t, eng, true, true, runJS(t, eng, "ONLY=volumes"))
 	})
 	t.Run("no image builder", func(t *testing.T) {
+		t.Parallel()
 		// Without a builder, RUN steps and images the host cannot stand in for are
 		// refused (the runs above build them).
 		eng := modaltest.Engine(t, local.EngineOptions{})
