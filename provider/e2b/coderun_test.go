@@ -25,6 +25,7 @@ import (
 // the volume. Skipped without npm (outside CI), which fetches Deno; fails within a minute
 // without the registry.
 func TestCoderunOnE2B(t *testing.T) {
+	t.Parallel()
 	testutil.RequireNPMRegistry(t, "code execution on E2B (npm install deno, deno install is-odd)")
 	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP, Egress: true})
 	eng, err := e2b.NewEngine(srv.Client(t), e2b.EngineOptions{Template: "base", Timeout: 30 * time.Minute})
