@@ -24,7 +24,6 @@ import (
 // through DialPort's exec relay. A file written in /workspace outlives the session's
 // sandbox; Cleanup deletes the volume. Skipped without npm (it fetches Deno); fails within a minute without the registry.
 func TestCoderunSession(t *testing.T) {
-	t.Parallel()
 	testutil.RequireNPMRegistry(t, "code execution on Modal (npm install deno, deno install is-odd)")
 	host := modaltest.NewImageEngine(t, local.EngineOptions{})
 	_, env := imageServer(t, host)

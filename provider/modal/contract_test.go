@@ -17,7 +17,6 @@ import (
 // debian:bookworm-slim, which the server boots from the shared test store's base (its
 // Builder), never from the engine's default root: checked first.
 func TestEngineContract(t *testing.T) {
-	t.Parallel()
 	host := modaltest.NewImageEngine(t, local.EngineOptions{})
 	srv, env := imageServer(t, host)
 	_, base := imagetest.Base(t)

@@ -93,7 +93,6 @@ func e2eProvider(t testing.TB) (p *testProvider, hc *http.Client, onImage func(t
 // sidecar healthy through the preview tunnel, a service command started, ensure
 // recovers by name, snapshot → create from it, terminate twice.
 func TestEndToEnd(t *testing.T) {
-	t.Parallel()
 	p, hc, onImage := e2eProvider(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
@@ -201,7 +200,6 @@ func TestEndToEnd(t *testing.T) {
 // TestContractLifecycle runs the contract suite's lifecycle (ensure, recover by name,
 // env file, snapshot, terminate twice, ensure after terminate) on booted sandboxes.
 func TestContractLifecycle(t *testing.T) {
-	t.Parallel()
 	eng, _ := isolatedEngine(t)
 	srv, env := imageServer(t, eng)
 	providertest.Run(t, func(t *testing.T) provider.SandboxProvider {

@@ -21,7 +21,6 @@ import (
 // TestEngine drives the engine view of the provider (what `sandboxctl --provider
 // modal` uses) through the local server.
 func TestEngine(t *testing.T) {
-	t.Parallel()
 	host := modaltest.NewImageEngine(t, local.EngineOptions{})
 	srv, env := imageServer(t, host)
 	e := newProvider(t, env).Engine()

@@ -43,7 +43,6 @@ func serveOn(t testing.TB, o modalserver.Options) (*modalserver.Server, map[stri
 // TestContract runs the provider contract suite without its lifecycle (that boots:
 // TestContractLifecycle) through real gRPC against the local server.
 func TestContract(t *testing.T) {
-	t.Parallel()
 	eng := modaltest.Engine(t, local.EngineOptions{})
 	_, env := localServer(t, eng)
 	providertest.Run(t, func(t *testing.T) provider.SandboxProvider { return newProvider(t, env).Provider },
@@ -94,7 +93,6 @@ func TestPreflight(t *testing.T) {
 // SDK directly: env file merge, snapshot + restore image, tunnels, exec, service test,
 // CheckSandboxes and idempotent Terminate.
 func TestSDKOperations(t *testing.T) {
-	t.Parallel()
 	eng := modaltest.Engine(t, local.EngineOptions{})
 	_, env := localServer(t, eng)
 	p := newProvider(t, env)

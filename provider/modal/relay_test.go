@@ -18,7 +18,6 @@ import (
 // relay (an HTTP request and its whole answer, the server's close ending the read); a
 // port nobody listens on is an error; closing the conn ends the relay inside.
 func TestDialPortRelay(t *testing.T) {
-	t.Parallel()
 	host := modaltest.NewImageEngine(t, local.EngineOptions{})
 	_, env := imageServer(t, host)
 	e := newProvider(t, env).Engine()

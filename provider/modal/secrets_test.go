@@ -25,7 +25,6 @@ func TestCreateSecretsRefused(t *testing.T) {
 // the echo scrubbed over HTTPS through the sandbox's CA, a placeholder to another host
 // refused and counted, and the credential dead after terminate (gatewaytest).
 func TestGatewayEndToEnd(t *testing.T) {
-	t.Parallel()
 	f := gatewaytest.Start(t)
 	_, env := localServer(t, modaltest.Engine(t, local.EngineOptions{}))
 	e := NewEngine(Options{Getenv: func(k string) string { return env[k] }, Gateway: f.Engine})

@@ -21,7 +21,6 @@ import (
 // creates nothing; a taken name is ErrNameTaken; the data is the engine's volume (the
 // local server's Modal Volume is the local engine's named volume).
 func TestEngineVolumes(t *testing.T) {
-	t.Parallel()
 	host := modaltest.NewImageEngine(t, local.EngineOptions{})
 	_, env := imageServer(t, host)
 	e := newProvider(t, env).Engine()
