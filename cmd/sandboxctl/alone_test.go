@@ -19,6 +19,7 @@ import (
 // neither sandbox-mcp nor proliferate on PATH, creates sandboxes whose sidecar
 // answers its health: it binds itself in as both (a multi-call binary).
 func TestAloneCarriesTheSidecar(t *testing.T) {
+	t.Parallel()
 	requireNamespaces(t)
 	bin := filepath.Join(testutil.Commands(t, "sandboxctl"), "sandboxctl")
 	path := "/usr/sbin:/usr/bin:/sbin:/bin" // mkfs.ext4 makes the disk of a sandbox

@@ -4,18 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/coderun"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 )
 
@@ -32,8 +35,9 @@ Verify each delivery's signature header before you trust the payload.
 
 // codeSetup writes a config whose docs come from the test's own server and returns
 // its path, the data dir and the environment, and whether the data dir has the shared
-// test image store (codeImages).
-func codeSetup(t *testing.T) (config, dataDir string, getenv func(string) string, images bool) {
+// test image store (codeImages). fresh removes the dependency image first, so the
+// test builds it; without it the test reuses the one an earlier test built.
+func codeSetup(t *testing.T, fresh bool) (config, dataDir string, getenv func(string) string, images bool) {
 	t.Helper()
 	requireNamespaces(t)
 	// Deno and the config's package come from the npm registry.
@@ -50,7 +54,7 @@ func codeSetup(t *testing.T) (config, dataDir string, getenv func(string) string
 	dataDir = filepath.Join(dir, "data")
 	env := map[string]string{"HOME": dir, "TINY_TOKEN": "tiny-secret-0042", "PATH": os.Getenv("PATH")}
 	getenv = func(k string) string { return env[k] }
-	images = codeImages(t, config, dataDir, getenv)
+	images = codeImages(t, config, dataDir, getenv, fresh)
 	t.Cleanup(func() {
 		if err := cleanupCode(dataDir); err != nil {
 			t.Errorf("clean up the engine: %v", err)
@@ -59,11 +63,21 @@ func codeSetup(t *testing.T) (config, dataDir string, getenv func(string) string
 	return config, dataDir, getenv, images
 }
 
+// codeImage is the dependency image the code tests share (their configs have the
+// same packages, so the same image name): the package's first test that needs it
+// fresh builds it, the others reuse it, and removeCodeImage removes it when the
+// package's tests have ended.
+var codeImage struct {
+	sync.Mutex
+	store *store.Store
+	name  string
+}
+
 // codeImages links the shared test image store into the data dir where it can be had
 // (root and mmdebstrap; required in CI), so `code` builds the dependency snapshot as
-// an image on its Debian base. The image is removed before the test (one a crashed
-// run left) and after it (the caller's later cleanups end the sandboxes first).
-func codeImages(t *testing.T, config, dataDir string, getenv func(string) string) bool {
+// an image on its Debian base. With fresh, the image is removed first (one an earlier
+// test built, or a crashed run left).
+func codeImages(t *testing.T, config, dataDir string, getenv func(string) string, fresh bool) bool {
 	t.Helper()
 	if _, err := exec.LookPath("mmdebstrap"); os.Geteuid() != 0 || err != nil && os.Getenv("CI") == "" {
 		return false
@@ -90,16 +104,42 @@ func codeImages(t *testing.T, config, dataDir string, getenv func(string) string
 	}
 	name := r.SnapshotName()
 	r.Close()
-	remove := func() {
-		if in, err := s.Get(context.Background(), name); err == nil {
-			if _, err := s.Remove(context.Background(), in.ID); err != nil {
-				t.Errorf("remove the dependency image: %v", err)
-			}
+	codeImage.Lock()
+	defer codeImage.Unlock()
+	codeImage.store, codeImage.name = s, name
+	if fresh {
+		if err := removeImage(s, name); err != nil {
+			t.Fatal(err)
 		}
 	}
-	remove()
-	t.Cleanup(remove)
 	return true
+}
+
+// removeCodeImage removes the code tests' dependency image, if they made one; it
+// returns 1 when that fails.
+func removeCodeImage() int {
+	codeImage.Lock()
+	defer codeImage.Unlock()
+	if codeImage.store == nil {
+		return 0
+	}
+	if err := removeImage(codeImage.store, codeImage.name); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// removeImage removes the image name from s, if it is there.
+func removeImage(s *store.Store, name string) error {
+	in, err := s.Get(context.Background(), name)
+	if err != nil {
+		return nil
+	}
+	if _, err := s.Remove(context.Background(), in.ID); err != nil {
+		return fmt.Errorf("remove the dependency image %s: %w", name, err)
+	}
+	return nil
 }
 
 func runCLI(t *testing.T, getenv func(string) string, stdin string, args ...string) (stdout, stderr string, code int) {
@@ -109,8 +149,10 @@ func runCLI(t *testing.T, getenv func(string) string, stdin string, args ...stri
 	return out.String(), errb.String(), code
 }
 
+// TestCodeCLI builds the dependency image afresh (it checks the first snapshot's
+// progress and the second's reuse).
 func TestCodeCLI(t *testing.T) {
-	config, dataDir, getenv, images := codeSetup(t)
+	config, dataDir, getenv, images := codeSetup(t, true)
 	base := []string{"--data-dir", dataDir, "-v", "code"}
 	cli := func(stdin string, args ...string) (string, string, int) {
 		return runCLI(t, getenv, stdin, append(append(append([]string(nil), base...), args...), "--config", config)...)
@@ -177,9 +219,10 @@ func TestCodeCLI(t *testing.T) {
 	}
 }
 
-// The MCP Inspector's CLI lists the three tools and calls them.
+// The MCP Inspector's CLI lists the three tools and calls them, on the dependency
+// image TestCodeCLI built when both run.
 func TestCodeMCPInspector(t *testing.T) {
-	config, dataDir, getenv, _ := codeSetup(t)
+	config, dataDir, getenv, _ := codeSetup(t, false)
 	inspector := installInspector(t)
 	bin := filepath.Join(testutil.Commands(t, "sandboxctl"), "sandboxctl")
 	server := filepath.Join(t.TempDir(), "server.sh")

@@ -15,6 +15,7 @@ import (
 // of the data dir's store; `snapshot` of that sandbox prints an image id, and
 // `create --snapshot ID` boots it with the file written before.
 func TestCreateFromImageSnapshot(t *testing.T) {
+	t.Parallel()
 	requireNamespaces(t)
 	imagetest.Base(t)
 	bins := buildBinaries(t)

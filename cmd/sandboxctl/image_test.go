@@ -58,6 +58,7 @@ func TestImageDockerfileFromFile(t *testing.T) {
 // TestImageBuildListRm: build twice (the second does no work, same id), change a
 // step (only it and later rebuild), list, rm. It uses the shared test base.
 func TestImageBuildListRm(t *testing.T) {
+	t.Parallel()
 	imagetest.Base(t)
 	data := t.TempDir()
 	if err := os.Symlink(filepath.Join(imagetest.Dir(), "store"), filepath.Join(data, "images")); err != nil {

@@ -22,11 +22,26 @@ var update = flag.Bool("update", false, "rewrite golden files")
 
 func TestMain(m *testing.M) {
 	local.MaybeRunInit()
-	testscript.Main(m, map[string]func(){
+	testscript.Main(afterRun{m, removeCodeImage}, map[string]func(){
 		"sandboxctl": func() {
 			os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
 		},
 	})
+}
+
+// afterRun runs after when the package's tests have ended (testscript.Main exits
+// the process itself).
+type afterRun struct {
+	m     *testing.M
+	after func() int
+}
+
+func (a afterRun) Run() int {
+	code := a.m.Run()
+	if a.after() != 0 {
+		code = 1
+	}
+	return code
 }
 
 // buildBinaries builds sandbox-mcp and proliferate for the local backend to bind

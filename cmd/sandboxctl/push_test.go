@@ -21,6 +21,7 @@ import (
 // TestPushAndSyncCommands drives `sandboxctl push` and `sandboxctl sync` on a
 // tokenless local sandbox made from a private repo (the remote demands the token).
 func TestPushAndSyncCommands(t *testing.T) {
+	t.Parallel()
 	const token = "ghs_sandboxctl_push_5e2a"
 	bin := filepath.Join(testutil.Commands(t, "sandbox-mcp"), "sandbox-mcp")
 	srv := gittest.New(t, token)

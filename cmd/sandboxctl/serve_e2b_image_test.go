@@ -18,6 +18,7 @@ import (
 // default root) has. A missing image fails the serve at start, and --image on a
 // protocol that cannot honour it is refused.
 func TestServeE2BImage(t *testing.T) {
+	t.Parallel()
 	_, id := imagetest.Base(t)
 	data := t.TempDir()
 	// The data dir's store is the shared one, whose Debian base is built once.

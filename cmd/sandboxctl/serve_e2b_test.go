@@ -19,6 +19,7 @@ import (
 // with the E2B client from the environment it prints, and opens `--provider e2b` on
 // that environment.
 func TestServeE2B(t *testing.T) {
+	t.Parallel()
 	exports := serveE2BEnv(t, t.TempDir())
 	if !strings.HasPrefix(exports[e2b.EnvAPIURL], "http://127.0.0.1:") || !strings.HasPrefix(exports[e2b.EnvAPIKey], "e2b_") {
 		t.Fatalf("printed environment = %v, want a loopback API URL and a key", exports)

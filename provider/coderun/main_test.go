@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
@@ -87,14 +88,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needRuntime skips a test without npm (outside CI) and returns the shared engine.
+// needRuntime skips a test without npm (outside CI), fails it within a minute when
+// the npm registry does not answer, and returns the shared engine.
 func needRuntime(t testing.TB) *local.Engine {
 	t.Helper()
-	if _, err := exec.LookPath("npm"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("npm is required in CI: %v", err)
-		}
-		t.Skipf("npm is not installed (it fetches Deno): %v", err)
+	npm := testutil.NeedCommand(t, "npm", "it fetches Deno")
+	regOnce.Do(func() { regErr = probeRegistries(npm) })
+	if regErr != nil {
+		t.Fatal(regErr)
 	}
 	var images *store.Store
 	if os.Geteuid() == 0 && (os.Getenv("CI") != "" || hasMmdebstrap()) {
@@ -115,6 +116,30 @@ func needRuntime(t testing.TB) *local.Engine {
 		t.Fatal(engErr)
 	}
 	return fixtureEng
+}
+
+// regOnce probes the registries once per test binary; regErr is its answer.
+var (
+	regOnce sync.Once
+	regErr  error
+)
+
+// probeRegistries asks the registry the host's npm installs Deno from, and the one
+// the build sandbox's deno install reaches (registryHost), for an answer: without the
+// network the tests fail within a minute naming the host instead of waiting out
+// npm's and Deno's retries.
+func probeRegistries(npm string) error {
+	ctx := context.Background()
+	registry, err := testutil.NPMRegistry(ctx, npm)
+	if err != nil {
+		return err
+	}
+	for _, u := range []string{registry, "https://" + registryHost + "/"} {
+		if err := testutil.Reach(ctx, u, testutil.ReachTimeout); err != nil {
+			return fmt.Errorf("code execution installs Deno and its packages from npm: %w", err)
+		}
+	}
+	return nil
 }
 
 // testConfig is the acceptance configuration: small npm packages, one with a secret

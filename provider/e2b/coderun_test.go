@@ -3,7 +3,6 @@ package e2b_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -23,14 +22,11 @@ import (
 // snapshot; a session boots from it with its /workspace on an E2B volume, talks to
 // its REPL through DialPort's envd bridge, keeps variables between calls, imports a
 // package, and finds its files again in a new sandbox after Close; the cleanup removes
-// the volume. Skipped without npm (outside CI), which fetches Deno.
+// the volume. Skipped without npm (outside CI), which fetches Deno; fails within a minute
+// without the registry.
 func TestCoderunOnE2B(t *testing.T) {
-	if _, err := exec.LookPath("npm"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("npm is required in CI: %v", err)
-		}
-		t.Skipf("npm is not installed (it fetches Deno): %v", err)
-	}
+	t.Parallel()
+	testutil.RequireNPMRegistry(t, "code execution on E2B (npm install deno, deno install is-odd)")
 	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP, Egress: true})
 	eng, err := e2b.NewEngine(srv.Client(t), e2b.EngineOptions{Template: "base", Timeout: 30 * time.Minute})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 // booting its template base from the test image: the server is tested through the
 // contract it serves.
 func TestEngineContract(t *testing.T) {
+	t.Parallel()
 	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP, Image: true})
 	srv.CheckBootsImage(t)
 	enginetest.Run(t, func(t *testing.T) engine.Engine {

@@ -27,6 +27,7 @@ const echoServer = `nohup perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new
 // process in the sandbox. (The contract suite's DialPort test reads a server that
 // closes.)
 func TestDialPortBridge(t *testing.T) {
+	t.Parallel()
 	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP})
 	c := srv.Client(t)
 	eng, err := e2b.NewEngine(c, e2b.EngineOptions{Template: "base", Timeout: 5 * time.Minute})

@@ -38,6 +38,7 @@ func hostAddr(t *testing.T) string {
 // reaches a listed destination and not an unlisted one, and one without egress
 // reaches nothing.
 func TestEngineEgressHosts(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("no curl (the default root's programs are the host's)")
 	}

@@ -16,6 +16,7 @@ import (
 
 // TestEngineOverE2B drives the engine.Engine adapter against the local server.
 func TestEngineOverE2B(t *testing.T) {
+	t.Parallel()
 	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP})
 	c := srv.Client(t)
 	bare, err := e2b.NewEngine(c, e2b.EngineOptions{})

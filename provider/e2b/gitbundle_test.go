@@ -14,6 +14,7 @@ import (
 // A private repo boots tokenless on E2B too: the host fetches with the token and
 // envd receives a bundle (docs/git-bundle.md).
 func TestCreatePrivateRepoTokenless(t *testing.T) {
+	t.Parallel()
 	const token = "ghs_e2b_tokenless_41c9"
 	git := gittest.New(t, token)
 	url := git.CreateRepo(t, "priv", map[string]string{"README.md": "private\n"})

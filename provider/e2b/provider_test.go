@@ -109,6 +109,7 @@ func (f *fixture) createOptions(session string) provider.CreateOptions {
 }
 
 func TestContract(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.srv.CheckBootsImage(t)
 	providertest.Run(t, func(t *testing.T) provider.SandboxProvider { return f.provider(t) }, providertest.Options{
@@ -162,6 +163,7 @@ func sidecarHealthy(t *testing.T, url string) {
 }
 
 func TestCreateClonesAndStartsSidecar(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	p := f.provider(t)
 	ctx := t.Context()
@@ -240,6 +242,7 @@ func TestCreateClonesAndStartsSidecar(t *testing.T) {
 // and current sandbox resumes the same sandbox with its files, and the sidecar is
 // healthy again.
 func TestPauseConnectResumes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	p := f.provider(t)
 	ctx := t.Context()
@@ -286,6 +289,7 @@ func TestPauseConnectResumes(t *testing.T) {
 // TestRestoreFallbackIsReported: a snapshot that cannot be restored gives a fresh
 // sandbox, and the result says so.
 func TestRestoreFallbackIsReported(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	p := f.provider(t)
 	opts := f.createOptions("fallback")
@@ -303,6 +307,7 @@ func TestRestoreFallbackIsReported(t *testing.T) {
 
 // TestSnapshotRestore: a snapshot restores as a template, with the workspace kept.
 func TestSnapshotRestore(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	p := f.provider(t)
 	ctx := t.Context()
@@ -336,6 +341,7 @@ func TestSnapshotRestore(t *testing.T) {
 }
 
 func TestErrorsAreRedactedProviderErrors(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	o := f.opts
 	o.Template = "no-such-template"

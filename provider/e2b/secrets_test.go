@@ -65,6 +65,7 @@ func TestCreateSecrets(t *testing.T) {
 // the echo scrubbed over HTTPS through the sandbox's CA, a placeholder to another host
 // refused and counted, and the credential dead after terminate (gatewaytest).
 func TestGatewayEndToEnd(t *testing.T) {
+	t.Parallel()
 	f := gatewaytest.Start(t)
 	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP, Egress: true})
 	eng, err := e2b.NewEngine(srv.Client(t), e2b.EngineOptions{Template: "base", Timeout: 5 * time.Minute, Gateway: f.Engine})

@@ -19,6 +19,7 @@ import (
 // mounts) is reported or refused, never pretended; an unknown volume fails the create;
 // a server without volumes is engine.ErrUnsupported.
 func TestEngineVolumes(t *testing.T) {
+	t.Parallel()
 	srv := e2btest.Start(t, e2btest.Options{SandboxMCP: sandboxMCP})
 	eng, err := e2b.NewEngine(srv.Client(t), e2b.EngineOptions{Template: "base", Timeout: 5 * time.Minute})
 	if err != nil {

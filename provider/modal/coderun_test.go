@@ -2,13 +2,12 @@ package modal
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/coderun"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image"
@@ -23,14 +22,9 @@ import (
 // outbound allow-lists, which the server's engine enforces: the dependency snapshot
 // is a Modal filesystem snapshot, the session's /workspace a Modal Volume, the REPL reached
 // through DialPort's exec relay. A file written in /workspace outlives the session's
-// sandbox; Cleanup deletes the volume. Skipped without npm (it fetches Deno).
+// sandbox; Cleanup deletes the volume. Skipped without npm (it fetches Deno); fails within a minute without the registry.
 func TestCoderunSession(t *testing.T) {
-	if _, err := exec.LookPath("npm"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("npm is required in CI: %v", err)
-		}
-		t.Skipf("npm is not installed (it fetches Deno): %v", err)
-	}
+	testutil.RequireNPMRegistry(t, "code execution on Modal (npm install deno, deno install is-odd)")
 	host := modaltest.NewImageEngine(t, local.EngineOptions{})
 	_, env := imageServer(t, host)
 	e := newProvider(t, env).Engine()

@@ -10,6 +10,7 @@ import (
 )
 
 func TestEgressRules(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		in    string // the network config; empty: none

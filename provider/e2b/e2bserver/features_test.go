@@ -51,6 +51,7 @@ func run(t *testing.T, e *e2b.Envd, cmd string) string {
 // TestV2Routes: the current SDKs' create and connect routes, with their defaults and
 // refusals.
 func TestV2Routes(t *testing.T) {
+	t.Parallel()
 	srv, c := start(t)
 	post := func(path, body string) (int, map[string]any) {
 		req, _ := http.NewRequestWithContext(t.Context(), "POST", srv.URL+path, strings.NewReader(body))
@@ -110,6 +111,7 @@ func TestV2Routes(t *testing.T) {
 // TestFileCalls: full paths in multi-file uploads, Move, refused removals, 4xx for
 // the caller's errors, and file calls with the sandbox user's rights.
 func TestFileCalls(t *testing.T) {
+	t.Parallel()
 	srv, c := start(t)
 	sb := create(t, c, e2bwire.NewSandbox{})
 	e := c.Envd(sb)
@@ -194,6 +196,7 @@ func TestFileCalls(t *testing.T) {
 // TestPortHosts: a <port>-<id>.<domain> Host reaches that port inside the sandbox,
 // for plain HTTP and for a WebSocket.
 func TestPortHosts(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 is not installed: the servers inside the sandbox are python's")
 	}
@@ -351,6 +354,7 @@ func TestUploadPastLimit(t *testing.T) {
 // TestPTY: a process started with a pty runs on a real terminal of the asked size,
 // and its output comes as pty data (the SDK test covers input, resize and kill).
 func TestPTY(t *testing.T) {
+	t.Parallel()
 	srv, c := start(t)
 	sb := create(t, c, e2bwire.NewSandbox{})
 	req := e2bwire.StartRequest{Process: e2bwire.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", "tty; stty size"}},

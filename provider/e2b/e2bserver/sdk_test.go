@@ -11,9 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/internal/e2btest"
 )
 
@@ -23,8 +25,12 @@ import (
 // first run of a checkout).
 var sdkDirs = []string{"pinned", "latest"}
 
+// sdkInstall serialises installSDK's installs.
+var sdkInstall sync.Mutex
+
 // installSDK installs the SDK of testdata/js/<name> when it is missing and returns
-// the directory; it skips without node and npm.
+// the directory; it skips without node and npm. Without the network its first
+// install fails within a minute naming the registry.
 func installSDK(t testing.TB, name string) (node, dir string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
@@ -39,9 +45,12 @@ func installSDK(t testing.TB, name string) (node, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sdkInstall.Lock() // parallel tests wait for one install
+	defer sdkInstall.Unlock()
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err == nil {
 		return node, dir
 	}
+	testutil.RequireNPMRegistry(t, "npm install of the E2B JS SDK ("+name+")")
 	args := []string{"ci", "--no-audit", "--no-fund", "--ignore-scripts"}
 	if name == "latest" {
 		args = []string{"install", "--no-save", "--no-package-lock", "--no-audit", "--no-fund", "--ignore-scripts", "e2b@latest"}
@@ -111,6 +120,7 @@ var requiredSteps = []string{"create", "timeout+info", "commands.env", "commands
 // server, and checks docs/e2b.md's table against each SDK's method list; the latest
 // SDK runs it once more with the template base booting the test image.
 func TestOfficialJSSDK(t *testing.T) {
+	t.Parallel()
 	type run struct {
 		sdk   string
 		image bool // the template base boots imagetest.PlanImage

@@ -90,6 +90,7 @@ func startServed(t *testing.T) served {
 // TestServedByCLIWithSDKs: the acceptance sequence with both SDKs against
 // `sandboxctl serve --protocol e2b`, a separate process, as a user runs it.
 func TestServedByCLIWithSDKs(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds sandboxctl and runs both SDKs")
 	}
@@ -110,6 +111,7 @@ func TestServedByCLIWithSDKs(t *testing.T) {
 // TestServedGetHostURL: with the domain sandboxctl serve prints, getHost's host is
 // a URL curl reaches as it is (curl resolves *.localhost to loopback).
 func TestServedGetHostURL(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds sandboxctl")
 	}

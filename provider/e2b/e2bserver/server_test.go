@@ -58,6 +58,7 @@ func create(t testing.TB, c *e2b.Client, ns e2bwire.NewSandbox) e2bwire.Sandbox 
 }
 
 func TestLifecycle(t *testing.T) {
+	t.Parallel()
 	_, c := start(t)
 	ctx := t.Context()
 	sb := create(t, c, e2bwire.NewSandbox{Metadata: map[string]string{"owner": "test"}, EnvVars: map[string]string{"GREETING": "hi there"}})
@@ -142,6 +143,7 @@ func TestListPaginates(t *testing.T) {
 }
 
 func TestProcesses(t *testing.T) {
+	t.Parallel()
 	_, c := start(t)
 	ctx := t.Context()
 	e := c.Envd(create(t, c, e2bwire.NewSandbox{}))
@@ -221,6 +223,7 @@ type writerFunc func([]byte)
 func (f writerFunc) Write(b []byte) (int, error) { f(append([]byte(nil), b...)); return len(b), nil }
 
 func TestFilesystem(t *testing.T) {
+	t.Parallel()
 	_, c := start(t)
 	ctx := t.Context()
 	e := c.Envd(create(t, c, e2bwire.NewSandbox{}))
@@ -338,6 +341,7 @@ func TestRoutesAuthenticated(t *testing.T) {
 }
 
 func TestSnapshotAsTemplate(t *testing.T) {
+	t.Parallel()
 	_, c := start(t)
 	ctx := t.Context()
 	sb := create(t, c, e2bwire.NewSandbox{})
@@ -363,6 +367,7 @@ func TestSnapshotAsTemplate(t *testing.T) {
 }
 
 func TestTimeoutKills(t *testing.T) {
+	t.Parallel()
 	_, c := start(t)
 	ctx := t.Context()
 	sb := create(t, c, e2bwire.NewSandbox{Timeout: 1})
@@ -392,6 +397,7 @@ func TestTimeoutKills(t *testing.T) {
 }
 
 func TestConcurrentRuns(t *testing.T) {
+	t.Parallel()
 	_, c := start(t)
 	e := c.Envd(create(t, c, e2bwire.NewSandbox{}))
 	var wg sync.WaitGroup
@@ -417,6 +423,7 @@ func TestConcurrentRuns(t *testing.T) {
 }
 
 func TestSharedMount(t *testing.T) {
+	t.Parallel()
 	srv, c := start(t)
 	if err := os.WriteFile(filepath.Join(srv.Shared, "hello"), []byte("host"), 0o644); err != nil {
 		t.Fatal(err)
@@ -430,6 +437,7 @@ func TestSharedMount(t *testing.T) {
 // TestPauseBySnapshot: on an engine that cannot pause, pause snapshots and stops the
 // sandbox, says so, and connect brings it back under the same id with its files.
 func TestPauseBySnapshot(t *testing.T) {
+	t.Parallel()
 	srv, c := startWith(t, e2btest.Options{NoPause: true})
 	ctx := t.Context()
 	sb := create(t, c, e2bwire.NewSandbox{})
@@ -505,6 +513,7 @@ func TestUnsecured(t *testing.T) {
 // TestRestartKeepsSandboxes: a new server on the same engine serves the sandboxes the
 // previous one created, with the same access tokens and metadata.
 func TestRestartKeepsSandboxes(t *testing.T) {
+	t.Parallel()
 	srv, c := start(t)
 	ctx := t.Context()
 	sb := create(t, c, e2bwire.NewSandbox{Metadata: map[string]string{"m": "1"}})
@@ -531,6 +540,7 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 // TestEgress: with Egress a sandbox reaches the outside through the engine's proxy
 // (its env says where), unless it was created with allow_internet_access false.
 func TestEgress(t *testing.T) {
+	t.Parallel()
 	_, c := startWith(t, e2btest.Options{Egress: true})
 	off := false
 	for _, tt := range []struct {

@@ -16,6 +16,7 @@ import (
 // root; a snapshot of an image sandbox is a template that keeps both the image and the
 // sandbox's files, and so does a pause by snapshot and stop.
 func TestTemplateImages(t *testing.T) {
+	t.Parallel()
 	srv, c := startWith(t, e2btest.Options{Image: true, NoPause: true, Templates: map[string]string{"host": ""}})
 	ctx := t.Context()
 	marker := e2btest.MarkerCommand

@@ -46,6 +46,7 @@ func call(t *testing.T, srv *e2btest.Server, method, path string, body any) (int
 // TestVolumes: the volume routes over HTTP, a volume mounted in two sandboxes at once,
 // in-use refusal, and data that outlives both sandboxes.
 func TestVolumes(t *testing.T) {
+	t.Parallel()
 	srv, c := start(t)
 	if !srv.Engine.Capabilities().Volumes {
 		t.Skip("the local engine has no volumes here (loop devices or mkfs.ext4 missing)")
@@ -161,6 +162,7 @@ func TestVolumes(t *testing.T) {
 // TestVolumesRefused: on an engine without volumes the routes and volumeMounts are
 // refused naming the local server; the volume content API is refused everywhere.
 func TestVolumesRefused(t *testing.T) {
+	t.Parallel()
 	srv, _ := startWith(t, e2btest.Options{NoVolumes: true})
 	for _, r := range []struct{ method, path string }{{"POST", "/volumes"}, {"GET", "/volumes"}, {"GET", "/volumes/v"}, {"DELETE", "/volumes/v"}} {
 		code, b := call(t, srv, r.method, r.path, e2bwire.NewVolume{Name: "v"})

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -143,29 +142,10 @@ func TestBuildStepReachesNothingOfTheHost(t *testing.T) {
 	}
 }
 
-// debianMirror is where the Debian base's apt sources point.
-const debianMirror = "deb.debian.org"
-
-// requireDebianMirror fails, within 60 s, naming the mirror, when it cannot be reached.
-func requireDebianMirror(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodHead, "http://"+debianMirror+"/debian/dists/bookworm/InRelease", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("this test installs a package from the Debian mirror %s, which is unreachable: %v", debianMirror, err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("this test installs a package from the Debian mirror %s, which answered %s", debianMirror, resp.Status)
-	}
-}
-
 // The package mirrors stay reachable: apt-get installs a package through the egress
 // proxy, in a build sandbox that reaches nothing else.
 func TestBuildStepAptInstallThroughProxy(t *testing.T) {
-	requireDebianMirror(t)
+	imagetest.RequireMirror(t, "apt-get install hello in a build step")
 	s, e := buildEngine(t)
 	uniq := strconv.FormatInt(time.Now().UnixNano(), 36)
 	var progress strings.Builder

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/lockedfile"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/debian"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
 )
@@ -46,7 +47,8 @@ func Store(t testing.TB) *store.Store {
 
 // Base returns the shared store and the id of BaseRef in it, building the base the
 // first time. Without mmdebstrap the test is skipped, unless $CI is set: there it
-// fails, since CI must install mmdebstrap.
+// fails, since CI must install mmdebstrap. Before a build it probes the Debian mirror,
+// so without the network the test fails within a minute naming the mirror.
 func Base(t testing.TB) (*store.Store, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -70,6 +72,9 @@ func Base(t testing.TB) (*store.Store, string) {
 	if in, err := s.Get(ctx, BaseRef); err == nil {
 		return s, in.ID
 	}
+	// mmdebstrap retries an unreachable mirror for minutes; a probe first makes a test
+	// without the network fail within a minute naming the mirror.
+	RequireMirror(t, "building "+BaseRef+" with mmdebstrap")
 	start := time.Now()
 	id, err := debian.Build(ctx, s, BaseRef, debian.Options{})
 	if errors.Is(err, debian.ErrNoMmdebstrap) {
@@ -80,6 +85,20 @@ func Base(t testing.TB) (*store.Store, string) {
 	}
 	t.Logf("built %s (%s) in %v", BaseRef, id[:12], time.Since(start).Round(time.Millisecond))
 	return s, id
+}
+
+// RequireMirror fails the test, within a minute, when the Debian mirror that
+// debian.Build and the base's apt sources use (the machine's, else
+// debian.DefaultMirror) does not answer; need says what the test installs from it.
+func RequireMirror(t testing.TB, need string) {
+	t.Helper()
+	testutil.RequireReachable(t, mirrorURL(), need)
+}
+
+// mirrorURL is the release file of BaseRef's suite on the machine's Debian mirror.
+func mirrorURL() string {
+	suite, _, _ := debian.ParseRef(BaseRef)
+	return debian.MachineMirror("/etc/apt") + "/dists/" + suite + "/InRelease"
 }
 
 // lock takes the file lock name (held across test processes) until the returned

@@ -3,6 +3,7 @@ package imagetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/build"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
@@ -77,6 +79,7 @@ type lazyRunner struct {
 	newEngine NewBuildEngine
 	once      sync.Once
 	r         build.Runner
+	err       error
 }
 
 func (l *lazyRunner) Run(ctx context.Context, req build.RunRequest) (build.Layer, error) {
@@ -84,10 +87,19 @@ func (l *lazyRunner) Run(ctx context.Context, req build.RunRequest) (build.Layer
 		if l.newEngine == nil {
 			return
 		}
+		// The steps install packages from the Debian mirror, which apt retries for
+		// minutes: a probe first makes the build fail within a minute naming it.
+		if err := testutil.Reach(ctx, mirrorURL(), testutil.ReachTimeout); err != nil {
+			l.err = fmt.Errorf("the image's apt steps need the Debian mirror: %w", err)
+			return
+		}
 		if e := l.newEngine(l.t, l.s); e != nil {
 			l.r = build.EngineRunner{Engine: e, IDs: store.ShiftedIDs(rules.HostIDBase, rules.IDCount)}
 		}
 	})
+	if l.err != nil {
+		return build.Layer{}, l.err
+	}
 	if l.r == nil {
 		return build.Layer{}, errors.New("no build engine")
 	}

@@ -10,19 +10,27 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 )
 
+// jsInstall serialises jsDir's install.
+var jsInstall sync.Mutex
+
 // jsDir is the node project that pins the SDK: npm `modal` 0.11.1, the newest Modal
 // SDK release the registry serves (its `latest` tag, 1.2.0, is an unrelated 2013
-// browser package that once had the name).
+// browser package that once had the name). Without the network its first install
+// fails within a minute naming the registry.
 func jsDir(t testing.TB) string {
 	t.Helper()
+	jsInstall.Lock() // parallel tests wait for one install
+	defer jsInstall.Unlock()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed: the official JS SDK checks need node and npm", tool)
@@ -36,6 +44,7 @@ func jsDir(t testing.TB) string {
 		// npm install --no-save keeps the lock file's pins and leaves it as it is;
 		// unlike npm ci it accepts a lock without the platform-specific optional
 		// packages that some registries and npm configurations leave out.
+		testutil.RequireNPMRegistry(t, "npm install of the Modal JS SDK")
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		ci := exec.CommandContext(ctx, "npm", "install", "--no-save", "--no-audit", "--no-fund", "--ignore-scripts")
@@ -119,9 +128,16 @@ func runJSOn(t testing.TB, o Options, extra ...string) []jsStep {
 // (Capabilities().Volumes false), where they are the refusals the docs give, and the
 // image steps on a server without a builder, where RUN steps are refused. Skipped
 // without node or npm (and the image runs where the test image store cannot be built).
+//
+// Each run has its own engine and server. The V2 run goes first and alone (it fills
+// the store's build cache with the image steps); the other runs then go in parallel.
 func TestJSSDK(t *testing.T) {
+	t.Parallel()
 	for _, v2 := range []bool{true, false} {
 		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {
+			if !v2 {
+				t.Parallel()
+			}
 			// On image-booted sandboxes (the server builds debian:bookworm-slim from the
 			// store's base), whose image has no node: the tunnel step's HTTP server is
 			// this test binary (modaltest.ServeEnv).
@@ -136,10 +152,12 @@ func TestJSSDK(t *testing.T) {
 		})
 	}
 	t.Run("engine without volumes", func(t *testing.T) {
+		t.Parallel()
 		eng := noVolumes{modaltest.Engine(t, local.EngineOptions{})}
 		testJSSDK(t, eng, true, true, runJS(t, eng, "ONLY=volumes"))
 	})
 	t.Run("no image builder", func(t *testing.T) {
+		t.Parallel()
 		// Without a builder, RUN steps and images the host cannot stand in for are
 		// refused (the runs above build them).
 		eng := modaltest.Engine(t, local.EngineOptions{})

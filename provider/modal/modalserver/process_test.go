@@ -19,6 +19,7 @@ import (
 // stdinMaxQueued bytes (plus the pipe's buffer); the next write waits, and gives up
 // with its caller's context.
 func TestStdinBounded(t *testing.T) {
+	t.Parallel()
 	srv, err := New(Options{Engine: modaltest.Engine(t, local.EngineOptions{}), Token: testToken})
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +59,7 @@ func TestStdinBounded(t *testing.T) {
 // TestExecsBounded: one sandbox holds at most maxExecs exec records; the next start
 // is ResourceExhausted, and a forgotten record makes room.
 func TestExecsBounded(t *testing.T) {
+	t.Parallel()
 	srv, err := New(Options{Engine: modaltest.Engine(t, local.EngineOptions{}), Token: testToken})
 	if err != nil {
 		t.Fatal(err)
