@@ -148,6 +148,19 @@ func (e *Engine) sync() {
 	e.mu.Unlock()
 }
 
+// all brings the in-memory set in line with the data dir and returns its sandboxes,
+// in no order; e.mu is not held after it, so each may be refreshed.
+func (e *Engine) all() []*box {
+	e.sync()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	boxes := make([]*box, 0, len(e.boxes))
+	for _, bx := range e.boxes {
+		boxes = append(boxes, bx)
+	}
+	return boxes
+}
+
 // running returns the sandbox when it is alive (running or paused).
 func (e *Engine) running(id string) (*box, state.Record, error) {
 	bx, err := e.lookup(id)
@@ -173,13 +186,7 @@ func (e *Engine) Get(ctx context.Context, id string) (engine.Info, error) {
 
 // List describes every known sandbox, oldest first, each checked for life.
 func (e *Engine) List(ctx context.Context) ([]engine.Info, error) {
-	e.sync()
-	e.mu.Lock()
-	boxes := make([]*box, 0, len(e.boxes))
-	for _, bx := range e.boxes {
-		boxes = append(boxes, bx)
-	}
-	e.mu.Unlock()
+	boxes := e.all()
 	out := make([]engine.Info, 0, len(boxes))
 	for _, bx := range boxes {
 		out = append(out, e.info(bx))

@@ -40,15 +40,8 @@ func (e *Engine) volumeDir(name string) string { return e.vols.Dir(name) }
 
 // volumeUsers maps each volume name to the live sandboxes that mount it.
 func (e *Engine) volumeUsers() map[string][]string {
-	e.sync()
-	e.mu.Lock()
-	boxes := make([]*box, 0, len(e.boxes))
-	for _, bx := range e.boxes {
-		boxes = append(boxes, bx)
-	}
-	e.mu.Unlock()
 	users := map[string][]string{}
-	for _, bx := range boxes {
+	for _, bx := range e.all() {
 		bx.mu.Lock()
 		vols, id, pending := bx.st.Spec.Volumes, bx.st.ID, bx.pending
 		bx.mu.Unlock()
