@@ -26,12 +26,11 @@ func (e *Engine) adopt() error {
 		return err
 	}
 	for _, ent := range entries {
-		st, err := state.Load(e.sandboxDir(ent.Name()), ent.Name())
+		bx, err := e.load(ent.Name())
 		if err != nil {
 			continue // a create that never finished (Terminate removes it), or not a sandbox's
 		}
-		bx := &box{st: st}
-		e.boxes[st.ID] = bx
+		e.boxes[bx.st.ID] = bx
 		e.refresh(bx) // a sandbox found dead is marked so
 	}
 	return nil
