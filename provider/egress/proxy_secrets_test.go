@@ -383,46 +383,6 @@ func TestProxySecretsCurl(t *testing.T) {
 	}
 }
 
-// nodeClient is Node's https.request through a CONNECT of the proxy (Node 20's
-// global fetch takes no proxy), trusting the CA through NODE_EXTRA_CA_CERTS.
-const nodeClient = `
-const http = require('http'), https = require('https');
-const [proxyHost, proxyPort, target, key] = process.argv.slice(1);
-const [host, port] = target.split(':');
-http.request({host: proxyHost, port: proxyPort, method: 'CONNECT', path: target}).on('connect', (res, socket) => {
-  if (res.statusCode !== 200) { console.error('CONNECT', res.statusCode); process.exit(1); }
-  https.get({host, port, path: '/v1', socket, servername: host, agent: false, headers: {'x-api-key': key}}, (r) => {
-    let b = ''; r.on('data', (d) => b += d); r.on('end', () => { console.log(b); process.exit(0); });
-  }).on('error', (e) => { console.error(e.message); process.exit(1); });
-}).on('error', (e) => { console.error(e.message); process.exit(1); }).end();
-`
-
-func TestProxySecretsNode(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed")
-	}
-	s := testSecrets(t)
-	ph := s.list[0].placeholder
-	ca := newTestCA(t)
-	up := newUpstream(t, ca, testHost)
-	_, proxy := startProxy(t, s, ca.pool, nil)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "-e", nodeClient, proxy.Hostname(), proxy.Port(), testHost+":"+up.port(), ph)
-	cmd.Env = append(os.Environ(), "NODE_EXTRA_CA_CERTS="+writeCA(t, s))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node: %v: %s", err, out)
-	}
-	if strings.Contains(string(out), testValue) || !strings.Contains(string(out), `"x-api-key":"`+ph) {
-		t.Errorf("node saw %s, want the echo scrubbed to the placeholder", out)
-	}
-	if got := (<-up.got).Get("X-Api-Key"); got != testValue {
-		t.Errorf("upstream got %q, want the value", got)
-	}
-}
-
 // TestProxySecretsConnectBuffered checks that bytes the sandbox sends right behind its
 // CONNECT (the TLS hello in the same packet) are not lost by the termination.
 func TestProxySecretsConnectBuffered(t *testing.T) {
