@@ -346,10 +346,7 @@ func writeCA(t *testing.T, s *Secrets) string {
 
 // TestProxySecretsCurl runs curl as the sandbox's client, over plain HTTP and HTTPS.
 func TestProxySecretsCurl(t *testing.T) {
-	curl, err := exec.LookPath("curl")
-	if err != nil {
-		t.Skip("curl is not installed")
-	}
+	curl := testutil.NeedCommand(t, "curl", "the sandbox's client over HTTP and HTTPS")
 	s := testSecrets(t)
 	ph := s.list[0].placeholder
 	ca := newTestCA(t)
