@@ -99,7 +99,7 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 			}
 			cfg.Binds = append(cfg.Binds, rootfs.Bind{Source: m.Source, Target: filepath.Clean(m.Target), ReadOnly: m.ReadOnly, Host: true})
 		}
-		vols, err := e.mountVolumes(spec)
+		vols, err := e.vols.Mount(spec.Volumes)
 		if err != nil {
 			return engine.Info{}, err
 		}
@@ -381,7 +381,7 @@ func (e *Engine) destroy(bx *box) (err error) {
 		}
 	}
 	e.cg.Remove(st.Cgroups)
-	e.releaseVolumes(st)
+	e.vols.Release(st.ID, st.Spec.Volumes)
 	volume.UnmountDisk(e.sandboxDir(st.ID))
 	if err := os.RemoveAll(e.sandboxDir(st.ID)); err != nil {
 		return err

@@ -5,13 +5,11 @@ import (
 	"sort"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
-	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
-	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 )
 
 // The engine's volumes are a volume.Store over DataDir/volumes; this file is
-// the glue: which live sandbox mounts which volume, and the binds that put a spec's
-// volumes into its sandbox.
+// the glue: engine.Volumes over the store, and which live sandbox mounts which volume
+// (the store's users).
 
 var _ engine.Volumes = (*Engine)(nil)
 
@@ -36,8 +34,6 @@ func (e *Engine) RemoveVolume(ctx context.Context, name string) error {
 	return e.vols.Remove(ctx, name)
 }
 
-func (e *Engine) volumeDir(name string) string { return e.vols.Dir(name) }
-
 // volumeUsers maps each volume name to the live sandboxes that mount it.
 func (e *Engine) volumeUsers() map[string][]string {
 	users := map[string][]string{}
@@ -57,21 +53,3 @@ func (e *Engine) volumeUsers() map[string][]string {
 	}
 	return users
 }
-
-// mountVolumes mounts spec's volumes on the host and returns the binds that put them
-// into the sandbox.
-func (e *Engine) mountVolumes(spec engine.Spec) ([]rootfs.Bind, error) {
-	vb, err := e.vols.Mount(spec.Volumes)
-	if err != nil {
-		return nil, err
-	}
-	binds := make([]rootfs.Bind, 0, len(vb))
-	for _, b := range vb {
-		binds = append(binds, rootfs.Bind{Source: b.Source, Target: b.Target, ReadOnly: b.ReadOnly})
-	}
-	return binds, nil
-}
-
-// releaseVolumes unmounts from the host the volumes of st that no other live sandbox
-// mounts.
-func (e *Engine) releaseVolumes(st state.Record) { e.vols.Release(st.ID, st.Spec.Volumes) }

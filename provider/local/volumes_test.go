@@ -114,7 +114,7 @@ func TestVolumeRemoveInUse(t *testing.T) {
 	if volume.IsMountPoint(e.vols.MountPath("busy")) {
 		t.Error("a removed volume stays mounted on the host")
 	}
-	if _, err := os.Stat(e.volumeDir("busy")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(e.vols.Dir("busy")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("volume directory left after remove: %v", err)
 	}
 	if _, err := e.GetVolume(t.Context(), "busy"); !errors.Is(err, engine.ErrNotFound) {

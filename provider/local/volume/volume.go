@@ -1,7 +1,7 @@
 // Package volume is the local engine's storage on loop-mounted ext4 images: named
 // volumes that outlive sandboxes (Store) and each sandbox's disk (Disks). Package
-// local, the engine, is its one importer: it asks which sandboxes use which volume
-// and turns a Store's binds into its sandboxes' mounts.
+// local, the engine, is its one importer: it tells a Store which sandboxes use which
+// volume and puts the rootfs binds a Store's Mount returns into its sandboxes' roots.
 //
 // A volume is an ext4 filesystem in a sparse image file (<dir>/<name>/data.img) whose
 // capacity holds for every sandbox: the filesystem is a little larger than the
@@ -34,6 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
@@ -292,22 +293,16 @@ func infoOf(rec record, users []string) engine.VolumeInfo {
 		LastAccessed: rec.LastAccessed, Labels: rec.Labels, UsedBy: users}
 }
 
-// Bind is a volume's host mount and where a sandbox sees it.
-type Bind struct {
-	Source, Target string
-	ReadOnly       bool
-}
-
 // Mount makes sure every volume of vols is mounted on the host, bumps its last-access
 // time and returns the binds that put it into the sandbox. It refuses, before
 // mounting any, a target that is not absolute below /, one used twice, and a volume
 // that does not exist (engine.ErrNotFound). A mount that fails midway may leave the
 // volumes before it mounted: the caller releases vols as for an ended sandbox.
-func (s *Store) Mount(vols []engine.VolumeMount) ([]Bind, error) {
+func (s *Store) Mount(vols []engine.VolumeMount) ([]rootfs.Bind, error) {
 	if len(vols) == 0 {
 		return nil, nil
 	}
-	var binds []Bind
+	var binds []rootfs.Bind
 	err := s.locked(func() error {
 		seen := map[string]bool{}
 		for _, v := range vols {
@@ -334,7 +329,7 @@ func (s *Store) Mount(vols []engine.VolumeMount) ([]Bind, error) {
 			if err := os.Chtimes(filepath.Join(s.Dir(v.Name), volumeAccessed), now, now); err != nil {
 				return err
 			}
-			binds = append(binds, Bind{Source: mnt, Target: filepath.Clean(v.Target), ReadOnly: v.ReadOnly})
+			binds = append(binds, rootfs.Bind{Source: mnt, Target: filepath.Clean(v.Target), ReadOnly: v.ReadOnly})
 		}
 		return nil
 	})

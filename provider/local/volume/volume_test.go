@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
@@ -85,7 +86,7 @@ func TestStoreLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := (Bind{Source: s.MountPath("data"), Target: "/data"}); len(binds) != 1 || binds[0] != want {
+		if want := (rootfs.Bind{Source: s.MountPath("data"), Target: "/data"}); len(binds) != 1 || binds[0] != want {
 			t.Fatalf("Mount = %+v, want [%+v]", binds, want)
 		}
 		u.set("data", append(u.get()["data"], id)...)
