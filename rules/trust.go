@@ -35,20 +35,19 @@ const (
 // TrustEnv is KEY=VALUE for each variable that points a TLS client at the sandbox's
 // trust, in the user-writable copies: the bundle where a variable replaces the roots,
 // the authority alone where it adds to them.
-func TrustEnv() []string {
-	return []string{
-		EnvSSLCertFile + "=" + TrustUserBundleFile,
-		EnvRequestsCABundle + "=" + TrustUserBundleFile,
-		EnvNodeExtraCACerts + "=" + TrustUserCAFile,
-		EnvDenoCert + "=" + TrustUserCAFile,
-	}
-}
+func TrustEnv() []string { return TrustEnvAt(TrustUserBundleFile, TrustUserCAFile) }
 
-// TrustEnvNames are the variables TrustEnv sets: the programs that do not read the
-// system's roots (or read them only at build time) find the sandbox's trust through
-// them.
-func TrustEnvNames() []string {
-	return []string{EnvSSLCertFile, EnvRequestsCABundle, EnvNodeExtraCACerts, EnvDenoCert}
+// TrustEnvAt is KEY=VALUE for each variable that points a TLS client at the sandbox's
+// trust, which the files bundle (the system's roots with the authority) and ca (the
+// authority alone, or also a bundle) hold: the programs that do not read the system's
+// roots (or read them only at build time) find it through these variables.
+func TrustEnvAt(bundle, ca string) []string {
+	return []string{
+		EnvSSLCertFile + "=" + bundle,
+		EnvRequestsCABundle + "=" + bundle,
+		EnvNodeExtraCACerts + "=" + ca,
+		EnvDenoCert + "=" + ca,
+	}
 }
 
 // EnvNodeUseEnvProxy=1 makes Node's built-in fetch (Node ≥ 22.21 or 24) and, from

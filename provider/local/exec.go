@@ -53,9 +53,10 @@ func (e *Engine) environ(st state.Record, extra []string) []string {
 	}
 	if len(st.SecretEnv) > 0 {
 		// The bound system bundle holds the authority: one file for every variable.
-		for _, k := range rules.TrustEnvNames() {
+		for _, kv := range rules.TrustEnvAt(rules.TrustBundleFile, rules.TrustBundleFile) {
+			k, v, _ := strings.Cut(kv, "=")
 			if _, set := m[k]; !set {
-				m[k] = rules.TrustBundleFile
+				m[k] = v
 			}
 		}
 	}
