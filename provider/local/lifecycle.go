@@ -31,6 +31,9 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	sd := e.sandboxDir(id)
 	bx := &box{st: state.Record{ID: id, Name: spec.Name, Created: time.Now().UTC(), Spec: spec,
 		Isolated: !e.o.Unisolated, NetNS: !e.o.Unisolated && !spec.Network}}
+	if err := refuseSecrets(spec, bx.st); err != nil {
+		return engine.Info{}, fmt.Errorf("create sandbox: %w", err)
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -72,9 +75,6 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 
 func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, error) {
 	spec := bx.st.Spec
-	if err := refuseSecrets(spec, bx.st); err != nil {
-		return engine.Info{}, err
-	}
 	img, err := e.prepare(ctx, bx, sd)
 	if err != nil {
 		return engine.Info{}, err
