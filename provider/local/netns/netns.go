@@ -51,9 +51,13 @@ func Do(nsfd int, fn func() error) error {
 	return <-ch
 }
 
-// Dial connects to the TCP address addr in the network namespace nsfd; the
-// connection, once made, is used from any thread.
+// Dial connects to the TCP address addr in the network namespace nsfd, or, with
+// nsfd < 0, in the caller's own; the connection, once made, is used from any thread.
 func Dial(ctx context.Context, nsfd int, addr string) (net.Conn, error) {
+	if nsfd < 0 {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
 	var c net.Conn
 	err := Do(nsfd, func() error {
 		var d net.Dialer
@@ -82,14 +86,7 @@ func ServeTunnel(ln net.Listener, nsfd, port int) {
 		go func() {
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			var in net.Conn
-			var err error
-			if nsfd < 0 {
-				var d net.Dialer
-				in, err = d.DialContext(ctx, "tcp", addr)
-			} else {
-				in, err = Dial(ctx, nsfd, addr)
-			}
+			in, err := Dial(ctx, nsfd, addr)
 			cancel()
 			if err != nil {
 				return

@@ -159,3 +159,26 @@ func TestDoRefusesABadNamespace(t *testing.T) {
 		t.Error("Dial on /dev/null succeeded")
 	}
 }
+
+// TestDialOwnNamespace: with no namespace (nsfd < 0) Dial reaches the caller's own
+// loopback, as the tunnels of an unisolated sandbox do.
+func TestDialOwnNamespace(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := Dial(t.Context(), -1, ln.Addr().String())
+	if err != nil {
+		t.Fatalf("Dial(-1, %s) = %v", ln.Addr(), err)
+	}
+	defer c.Close()
+	in, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	if in.RemoteAddr().String() != c.LocalAddr().String() {
+		t.Errorf("the host listener accepted %s, want the dialed %s", in.RemoteAddr(), c.LocalAddr())
+	}
+}
