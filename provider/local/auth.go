@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
+	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
 
 // trustedPeer reports whether the connection comes from the engine's user outside the
@@ -81,7 +82,7 @@ func (e *Engine) claimKind() error {
 	p := filepath.Join(e.dir, fileMode)
 	b, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
-		return writeFileAtomic(p, []byte(mode+"\n"), 0o600)
+		return atomicfile.WriteFile(p, []byte(mode+"\n"), 0o600)
 	}
 	if err != nil {
 		return err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,7 +19,6 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/volume"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
-	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
 
 // Production paths of the binaries bound into every isolated sandbox.
@@ -189,16 +187,4 @@ func (e *Engine) Close() error {
 	e.closed = true
 	e.mu.Unlock()
 	return nil
-}
-
-// writeFileAtomic writes data to path through a temp file and a rename, creating the
-// parent directories.
-func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
-	if mode == 0 {
-		mode = 0o644
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(path, data, mode)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/rootfs"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local/state"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
+	"github.com/proliferate-ai/sandbox-mcp/rules/atomicfile"
 )
 
 // snapshotDirs are the writable directories a snapshot keeps; /run is runtime state
@@ -66,7 +67,7 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (string, error) {
 		}
 	}
 	b, _ := json.MarshalIndent(engineSnapshot{ID: sid, Sandbox: id, Created: time.Now().UTC()}, "", "  ")
-	if err := writeFileAtomic(filepath.Join(dst, "snapshot.json"), b, 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dst, "snapshot.json"), b, 0o600); err != nil {
 		os.RemoveAll(dst)
 		return "", err
 	}
