@@ -27,20 +27,18 @@ func (e *Engine) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 	if err != nil {
 		return nil, err
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if !st.NetNS {
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", addr)
+	nsfd := -1 // the host's network
+	if st.NetNS {
+		nsfd, err = unix.Open("/proc/"+strconv.Itoa(st.Pid)+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("dial port %d in sandbox %s: %w", port, id, err)
+		}
+		defer unix.Close(nsfd)
+		if !st.InitAlive() {
+			return nil, fmt.Errorf("dial port %d in sandbox %s: it is gone", port, id)
+		}
 	}
-	nsfd, err := unix.Open("/proc/"+strconv.Itoa(st.Pid)+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("dial port %d in sandbox %s: %w", port, id, err)
-	}
-	defer unix.Close(nsfd)
-	if !st.InitAlive() {
-		return nil, fmt.Errorf("dial port %d in sandbox %s: it is gone", port, id)
-	}
-	c, err := netns.Dial(ctx, nsfd, addr)
+	c, err := netns.Dial(ctx, nsfd, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return nil, fmt.Errorf("dial port %d in sandbox %s: %w", port, id, err)
 	}
