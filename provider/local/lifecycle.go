@@ -79,8 +79,8 @@ func (e *Engine) create(ctx context.Context, bx *box, sd string) (engine.Info, e
 	if err != nil {
 		return engine.Info{}, err
 	}
-	cfg := initConfig{ID: bx.st.ID, Dir: sd, Isolated: bx.st.Isolated, NetNS: bx.st.NetNS,
-		Hide: []string{e.dir}}
+	cfg := initConfig{Config: rootfs.Config{ID: bx.st.ID, Dir: sd, Hide: []string{e.dir}},
+		Isolated: bx.st.Isolated, NetNS: bx.st.NetNS}
 	if img != nil {
 		cfg.Layers = img.Layers
 	}

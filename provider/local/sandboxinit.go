@@ -25,25 +25,14 @@ import (
 )
 
 // initConfig is what init gets: on stdin inside a container (from the shim), on fd 3
-// as a host process (unisolated). The shim builds the root from it.
+// as a host process (unisolated). The shim builds the root from its rootfs.Config.
 type initConfig struct {
-	ID       string `json:"id"`
-	Dir      string `json:"dir"` // the sandbox's directory on the host
-	Isolated bool   `json:"isolated"`
-	NetNS    bool   `json:"netns"`
-	// Hide are host directories covered with an empty tmpfs inside (the data dir).
-	Hide  []string      `json:"hide,omitempty"`
-	Binds []rootfs.Bind `json:"binds,omitempty"`
-	// Layers are the image's layer directories on the host, lowest first; empty
-	// means the host's system directories.
-	Layers []string `json:"layers,omitempty"`
+	rootfs.Config
+	Isolated bool `json:"isolated"`
+	NetNS    bool `json:"netns"`
 	// Tunnels are the sandbox ports served by the host listeners (the shim's fds 5, 6,
 	// …; an unisolated init's the same).
 	Tunnels []int `json:"tunnels,omitempty"`
-	// TrustPEM is a certificate the sandbox trusts besides the system's (the
-	// authority of its secrets' proxy), added to its copy of rules.TrustBundleFile; the shim
-	// sets it and init never gets it.
-	TrustPEM []byte `json:"-"`
 	// DeadlineMs ends the sandbox (exit 124) at this Unix time in ms; 0 means never.
 	DeadlineMs int64 `json:"deadlineMs,omitempty"`
 }

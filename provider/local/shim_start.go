@@ -77,9 +77,7 @@ func (s *shim) writeBundle() (string, error) {
 		return "", err
 	}
 	defer closeNS()
-	c := s.cfg.Init
-	ro, err := rootfs.Build(rootfs.Config{ID: c.ID, Dir: c.Dir, Layers: c.Layers, Binds: c.Binds, Hide: c.Hide,
-		TrustPEM: c.TrustPEM}, root, userns)
+	ro, err := rootfs.Build(s.cfg.Init.Config, root, userns)
 	if err != nil {
 		return "", fmt.Errorf("set up the sandbox root: %w", err)
 	}

@@ -30,22 +30,24 @@ const hostRoot = rules.HostIDBase
 // rootOwner makes a tmpfs belong to the sandbox's root.
 var rootOwner = fmt.Sprintf(",uid=%d,gid=%d", hostRoot, hostRoot)
 
-// Config is what a sandbox's root is built from.
+// Config is what a sandbox's root is built from. The engine sends it to the shim
+// inside init's configuration (package local's initConfig); TrustPEM never travels
+// in it: the shim sets it from the secrets.
 type Config struct {
 	// ID is the sandbox's id: its host name.
-	ID string
+	ID string `json:"id"`
 	// Dir is the sandbox's directory on the host, holding the Dir* entries.
-	Dir string
+	Dir string `json:"dir"`
 	// Layers are the image's layer directories on the host, lowest first; empty
 	// means the host's system directories.
-	Layers []string
+	Layers []string `json:"layers,omitempty"`
 	// Binds are mounted into the root after its own directories.
-	Binds []Bind
+	Binds []Bind `json:"binds,omitempty"`
 	// Hide are host directories covered with an empty read-only tmpfs (the data dir).
-	Hide []string
-	// TrustPEM is a certificate the sandbox trusts besides the system's, added to its
-	// copy of rules.TrustBundleFile.
-	TrustPEM []byte
+	Hide []string `json:"hide,omitempty"`
+	// TrustPEM is a certificate the sandbox trusts besides the system's (the
+	// authority of its secrets' proxy), added to its copy of rules.TrustBundleFile.
+	TrustPEM []byte `json:"-"`
 }
 
 // Bind is a mount of a host file or directory into the root.
