@@ -46,6 +46,10 @@ func LLMSecrets(e SandboxEnv) (SandboxEnv, []engine.Secret, error) {
 	return out, secrets, nil
 }
 
+// ErrLLMKeysRefused marks a boot refused because its LLM keys could not be kept out
+// of the sandbox (see Options.LLMKeysInSandbox); it comes with engine.ErrUnsupported.
+var ErrLLMKeysRefused = errors.New("LLM keys refused")
+
 // llmSecrets are the boot's LLM keys as Spec.Secrets, none with
 // Options.LLMKeysInSandbox (the plan then puts them in the environment). An engine
 // without isolation has no egress proxy to add a key: a boot with one is refused
@@ -63,8 +67,8 @@ func (p *Provider) llmSecrets(opts CreateOptions) ([]engine.Secret, error) {
 		return nil, err
 	}
 	if len(keys) > 0 && !p.caps.Isolated {
-		return nil, fmt.Errorf("the LLM key in %s is refused, because this engine runs sandboxes without isolation, with no egress proxy to add the key on the way out; set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w",
-			keys[0].Name, engine.ErrUnsupported)
+		return nil, fmt.Errorf("the LLM key in %s is refused, because this engine runs sandboxes without isolation, with no egress proxy to add the key on the way out; set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w: %w",
+			keys[0].Name, ErrLLMKeysRefused, engine.ErrUnsupported)
 	}
 	return keys, nil
 }
@@ -78,8 +82,8 @@ func llmKeysHint(spec engine.Spec, err error) error {
 	}
 	for _, s := range spec.Secrets {
 		if _, ok := LLMKeyHosts[s.Name]; ok {
-			return fmt.Errorf("the LLM key in %s is refused, because the engine cannot keep it out of the sandbox; let it carry secrets (an egress gateway for Modal or E2B; egress rather than Spec.Network on the local engine), or set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w",
-				s.Name, err)
+			return fmt.Errorf("the LLM key in %s is refused, because the engine cannot keep it out of the sandbox; let it carry secrets (an egress gateway for Modal or E2B; egress rather than Spec.Network on the local engine), or set Options.LLMKeysInSandbox to accept the key inside the sandbox: %w: %w",
+				s.Name, ErrLLMKeysRefused, err)
 		}
 	}
 	return err

@@ -103,8 +103,8 @@ func TestPlanLLMKeysAsSecrets(t *testing.T) {
 func TestLLMKeysRefused(t *testing.T) {
 	opts := CreateOptions{SessionID: "s1", EnvVars: map[string]string{EnvAnthropicAPIKey: "sk-ant-api03-value0123456789"}}
 	p := &Provider{caps: engine.Capabilities{Isolated: false}, o: Options{Kind: KindLocal, Getenv: func(string) string { return "" }}}
-	if _, err := p.llmSecrets(opts); !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), "LLMKeysInSandbox") {
-		t.Errorf("llmSecrets without isolation = %v, want ErrUnsupported naming LLMKeysInSandbox", err)
+	if _, err := p.llmSecrets(opts); !errors.Is(err, engine.ErrUnsupported) || !errors.Is(err, ErrLLMKeysRefused) || !strings.Contains(err.Error(), "LLMKeysInSandbox") {
+		t.Errorf("llmSecrets without isolation = %v, want ErrUnsupported and ErrLLMKeysRefused naming LLMKeysInSandbox", err)
 	}
 	p.o.LLMKeysInSandbox = true
 	if keys, err := p.llmSecrets(opts); err != nil || keys != nil {
@@ -116,7 +116,7 @@ func TestLLMKeysRefused(t *testing.T) {
 		t.Fatalf("llmSecrets with isolation = %v, %v, want the key", keys, err)
 	}
 	refused := fmt.Errorf("modal: Spec.Secrets: configure an egress gateway: %w", engine.ErrUnsupported)
-	if err := llmKeysHint(engine.Spec{Secrets: keys}, refused); !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), "LLMKeysInSandbox") {
+	if err := llmKeysHint(engine.Spec{Secrets: keys}, refused); !errors.Is(err, engine.ErrUnsupported) || !errors.Is(err, ErrLLMKeysRefused) || !strings.Contains(err.Error(), "LLMKeysInSandbox") {
 		t.Errorf("llmKeysHint = %v, want the refusal with what to do", err)
 	}
 	other := engine.Spec{Secrets: []engine.Secret{{Name: "N4_KEY"}}}

@@ -178,7 +178,7 @@ func createRun(o *CreateOptions) error {
 	}
 	start := time.Now()
 	res, err := b.Provider.CreateSandbox(o.Ctx, opts)
-	if err != nil && !o.LLMKeysInSandbox && strings.Contains(err.Error(), "LLMKeysInSandbox") {
+	if err != nil && !o.LLMKeysInSandbox && errors.Is(err, provider.ErrLLMKeysRefused) {
 		return fmt.Errorf("%w\nthe sandbox was not created: give modal or e2b an egress gateway (sandboxctl gateway), or pass --llm-keys-in-sandbox to accept the LLM keys inside the sandbox", err)
 	}
 	if err != nil {

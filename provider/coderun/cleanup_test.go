@@ -202,7 +202,7 @@ func TestExitEndsSandboxes(t *testing.T) {
 	}
 }
 
-// TestLockSession: a session held by a call (lockedfile) is busy to the try-lock of
+// TestLockSession: a session held by a call (waiting lock) is busy to the try-lock of
 // the reaper and Cleanup, in this process too; another session is not; released, the
 // try takes it, and a waiting call gets it once the try lets go.
 func TestLockSession(t *testing.T) {

@@ -146,6 +146,13 @@ func probeRegistries(npm string) error {
 // and a host, and ms with its type declarations (@types/ms) for the packages' docs.
 func testConfig(t testing.TB, extra string) Config {
 	t.Helper()
+	return secretConfig(t, extra, "api.example.test", testSecret)
+}
+
+// secretConfig is testConfig with the secret (CODERUN_TEST_TOKEN) sent to host, its
+// value value.
+func secretConfig(t testing.TB, extra, host, value string) Config {
+	t.Helper()
 	c, err := Parse([]byte(`
 [sandbox]
 enabled = true
@@ -160,7 +167,7 @@ version = "3.0.1"
 package = "is-number"
 version = "7.0.0"
 secret_env = "CODERUN_TEST_TOKEN"
-hosts = ["api.example.test"]
+hosts = ["`+host+`"]
 
 [[sandbox.dependencies]]
 package = "ms"
@@ -171,7 +178,7 @@ package = "@types/ms"
 version = "2.1.0"
 `), func(k string) string {
 		if k == "CODERUN_TEST_TOKEN" {
-			return testSecret
+			return value
 		}
 		return ""
 	})

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
@@ -47,54 +48,23 @@ func TestSecretFetch(t *testing.T) {
 		}
 		fmt.Fprintf(w, "echo %s", r.Header.Get("Authorization"))
 	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close(); <-served })
 
-	c, err := Parse([]byte(`
-[sandbox]
-enabled = true
-timeout_seconds = 30
-memory_mb = 256
-
-[[sandbox.dependencies]]
-package = "is-odd"
-version = "3.0.1"
-
-[[sandbox.dependencies]]
-package = "is-number"
-version = "7.0.0"
-secret_env = "CODERUN_FETCH_KEY"
-hosts = ["`+ip+`"]
-
-[[sandbox.dependencies]]
-package = "ms"
-version = "2.1.3"
-
-[[sandbox.dependencies]]
-package = "@types/ms"
-version = "2.1.0"
-`), func(k string) string {
-		if k == "CODERUN_FETCH_KEY" {
-			return secretValue
-		}
-		return ""
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, progress := newRunner(t, c, Options{})
+	r, progress := newRunner(t, secretConfig(t, "", ip, secretValue), Options{})
 	s := session(t, r, "secret-fetch")
 
-	res := run(t, s, `Deno.env.get("CODERUN_FETCH_KEY")`)
+	res := run(t, s, `Deno.env.get("CODERUN_TEST_TOKEN")`)
 	var ph string
 	if !res.Success || json.Unmarshal(res.Result, &ph) != nil {
-		t.Fatalf("Deno.env.get(CODERUN_FETCH_KEY) = %+v (result %s), want a string", res, res.Result)
+		t.Fatalf("Deno.env.get(CODERUN_TEST_TOKEN) = %+v (result %s), want a string", res, res.Result)
 	}
 	if ph == secretValue || !strings.HasPrefix(ph, "sk-test-") || len(ph) != len(secretValue) {
-		t.Errorf("Deno.env.get(CODERUN_FETCH_KEY) = %q, want a placeholder shaped like the value", ph)
+		t.Errorf("Deno.env.get(CODERUN_TEST_TOKEN) = %q, want a placeholder shaped like the value", ph)
 	}
 
-	res = run(t, s, `const r = await fetch("http://`+ln.Addr().String()+`/", {headers: {Authorization: "Bearer " + Deno.env.get("CODERUN_FETCH_KEY")}}); `+
+	res = run(t, s, `const r = await fetch("http://`+ln.Addr().String()+`/", {headers: {Authorization: "Bearer " + Deno.env.get("CODERUN_TEST_TOKEN")}}); `+
 		`[r.status, await r.text()]`)
 	var answer []any
 	if !res.Success || json.Unmarshal(res.Result, &answer) != nil {
@@ -178,9 +148,7 @@ func upstreamNet(t *testing.T) net.Listener {
 	if os.Geteuid() != 0 {
 		t.Skip("a network namespace for the upstream needs root")
 	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("ip (iproute2) not installed")
-	}
+	testutil.NeedCommand(t, "ip", "a network namespace for the upstream")
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])

@@ -12,22 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modalnet"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 )
-
-// hostIPv4 is a non-loopback IPv4 address of this machine, or "".
-func hostIPv4() string {
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil && !n.IP.IsLinkLocalUnicast() {
-			return n.IP.String()
-		}
-	}
-	return ""
-}
 
 // TestEngineEgressHosts: Spec.EgressHosts go through the adapter, Modal's SDK (its
 // outbound CIDR and domain allow-lists) and real gRPC to the local server, whose
@@ -38,7 +28,7 @@ func TestEngineEgressHosts(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("no curl (the sandboxes run the host's)")
 	}
-	ip := hostIPv4()
+	ip := testutil.HostIPv4()
 	if ip == "" {
 		t.Skip("no non-loopback IPv4 address to serve on")
 	}

@@ -124,3 +124,59 @@ func TestTrust(t *testing.T) {
 		}
 	}
 }
+
+// labeled is files with one sandbox whose labels Get reports, and its terminations
+// counted.
+type labeled struct {
+	files
+	labels     map[string]string
+	terminated int
+}
+
+func (l *labeled) Get(context.Context, string) (engine.Info, error) {
+	return engine.Info{ID: "sb", Labels: l.labels}, nil
+}
+
+func (l *labeled) Terminate(context.Context, string) error { l.terminated++; return nil }
+
+// TestCreateTerminate: the adapters' one wrapper. Without a gateway a spec with
+// secrets is refused before create; with one, create gets the prepared spec, a
+// failed create or trust ends the registration (and the sandbox, once it exists), and
+// Terminate ends it after the adapter's terminate.
+func TestCreateTerminate(t *testing.T) {
+	secret := engine.Spec{Secrets: []engine.Secret{{Name: "KEY", Value: value, Hosts: []string{"api.secret.test"}}}}
+	var nilG *Engine
+	called := false
+	if _, err := nilG.Create(t.Context(), nil, "remote", secret, func(context.Context, engine.Spec) (string, error) {
+		called = true
+		return "sb", nil
+	}); !errors.Is(err, engine.ErrUnsupported) || called {
+		t.Errorf("Create without a gateway = %v (create called %v), want ErrUnsupported before create", err, called)
+	}
+
+	g := New(testConfig())
+	defer g.Close()
+	ge := &Engine{Registrar: g, Addr: "gw.example.com:8090"}
+	var got engine.Spec
+	create := func(err error) func(context.Context, engine.Spec) (string, error) {
+		return func(_ context.Context, s engine.Spec) (string, error) { got = s; return "sb", err }
+	}
+	registered := func() bool { _, err := g.Counters(got.Labels[LabelKey]); return err == nil }
+
+	l := &labeled{files: files{root: t.TempDir()}}
+	if _, err := ge.Create(t.Context(), l, "remote", secret, create(errors.New("boom"))); err == nil || registered() || l.terminated != 0 {
+		t.Errorf("Create whose create fails = %v, registered %v, terminated %d; want the error, no registration, nothing to terminate", err, registered(), l.terminated)
+	}
+	broken := &labeled{files: files{root: "/dev/null"}} // no directory under it: Trust fails
+	if _, err := ge.Create(t.Context(), broken, "remote", secret, create(nil)); err == nil || registered() || broken.terminated != 1 {
+		t.Errorf("Create whose trust fails = %v, registered %v, terminated %d; want the error, no registration, the sandbox terminated", err, registered(), broken.terminated)
+	}
+	id, err := ge.Create(t.Context(), l, "remote", secret, create(nil))
+	if err != nil || id != "sb" || got.Secrets != nil || !registered() {
+		t.Fatalf("Create = %q, %v (spec secrets %v, registered %v); want the sandbox of the prepared spec, registered", id, err, got.Secrets, registered())
+	}
+	l.labels = got.Labels
+	if err := ge.Terminate(t.Context(), l, "sb", func(context.Context, string) error { return nil }); err != nil || registered() {
+		t.Errorf("Terminate = %v, registered %v; want the registration ended", err, registered())
+	}
+}

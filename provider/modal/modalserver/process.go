@@ -225,6 +225,10 @@ func (s *Server) run(p *process, fn procFunc) error {
 	go func() {
 		defer s.wg.Done()
 		defer cancel()
+		// A read of stdin in this process (a filesystem write reads it whole) ends with
+		// the exec (killed, the server closing), whether or not the client sent EOF.
+		stop := context.AfterFunc(ctx, func() { _ = r.SetReadDeadline(time.Now()) })
+		defer stop()
 		code, err := fn(ctx, r, p.stdout, p.stderr)
 		r.Close()
 		p.code, p.err = int32(code), err

@@ -56,6 +56,40 @@ func TestStdinBounded(t *testing.T) {
 	}
 }
 
+// TestStdinReadEndsWithExec: a process reading its stdin whole, from a client that
+// never sends EOF, returns once it is killed (Server.Close waits for it).
+func TestStdinReadEndsWithExec(t *testing.T) {
+	t.Parallel()
+	srv, err := New(Options{Engine: modaltest.Engine(t, local.EngineOptions{}), Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	sb := newSandbox(&sandbox{id: "sb-test"})
+	read := make(chan error, 1)
+	p, err := srv.start(sb, "e1", func(ctx context.Context, stdin *os.File, stdout, stderr io.Writer) (int, error) {
+		_, err := io.ReadAll(stdin)
+		read <- err
+		return 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.stdinWrite(t.Context(), 0, []byte("partial"), false); err != nil {
+		t.Fatal(err)
+	}
+	p.kill()
+	select {
+	case err := <-read:
+		if err == nil {
+			t.Error("io.ReadAll(stdin) of a killed process = nil, want the read cut off")
+		}
+	case <-time.After(10 * time.Second):
+		_ = p.stdinWrite(t.Context(), 7, nil, true) // EOF, so that srv.Close can return
+		t.Fatal("io.ReadAll(stdin) still blocked 10 s after the process was killed")
+	}
+}
+
 // TestExecsBounded: one sandbox holds at most maxExecs exec records; the next start
 // is ResourceExhausted, and a forgotten record makes room.
 func TestExecsBounded(t *testing.T) {

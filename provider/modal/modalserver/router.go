@@ -82,10 +82,6 @@ func (r *routerServer) TaskExecStart(ctx context.Context, req *pb.TaskExecStartR
 			return nil, status.Error(codes.InvalidArgument, "modal-sandbox-fs-tools takes one JSON argument")
 		}
 		fn = func(ctx context.Context, stdin *os.File, stdout, stderr io.Writer) (int, error) {
-			// A write reads its stdin whole: the read ends with the exec (a client that
-			// stops sending, the server closing), never outlives it.
-			stop := context.AfterFunc(ctx, func() { stdin.SetReadDeadline(time.Now()) })
-			defer stop()
 			return s.fsTool(ctx, sb, args[1], stdin, stdout, stderr), nil
 		}
 	} else {

@@ -31,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
@@ -85,17 +86,6 @@ type Fixture struct {
 // sends it to the loopback port of the same number (the upstream).
 var fakeAddr = netip.MustParseAddr("9.9.9.9")
 
-// hostIPv4 is a non-loopback IPv4 address of this machine, or "".
-func hostIPv4() string {
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil && !n.IP.IsLinkLocalUnicast() {
-			return n.IP.String()
-		}
-	}
-	return ""
-}
-
 // Start starts the upstream and the gateway; it skips the test without curl, node
 // (the sandboxes of the engine's default root run the host's) or a non-loopback
 // address. Everything stops when the test ends.
@@ -106,7 +96,7 @@ func Start(t *testing.T) *Fixture {
 			t.Skipf("no %s (the sandboxes run the host's)", prog)
 		}
 	}
-	ip := hostIPv4()
+	ip := testutil.HostIPv4()
 	if ip == "" {
 		t.Skip("no non-loopback IPv4 address to serve the gateway on")
 	}
