@@ -1,18 +1,12 @@
 package main
 
 import (
-	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
 )
 
 // TestImagePullPlainProgress pulls a two-layer image from a registry on loopback
@@ -23,20 +17,7 @@ func TestImagePullPlainProgress(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the image store unpacks layers with their owners: needs root")
 	}
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer srv.Close()
-	ref := strings.TrimPrefix(srv.URL, "http://") + "/test/pull:1"
-	img, err := random.Image(4096, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(r, img, remote.WithContext(t.Context())); err != nil {
-		t.Fatalf("push the test image: %v", err)
-	}
+	ref := imagetest.Registry(t, "test/pull:1", 4096, 2)
 	data := t.TempDir()
 	getenv := func(k string) string {
 		if k == "SANDBOXCTL_DATA_DIR" {

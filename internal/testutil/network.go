@@ -2,6 +2,8 @@ package testutil
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -94,8 +96,9 @@ func RequireNPMRegistry(t testing.TB, need string) {
 }
 
 // NPMPackages returns filepath.Join(dir, want), where dir is the test cache folder
-// <user cache dir>/sandbox-mcp-test/<name>, kept between runs: the first time, it
-// installs specs ("deno@2.9.6") there with npm. Test processes that ask at once wait
+// <user cache dir>/sandbox-mcp-test/<name>-<hash of specs>, kept between runs: the
+// first time, it installs specs ("deno@2.9.6") there with npm. The folder is keyed by
+// the specs, so a test that changes a version gets it rather than the old install. Test processes that ask at once wait
 // for one install (a file lock). Before installing it probes the registry, so
 // without the network the test fails within a minute naming the registry. Without
 // npm the test is skipped, or fails under $CI.
@@ -106,12 +109,18 @@ func NPMPackages(t testing.TB, name, want string, specs ...string) string {
 	if err != nil {
 		cache = os.TempDir()
 	}
-	dir := filepath.Join(cache, "sandbox-mcp-test", name)
-	path, err := npmPackages(t.Context(), npm, dir, want, specs)
+	path, err := npmPackages(t.Context(), npm, npmCacheDir(cache, name, specs), want, specs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// npmCacheDir is the folder of the test cache, under the user cache dir cache, that
+// holds the npm packages specs installed for name.
+func npmCacheDir(cache, name string, specs []string) string {
+	sum := sha256.Sum256([]byte(strings.Join(specs, "\n")))
+	return filepath.Join(cache, "sandbox-mcp-test", name+"-"+hex.EncodeToString(sum[:6]))
 }
 
 func npmPackages(ctx context.Context, npm, dir, want string, specs []string) (string, error) {

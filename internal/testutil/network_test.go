@@ -97,3 +97,19 @@ func TestNPMPackagesInstallsOnce(t *testing.T) {
 		}
 	}
 }
+
+// The npm test cache is keyed by the specs: a new version installs afresh.
+func TestNPMCacheDir(t *testing.T) {
+	a := npmCacheDir("/c", "deno", []string{"deno@2.9.6"})
+	if again := npmCacheDir("/c", "deno", []string{"deno@2.9.6"}); again != a {
+		t.Errorf("npmCacheDir of the same specs = %q, then %q; want one folder", a, again)
+	}
+	if !strings.HasPrefix(a, "/c/sandbox-mcp-test/deno-") {
+		t.Errorf("npmCacheDir = %q, want a folder /c/sandbox-mcp-test/deno-<hash>", a)
+	}
+	for _, specs := range [][]string{{"deno@2.9.7"}, {"deno@2.9.6", "x@1"}, nil} {
+		if other := npmCacheDir("/c", "deno", specs); other == a {
+			t.Errorf("npmCacheDir(%q) = %q, the folder of [deno@2.9.6] too", specs, other)
+		}
+	}
+}

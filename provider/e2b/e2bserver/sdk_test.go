@@ -29,19 +29,13 @@ var sdkDirs = []string{"pinned", "latest"}
 var sdkInstall sync.Mutex
 
 // installSDK installs the SDK of testdata/js/<name> when it is missing and returns
-// the directory; it skips without node and npm. Without the network its first
-// install fails within a minute naming the registry.
+// the directory; it skips without node and npm (fails under $CI). Without the
+// network its first install fails within a minute naming the registry.
 func installSDK(t testing.TB, name string) (node, dir string) {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed: the official E2B JS SDK tests need node >= 20 and npm")
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Skip("npm is not installed: the official E2B JS SDK tests need node >= 20 and npm")
-	}
-	dir, err = filepath.Abs(filepath.Join("testdata", "js", name))
+	node = testutil.NeedCommand(t, "node", "the official E2B JS SDK tests need node >= 20 and npm")
+	npm := testutil.NeedCommand(t, "npm", "the official E2B JS SDK tests need node >= 20 and npm")
+	dir, err := filepath.Abs(filepath.Join("testdata", "js", name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,7 +206,8 @@ func (s *Store) importManifest(ctx context.Context, d ocispec.Descriptor, tarNam
 	if err != nil {
 		return "", err
 	}
-	idx.Manifests = append(idx.Manifests, ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: d.Digest, Size: d.Size})
+	// The manifest's own media type: a registry's image may be in Docker's format.
+	idx.Manifests = append(idx.Manifests, ocispec.Descriptor{MediaType: d.MediaType, Digest: d.Digest, Size: d.Size})
 	if err := s.writeIndex(dedupe(idx)); err != nil {
 		return "", err
 	}

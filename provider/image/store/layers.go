@@ -4,7 +4,6 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,7 +40,7 @@ func (w *hashWriter) Write(p []byte) (int, error) {
 }
 
 func (w *hashWriter) digest() digest.Digest {
-	return digest.Digest("sha256:" + hex.EncodeToString(w.h.Sum(nil)))
+	return digest.NewDigestFromBytes(digest.SHA256, w.h.Sum(nil))
 }
 
 // unpackBlob unpacks the layer blob of d (already in the blob store) into layers/, once,

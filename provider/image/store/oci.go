@@ -1,8 +1,6 @@
 package store
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,8 +49,7 @@ func (s *Store) blobPath(d digest.Digest) string {
 
 // writeBlob stores data and returns its descriptor.
 func (s *Store) writeBlob(media string, data []byte) (ocispec.Descriptor, error) {
-	sum := sha256.Sum256(data)
-	d := ocispec.Descriptor{MediaType: media, Digest: digest.Digest("sha256:" + hex.EncodeToString(sum[:])), Size: int64(len(data))}
+	d := ocispec.Descriptor{MediaType: media, Digest: digest.FromBytes(data), Size: int64(len(data))}
 	p := s.blobPath(d.Digest)
 	if _, err := os.Stat(p); err == nil {
 		return d, nil
@@ -80,7 +77,7 @@ func (s *Store) readJSON(d ocispec.Descriptor, v any) error {
 	if len(data) > maxJSON {
 		return fmt.Errorf("blob %s is larger than %d bytes", d.Digest, maxJSON)
 	}
-	if sum := sha256.Sum256(data); "sha256:"+hex.EncodeToString(sum[:]) != string(d.Digest) {
+	if digest.FromBytes(data) != d.Digest {
 		return fmt.Errorf("blob %s does not match its digest", d.Digest)
 	}
 	if err := json.Unmarshal(data, v); err != nil {

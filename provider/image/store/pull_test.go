@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,10 +14,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	digest "github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -203,39 +197,5 @@ func TestPullByDigest(t *testing.T) {
 	wrong := host + "/test/img@sha256:" + strings.Repeat("1", 64)
 	if _, err := openStore(t).Pull(ctx, wrong, PullOptions{Transport: srv.Client().Transport}); !errors.Is(err, ErrPull) {
 		t.Errorf("Pull(%s) = %v, want ErrPull", wrong, err)
-	}
-}
-
-// BenchmarkPull pulls a 3-layer, 24 MB image from a registry on loopback into a new
-// store each time (download, digest checks, unpacking).
-func BenchmarkPull(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("unpacking layers with their owners needs root")
-	}
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer srv.Close()
-	ref := strings.TrimPrefix(srv.URL, "http://") + "/bench/img:1"
-	img, err := random.Image(8<<20, 3)
-	if err != nil {
-		b.Fatal(err)
-	}
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := remote.Write(r, img); err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(3 * 8 << 20)
-	for b.Loop() {
-		b.StopTimer()
-		s, err := Open(Options{Dir: b.TempDir(), GCGrace: -1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		if _, err := s.Pull(b.Context(), ref, PullOptions{}); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -22,10 +20,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
-func digestOf(b []byte) digest.Digest {
-	s := sha256.Sum256(b)
-	return digest.Digest("sha256:" + hex.EncodeToString(s[:]))
-}
+func digestOf(b []byte) digest.Digest { return digest.FromBytes(b) }
 
 // ociArchive is an OCI image layout tar of one image whose layers are the given layer
 // tars (gzipped), named name (an index annotation) when set.

@@ -32,9 +32,7 @@ func jsDir(t testing.TB) string {
 	jsInstall.Lock() // parallel tests wait for one install
 	defer jsInstall.Unlock()
 	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed: the official JS SDK checks need node and npm", tool)
-		}
+		testutil.NeedCommand(t, tool, "the official JS SDK checks need node and npm")
 	}
 	dir, err := filepath.Abs("testdata/js")
 	if err != nil {
