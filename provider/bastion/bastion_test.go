@@ -51,16 +51,15 @@ func randomHex(t testing.TB, n int) string {
 	return hex.EncodeToString(b)
 }
 
-// requireEngine skips, saying why, where the local engine cannot isolate.
+// requireEngine skips, saying why, where the local engine cannot isolate; a
+// program missing fails under $CI, which installs them (testutil.NeedCommand).
 func requireEngine(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("a bastion session runs two isolated sandboxes of the local engine, which need root on the host")
 	}
 	for _, prog := range []string{"runc", "git", "curl", "ip", "python3"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			t.Skipf("%s is not installed: the bastion test needs it", prog)
-		}
+		testutil.NeedCommand(t, prog, "the bastion tests run the pair on the local engine")
 	}
 }
 
@@ -159,14 +158,11 @@ func serveLLM(t testing.TB, addr string) (string, func() []string) {
 	}
 }
 
-// newProvider is the one provider over a local engine of the test's own.
+// newProvider is the one provider over a local engine of the test's own
+// (isolatedEngine: whatever a failing test leaves is removed at its end).
 func newProvider(t testing.TB) (*provider.Provider, *local.Engine) {
 	t.Helper()
-	eng, err := local.NewEngine(local.EngineOptions{DataDir: filepath.Join(t.TempDir(), "data"), SandboxMCP: sandboxMCP})
-	if err != nil {
-		t.Skipf("the local engine does not isolate here: %v", err)
-	}
-	t.Cleanup(func() { eng.Close() })
+	eng := isolatedEngine(t)
 	p, err := provider.New(eng, provider.Options{Kind: provider.KindLocal, SidecarTimeout: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
