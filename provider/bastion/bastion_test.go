@@ -22,6 +22,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // sandboxMCP is the sandbox-mcp binary the engine binds into every sandbox.
@@ -236,4 +237,34 @@ func waitGone(t testing.TB, eng engine.Engine, id string) bool {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return false
+}
+
+// TestBastionCreateFailsClean: a create that fails once both halves exist
+// (here the controller cannot clone) leaves no sandbox and no volume of its
+// own making.
+func TestBastionCreateFailsClean(t *testing.T) {
+	requireEngine(t)
+	p, eng := newProvider(t)
+	session := "bastion-" + randomHex(t, 4)
+	_, err := p.CreateBastion(t.Context(), provider.CreateOptions{SessionID: session},
+		provider.BastionOptions{PlatformToken: "plat-" + randomHex(t, 8), RepoURL: "http://127.0.0.1:1/nope.git"})
+	if err == nil || !strings.Contains(err.Error(), "clone") {
+		t.Fatalf("CreateBastion with an unreachable repository = %v, want the clone's failure", err)
+	}
+	infos, err := eng.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		t.Errorf("sandbox %s (%s) left after the failed create", in.ID, in.State)
+	}
+	vols, err := eng.ListVolumes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vols {
+		if v.Labels[rules.LabelSession] == session {
+			t.Errorf("volume %s left after the failed create", v.Name)
+		}
+	}
 }
