@@ -172,9 +172,10 @@ func (p *Provider) terminatePair(ctx context.Context, id string) (handled bool, 
 	return true, errors.Join(errs...)
 }
 
-// refuseBastion refuses op on a sandbox of a bastion session: pausing or
-// snapshotting one half alone would leave the other running against it.
-func (p *Provider) refuseBastion(ctx context.Context, id string, op Operation) error {
+// RefuseBastion refuses op on a sandbox of a bastion session: pausing or
+// snapshotting one half alone would leave the other running against it. Nil
+// for any other sandbox, or one the engine cannot find (the op says so).
+func (p *Provider) RefuseBastion(ctx context.Context, id string, op Operation) error {
 	info, err := p.eng.Get(ctx, id)
 	if err != nil || info.Labels[rules.LabelRole] == "" {
 		return nil
