@@ -245,7 +245,7 @@ func (p *Provider) CreateSandbox(ctx context.Context, opts CreateOptions) (Creat
 // Snapshot stores the sandbox's writable state; the id restores it
 // (CreateOptions.SnapshotID).
 func (p *Provider) Snapshot(ctx context.Context, sessionID, sandboxID string) (SnapshotResult, error) {
-	if err := p.refuseBastion(ctx, sandboxID, OpSnapshot); err != nil {
+	if err := p.RefuseBastion(ctx, sandboxID, OpSnapshot); err != nil {
 		return SnapshotResult{}, err
 	}
 	id, err := p.eng.Snapshot(ctx, sandboxID)
@@ -264,7 +264,7 @@ func (p *Provider) Pause(ctx context.Context, sessionID, sandboxID string) (Snap
 	if sandboxID == "" {
 		return SnapshotResult{}, NewProviderError(p.o.Kind, OpPause, "sandboxId is required for pause", false, nil)
 	}
-	if err := p.refuseBastion(ctx, sandboxID, OpPause); err != nil {
+	if err := p.RefuseBastion(ctx, sandboxID, OpPause); err != nil {
 		return SnapshotResult{}, err
 	}
 	if err := p.eng.Pause(ctx, sandboxID); err != nil {

@@ -122,7 +122,8 @@ func BastionUnsupportedError(k Kind) *ProviderError {
 // CreateBastion makes the pair of a bastion session: the agent booted with
 // opts (its repositories are the controller's business: opts.Repos must be
 // empty; use b.RepoURL), then the controller, and returns once the agent's
-// sidecar answers through the controller's ingress. A failure ends both.
+// sidecar answers through the controller's ingress. A failure ends both, and
+// removes the shared volume unless b.Volume named it.
 func (p *Provider) CreateBastion(ctx context.Context, opts CreateOptions, b BastionOptions) (BastionResult, error) {
 	fail := func(err error) (BastionResult, error) { return BastionResult{}, p.fail(OpCreateSandbox, err) }
 	vols, ok := p.eng.(engine.Volumes)
@@ -146,7 +147,8 @@ func (p *Provider) CreateBastion(ctx context.Context, opts CreateOptions, b Bast
 	if len(b.AgentPorts) == 0 {
 		b.AgentPorts = []int{PortSandboxMCP, PortOpenCode, PortPreview}
 	}
-	if b.Volume == "" {
+	madeVolume := b.Volume == "" // a volume of its own making goes with a failed create
+	if madeVolume {
 		b.Volume = "bastion-" + strings.ToLower(sanitizeName(opts.SessionID)) + "-" + randomID("")[:8]
 	}
 	if _, err := vols.CreateVolume(ctx, engine.VolumeSpec{Name: b.Volume, Labels: map[string]string{rules.LabelSession: opts.SessionID}}, true); err != nil {
@@ -163,6 +165,9 @@ func (p *Provider) CreateBastion(ctx context.Context, opts CreateOptions, b Bast
 				_ = p.eng.Terminate(cctx, id)
 			}
 		}
+		if madeVolume {
+			_ = vols.RemoveVolume(cctx, b.Volume)
+		}
 	}
 
 	// The agent: the platform's boot, no tunnel, egress through the engine's
@@ -178,6 +183,7 @@ func (p *Provider) CreateBastion(ctx context.Context, opts CreateOptions, b Bast
 	p.progress("bastion: booting the agent sandbox")
 	boot, err := p.agentProvider().Boot(ctx, a)
 	if err != nil {
+		cleanup() // Boot ends its own sandbox; the volume is left
 		return BastionResult{}, err
 	}
 	res.AgentID, res.SidecarToken = boot.Info.ID, boot.SidecarToken

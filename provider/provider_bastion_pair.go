@@ -124,9 +124,9 @@ func (p *Provider) waitBastion(ctx context.Context, ingressURL, token string) er
 	}
 }
 
-// bastionPair returns the ids of the pair id belongs to (itself included),
-// or nil when id is not part of a bastion session.
-func (p *Provider) bastionPair(ctx context.Context, id string) ([]string, error) {
+// bastionPair returns the sandboxes of the pair id belongs to (itself
+// first), their labels read, or nil when id is not part of a bastion session.
+func (p *Provider) bastionPair(ctx context.Context, id string) ([]engine.Info, error) {
 	info, err := p.eng.Get(ctx, id)
 	if err != nil {
 		return nil, err
@@ -135,7 +135,7 @@ func (p *Provider) bastionPair(ctx context.Context, id string) ([]string, error)
 	if info.Labels[rules.LabelRole] == "" || session == "" {
 		return nil, nil
 	}
-	out := []string{id}
+	out := []engine.Info{info}
 	all, err := p.eng.List(ctx)
 	if err != nil {
 		return nil, err
@@ -150,7 +150,7 @@ func (p *Provider) bastionPair(ctx context.Context, id string) ([]string, error)
 			}
 		}
 		if in.Labels[rules.LabelRole] != "" && in.Labels[rules.LabelSession] == session {
-			out = append(out, in.ID)
+			out = append(out, in)
 		}
 	}
 	return out, nil
@@ -159,22 +159,23 @@ func (p *Provider) bastionPair(ctx context.Context, id string) ([]string, error)
 // terminatePair ends every sandbox of id's bastion session; handled is false
 // when id is not part of one.
 func (p *Provider) terminatePair(ctx context.Context, id string) (handled bool, err error) {
-	ids, err := p.bastionPair(ctx, id)
-	if err != nil || len(ids) == 0 {
+	pair, err := p.bastionPair(ctx, id)
+	if err != nil || len(pair) == 0 {
 		return false, nil // a gone sandbox, or a plain one: the single terminate
 	}
 	var errs []error
-	for _, x := range ids {
-		if err := p.eng.Terminate(ctx, x); err != nil && !errors.Is(err, engine.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("terminate %s: %w", x, err))
+	for _, x := range pair {
+		if err := p.eng.Terminate(ctx, x.ID); err != nil && !errors.Is(err, engine.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("terminate %s: %w", x.ID, err))
 		}
 	}
 	return true, errors.Join(errs...)
 }
 
-// refuseBastion refuses op on a sandbox of a bastion session: pausing or
-// snapshotting one half alone would leave the other running against it.
-func (p *Provider) refuseBastion(ctx context.Context, id string, op Operation) error {
+// RefuseBastion refuses op on a sandbox of a bastion session: pausing or
+// snapshotting one half alone would leave the other running against it. Nil
+// for any other sandbox, or one the engine cannot find (the op says so).
+func (p *Provider) RefuseBastion(ctx context.Context, id string, op Operation) error {
 	info, err := p.eng.Get(ctx, id)
 	if err != nil || info.Labels[rules.LabelRole] == "" {
 		return nil
@@ -239,42 +240,35 @@ func (p *Provider) ResumePair(ctx context.Context, id string) (handled bool, err
 }
 
 func (p *Provider) pairDo(ctx context.Context, id string, pause bool) (bool, error) {
-	ids, err := p.bastionPair(ctx, id)
-	if err != nil || len(ids) == 0 {
+	pair, err := p.bastionPair(ctx, id)
+	if err != nil || len(pair) == 0 {
 		return false, nil // gone, or a plain sandbox: the single pause reports it
 	}
 	if !p.caps.Pause {
 		return true, PauseUnsupportedError(p.o.Kind)
-	}
-	roles := map[string]string{}
-	for _, x := range ids {
-		info, err := p.eng.Get(ctx, x)
-		if err != nil {
-			return true, err
-		}
-		roles[x] = info.Labels[rules.LabelRole]
 	}
 	// Pausing: the controller first; resuming: the agent first.
 	first := rules.RoleController
 	if !pause {
 		first = rules.RoleAgent
 	}
-	slices.SortStableFunc(ids, func(a, b string) int {
+	slices.SortStableFunc(pair, func(a, b engine.Info) int {
+		ra, rb := a.Labels[rules.LabelRole], b.Labels[rules.LabelRole]
 		switch {
-		case roles[a] == first && roles[b] != first:
+		case ra == first && rb != first:
 			return -1
-		case roles[b] == first && roles[a] != first:
+		case rb == first && ra != first:
 			return 1
 		}
 		return 0
 	})
-	for _, x := range ids {
+	for _, x := range pair {
 		op, verb := p.eng.Resume, "resume"
 		if pause {
 			op, verb = p.eng.Pause, "pause"
 		}
-		if err := op(ctx, x); err != nil {
-			return true, fmt.Errorf("%s the %s %s of bastion session: %w", verb, roles[x], x, err)
+		if err := op(ctx, x.ID); err != nil {
+			return true, fmt.Errorf("%s the %s %s of bastion session: %w", verb, x.Labels[rules.LabelRole], x.ID, err)
 		}
 	}
 	return true, nil

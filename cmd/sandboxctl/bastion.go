@@ -138,14 +138,3 @@ func pausePair(ctx context.Context, b openedBackend, id string, pause bool) (boo
 	}
 	return b.Provider.ResumePair(ctx, id)
 }
-
-// refuseBastionSnapshot refuses a snapshot of one half of a bastion pair: it
-// would restore as a sandbox without its other half.
-func refuseBastionSnapshot(ctx context.Context, eng engine.Engine, id string) error {
-	info, err := eng.Get(ctx, id)
-	if err != nil || info.Labels[rules.LabelRole] == "" {
-		return nil
-	}
-	return fmt.Errorf("sandbox %s is the %s of bastion session %s: a snapshot of one half is refused (%w); pause the pair instead",
-		id, info.Labels[rules.LabelRole], info.Labels[rules.LabelSession], engine.ErrUnsupported)
-}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
 
@@ -234,7 +235,7 @@ type snapshotView struct {
 
 func snapshotRun(o *IDOptions) error {
 	return withBackend(o.Ctx, o.Factory, func(ctx context.Context, b openedBackend) (snapshotView, error) {
-		if err := refuseBastionSnapshot(ctx, b.Engine, o.ID); err != nil {
+		if err := b.Provider.RefuseBastion(ctx, o.ID, provider.OpSnapshot); err != nil {
 			return snapshotView{}, err
 		}
 		o.Factory.progress("snapshotting %s", o.ID)

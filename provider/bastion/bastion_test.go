@@ -16,10 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
+	"github.com/proliferate-ai/sandbox-mcp/rules"
 )
 
 // sandboxMCP is the sandbox-mcp binary the engine binds into every sandbox.
@@ -40,6 +43,18 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	if code == 0 {
+		// Idle keep-alive connections of the tests' HTTP clients end on their
+		// own, and so does the Modal SDK's command router connection with its
+		// gRPC callback serializer (provider/modal/modalserver's TestMain);
+		// anything else still running (a watcher, a served listener) is a leak.
+		if err := goleak.Find(goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run")); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
@@ -51,16 +66,15 @@ func randomHex(t testing.TB, n int) string {
 	return hex.EncodeToString(b)
 }
 
-// requireEngine skips, saying why, where the local engine cannot isolate.
+// requireEngine skips, saying why, where the local engine cannot isolate; a
+// program missing fails under $CI, which installs them (testutil.NeedCommand).
 func requireEngine(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("a bastion session runs two isolated sandboxes of the local engine, which need root on the host")
 	}
 	for _, prog := range []string{"runc", "git", "curl", "ip", "python3"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			t.Skipf("%s is not installed: the bastion test needs it", prog)
-		}
+		testutil.NeedCommand(t, prog, "the bastion tests run the pair on the local engine")
 	}
 }
 
@@ -159,14 +173,11 @@ func serveLLM(t testing.TB, addr string) (string, func() []string) {
 	}
 }
 
-// newProvider is the one provider over a local engine of the test's own.
+// newProvider is the one provider over a local engine of the test's own
+// (isolatedEngine: whatever a failing test leaves is removed at its end).
 func newProvider(t testing.TB) (*provider.Provider, *local.Engine) {
 	t.Helper()
-	eng, err := local.NewEngine(local.EngineOptions{DataDir: filepath.Join(t.TempDir(), "data"), SandboxMCP: sandboxMCP})
-	if err != nil {
-		t.Skipf("the local engine does not isolate here: %v", err)
-	}
-	t.Cleanup(func() { eng.Close() })
+	eng := isolatedEngine(t)
 	p, err := provider.New(eng, provider.Options{Kind: provider.KindLocal, SidecarTimeout: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -226,4 +237,34 @@ func waitGone(t testing.TB, eng engine.Engine, id string) bool {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return false
+}
+
+// TestBastionCreateFailsClean: a create that fails once both halves exist
+// (here the controller cannot clone) leaves no sandbox and no volume of its
+// own making.
+func TestBastionCreateFailsClean(t *testing.T) {
+	requireEngine(t)
+	p, eng := newProvider(t)
+	session := "bastion-" + randomHex(t, 4)
+	_, err := p.CreateBastion(t.Context(), provider.CreateOptions{SessionID: session},
+		provider.BastionOptions{PlatformToken: "plat-" + randomHex(t, 8), RepoURL: "http://127.0.0.1:1/nope.git"})
+	if err == nil || !strings.Contains(err.Error(), "clone") {
+		t.Fatalf("CreateBastion with an unreachable repository = %v, want the clone's failure", err)
+	}
+	infos, err := eng.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		t.Errorf("sandbox %s (%s) left after the failed create", in.ID, in.State)
+	}
+	vols, err := eng.ListVolumes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vols {
+		if v.Labels[rules.LabelSession] == session {
+			t.Errorf("volume %s left after the failed create", v.Name)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package bastion_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -55,11 +56,14 @@ var targets = []target{
 // isolatedEngine is a local engine of the test's own for a local server to
 // run on, with sandbox-mcp bound in; every sandbox and volume it made is
 // removed at the end.
-func isolatedEngine(t *testing.T) *local.Engine {
+func isolatedEngine(t testing.TB) *local.Engine {
 	t.Helper()
 	eng, err := local.NewEngine(local.EngineOptions{DataDir: filepath.Join(t.TempDir(), "data"), SandboxMCP: sandboxMCP})
-	if err != nil {
+	if errors.Is(err, engine.ErrNotIsolated) {
 		t.Skipf("the local engine does not isolate here: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("local.NewEngine: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

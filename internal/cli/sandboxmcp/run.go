@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		}
 		return runMCP(ctx, args[1:], getenv, stdin, stdout, stderr)
 	case "bastion", "relay": // a bastion session's halves (bastion.go)
-		return runBastionCommand(ctx, args, getenv, stderr)
+		return runBastionCommand(ctx, args, getenv, stdout, stderr)
 	case "version", "--version", "-version":
 		writeVersion(stdout)
 		return 0

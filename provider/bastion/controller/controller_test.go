@@ -27,9 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // agent's ports without one, forwards with one through the relay, and its
 // gate answers on the socket.
 func TestRun(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
+	testutil.NeedCommand(t, "git", "the git gate runs it")
 	dir := t.TempDir()
 	ws := filepath.Join(dir, "ws")
 	if out, err := exec.Command("git", "init", "-q", "-b", "main", ws).CombinedOutput(); err != nil {

@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,11 +44,11 @@ func ParsePreamble(line string) (int, error) {
 	if len(line) > rules.BastionRelayMaxPreamble {
 		return 0, errors.New("preamble is too long")
 	}
-	rest, ok := cutSuffix(line, "\n")
+	rest, ok := strings.CutSuffix(line, "\n")
 	if !ok {
 		return 0, errors.New("preamble does not end with a newline")
 	}
-	ps, ok := cutPrefix(rest, "port ")
+	ps, ok := strings.CutPrefix(rest, "port ")
 	if !ok {
 		return 0, errors.New(`preamble does not start with "port "`)
 	}
@@ -68,20 +69,6 @@ func ParsePreamble(line string) (int, error) {
 
 // Preamble is the line that asks the relay for port.
 func Preamble(port int) string { return "port " + strconv.Itoa(port) + "\n" }
-
-func cutPrefix(s, p string) (string, bool) {
-	if len(s) >= len(p) && s[:len(p)] == p {
-		return s[len(p):], true
-	}
-	return s, false
-}
-
-func cutSuffix(s, x string) (string, bool) {
-	if len(s) >= len(x) && s[len(s)-len(x):] == x {
-		return s[:len(s)-len(x)], true
-	}
-	return s, false
-}
 
 // Dial connects to port of the agent through the relay listening on socket.
 func Dial(ctx context.Context, socket string, port int) (net.Conn, error) {

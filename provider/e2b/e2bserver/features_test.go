@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -251,6 +252,12 @@ func TestPortHosts(t *testing.T) {
 	t.Cleanup(func() { _ = c.Kill(context.Background(), priv.SandboxID) })
 	if priv.TrafficAccessToken == "" {
 		t.Fatalf("create with allowPublicTraffic false = %+v, want a traffic access token", priv)
+	}
+	// A loopback port forward cannot ask for the token: refused, naming the way.
+	var ae *e2bwire.APIError
+	if u, err := c.PortURL(t.Context(), priv.SandboxID, 8080); !errors.As(err, &ae) || ae.Status != http.StatusForbidden ||
+		!strings.Contains(ae.Message, "allowPublicTraffic false") {
+		t.Errorf("PortURL of a private sandbox = %q, %v; want a 403 naming allowPublicTraffic", u, err)
 	}
 	pe := c.Envd(priv)
 	if _, err := pe.Start(t.Context(), e2b.StartOptions{Cmd: "/bin/bash", Args: []string{"-c", "cd /tmp && echo private > index.html && exec python3 -m http.server 8080 --bind 127.0.0.1"}}); err != nil {
