@@ -254,7 +254,10 @@ func TestV2SlowViewerDoesNotGrowMemory(t *testing.T) {
 			t.Errorf("fast viewer stalled between samples %d and %d: %v", i-2, i, received)
 		}
 	}
-	t.Logf("heap base %d KiB peak %d KiB; fast viewer got %d MB", base>>10, peak>>10, fast.n>>20)
+	fast.mu.Lock()
+	got := fast.n
+	fast.mu.Unlock()
+	t.Logf("heap base %d KiB peak %d KiB; fast viewer got %d MB", base>>10, peak>>10, got>>20)
 
 	// The slow viewer was left behind, not wedged: once it reads, it skips
 	// ahead (its offsets jump) and gets the end of the output.
