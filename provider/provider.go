@@ -416,23 +416,34 @@ func (p *Provider) Sidecar(ctx context.Context, sandboxID string) (url, token st
 	if err != nil {
 		return "", "", err
 	}
+	token, envURL, err := p.sidecarEnv(ctx, sandboxID)
+	if err != nil {
+		return "", "", err
+	}
+	if p.caps.Isolated {
+		url, err = p.portURL(ctx, info, PortSandboxMCP)
+	} else {
+		url = envURL
+	}
+	if url == "" && err == nil {
+		err = fmt.Errorf("sandbox %s: no URL reaches its sidecar's port %d", sandboxID, PortSandboxMCP)
+	}
+	return url, token, err
+}
+
+// sidecarEnv reads the sidecar's token and URL from a sandbox's environment.
+func (p *Provider) sidecarEnv(ctx context.Context, sandboxID string) (token, url string, err error) {
 	res, _, err := p.run(ctx, sandboxID, engine.ExecRequest{Argv: []string{"printenv", EnvSandboxMCPAuthToken, rules.EnvSidecarURL},
 		Timeout: 30 * time.Second})
 	if err != nil {
 		return "", "", fmt.Errorf("read the sidecar token of sandbox %s: %w", sandboxID, err)
 	}
 	lines := strings.Split(strings.TrimRight(res.Stdout, "\n"), "\n")
-	token = lines[0]
-	if token == "" {
+	if lines[0] == "" {
 		return "", "", fmt.Errorf("sandbox %s has no %s in its environment (was it created by this provider?)", sandboxID, EnvSandboxMCPAuthToken)
 	}
-	if p.caps.Isolated {
-		url, err = p.portURL(ctx, info, PortSandboxMCP)
-	} else if len(lines) > 1 {
+	if len(lines) > 1 {
 		url = lines[1]
 	}
-	if url == "" && err == nil {
-		err = fmt.Errorf("sandbox %s: no URL reaches its sidecar's port %d", sandboxID, PortSandboxMCP)
-	}
-	return url, token, err
+	return lines[0], url, nil
 }

@@ -110,6 +110,26 @@ func (p *Provider) agentProvider() *Provider {
 	return &a
 }
 
+// SidecarClient is Sidecar with the HTTP client that reaches the URL. For a
+// bastion agent, which has no port of its own, the URL is the engine's way in
+// (DialPort) and only the client returned reaches it; for any other sandbox
+// it is Sidecar's and the client is nil (the engine's port client, or any).
+func (p *Provider) SidecarClient(ctx context.Context, sandboxID string) (url, token string, hc *http.Client, err error) {
+	info, err := p.running(ctx, sandboxID)
+	if err != nil {
+		return "", "", nil, err
+	}
+	if info.Labels[rules.LabelRole] != rules.RoleAgent || !p.caps.DialPort {
+		url, token, err = p.Sidecar(ctx, sandboxID)
+		return url, token, nil, err
+	}
+	if token, _, err = p.sidecarEnv(ctx, sandboxID); err != nil {
+		return "", "", nil, err
+	}
+	// No overall timeout: the terminal's WebSocket lives as long as the user wants.
+	return dialURL(sandboxID, PortSandboxMCP), token, &http.Client{Transport: p.agentProvider().hc.Transport}, nil
+}
+
 // BastionUnsupportedError refuses a bastion session on an engine that cannot
 // link two sandboxes through a socket of a shared volume: it lacks volumes,
 // detached processes, isolation or DialPort.

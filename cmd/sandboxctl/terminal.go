@@ -33,13 +33,14 @@ type TerminalOptions struct {
 func NewCmdTerminal(f *Factory, runF func(*TerminalOptions) error) *cobra.Command {
 	o := &TerminalOptions{Factory: f}
 	cmd := &cobra.Command{
-		Use:   "terminal ID|URL",
+		Use:   "terminal ID|SESSION|URL",
 		Short: "Attach an interactive terminal to a sandbox's sidecar (or any sandbox-mcp URL)",
 		Example: "  sandboxctl terminal \"$ID\"\n" +
 			"  sandboxctl terminal --token \"$TOKEN\" \"$PROLIFERATE_SANDBOX_MCP_URL\"",
 		Long: "Open the sidecar's terminal WebSocket (/api/terminal, protocol v1): a bash on a PTY\n" +
 			"in the workspace. With a terminal on stdin it runs in raw mode and follows window\n" +
-			"resizes. A URL (http://HOST:PORT) attaches to any sandbox-mcp; its token comes from\n" +
+			"resizes. A bastion session's id attaches to its agent sandbox, through the engine.\n" +
+			"A URL (http://HOST:PORT) attaches to any sandbox-mcp; its token comes from\n" +
 			"--token or $SANDBOX_MCP_AUTH_TOKEN.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -60,18 +61,19 @@ func terminalRun(o *TerminalOptions) error {
 			return err
 		}
 		defer b.close()
-		if b.Sidecar == nil {
+		if b.Provider == nil {
 			return errorf("provider %s cannot tell a sandbox's sidecar URL; give the URL", f.provider)
 		}
-		u, tok, err := b.Sidecar(o.Ctx, url)
+		// A bastion session's id is its agent's terminal, reached through the engine.
+		u, tok, dhc, err := b.Provider.SidecarClient(o.Ctx, resolveSandbox(o.Ctx, b.Engine, url))
 		if err != nil {
 			return err
 		}
-		url = u
+		url, hc = u, dhc
 		if token == "" {
 			token = tok
 		}
-		if pc, ok := b.Engine.(engine.PortClienter); ok {
+		if pc, ok := b.Engine.(engine.PortClienter); ok && hc == nil {
 			hc = pc.PortClient() // the engine's tunnels may need its certificate (Modal's)
 		}
 	}
