@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,10 +63,10 @@ func (m *Manager) lockLaunch(exclusive bool) (func(), error) {
 
 // orphanProc is a process that carries an instance marker of this state dir.
 type orphanProc struct {
-	pid, pgid int
-	start     uint64
-	monitor   bool // carries monitorEnv: it is the run's monitor
-	cmdline   string
+	pid, ppid, pgid int
+	start           uint64
+	monitor         bool // carries monitorEnv: it is the run's monitor
+	cmdline         string
 }
 
 // markedProcs lists the live processes (other than this one) whose
@@ -106,7 +107,7 @@ func markedProcs(prefix string) map[string][]orphanProc {
 			continue
 		}
 		cl, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		out[id] = append(out[id], orphanProc{pid: pid, pgid: st.PGID, start: st.Start, monitor: isMon,
+		out[id] = append(out[id], orphanProc{pid: pid, ppid: st.PPID, pgid: st.PGID, start: st.Start, monitor: isMon,
 			cmdline: strings.TrimSpace(string(bytes.ReplaceAll(cl, []byte{0}, []byte{' '})))})
 	}
 	return out
@@ -138,61 +139,68 @@ func (m *Manager) sweepOrphans() {
 			claimed[r.Instance] = true
 		}
 	}
-	// First the monitors, so none of them starts a process behind the
-	// sweep's back: a SIGKILL pending stops a fork half-way, and once the
-	// monitor is dead everything it started is visible and stays put.
-	var monitors []orphanProc
-	marked := markedProcs(m.prefix)
-	for id, procs := range marked {
-		if claimed[id] {
-			continue
-		}
-		for _, p := range procs {
-			if p.monitor {
-				m.log.Warn("stopping the monitor of an unrecorded run", "instance", id, "pid", p.pid)
-				_ = syscall.Kill(p.pid, syscall.SIGKILL)
-				monitors = append(monitors, p)
-			}
-		}
-	}
-	if len(monitors) > 0 {
-		deadline := time.Now().Add(2 * time.Second)
-		for _, p := range monitors {
-			waitDead(p.pid, p.start, time.Until(deadline))
-		}
-		// A killed monitor may have started a run's group leader after
-		// the first scan. Without a monitor no new run can appear (a launch
-		// holds launch.lock shared until its ack), and a child forked since
-		// carries the marker killTree finds it by, so the first scan stands
-		// and a start-up reads every /proc/<pid>/environ once, not twice.
-		marked = markedProcs(m.prefix)
-	}
+	// First the monitors stop (SIGSTOP): a stopped monitor forks nothing
+	// behind the sweep's back, and stays the child subreaper of what its run
+	// left, so a process that cleared its environment (env -i) after its
+	// group's leader died is still found, as its descendant. Each run is then
+	// stopped with its monitor as the root of its tree, the monitor last.
 	var wg sync.WaitGroup
-	for id, procs := range marked {
+	for id, procs := range markedProcs(m.prefix) {
 		if claimed[id] {
 			continue
 		}
 		t := target{instance: id}
 		pids := make([]int, 0, len(procs))
 		cmds := make([]string, 0, len(procs))
+		var monitors []orphanProc
 		for _, p := range procs {
 			pids = append(pids, p.pid)
 			cmds = append(cmds, p.cmdline)
-			if p.pid == p.pgid && !p.monitor {
+			switch {
+			case p.monitor:
+				_ = syscall.Kill(p.pid, syscall.SIGSTOP)
+				monitors = append(monitors, p)
+			case p.pid == p.pgid:
 				t.pgid, t.pgidStart = p.pid, p.start
+			}
+		}
+		// A monitor's child between fork and exec carries the monitor's marker
+		// too; the monitor is the one whose parent is not one of them.
+		for _, p := range monitors {
+			if !slices.ContainsFunc(monitors, func(q orphanProc) bool { return q.pid == p.ppid }) {
+				t.monitor, t.monStart = p.pid, p.start
 			}
 		}
 		m.log.Warn("stopping orphaned processes of an unrecorded run", "instance", id, "pids", pids, "commands", cmds)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if t.monitor != 0 {
+				waitStopped(t.monitor, t.monStart, 2*time.Second)
+			}
 			if err := killTree(context.Background(), t, syscall.SIGTERM, sweepGrace); err != nil {
 				m.log.Error("stop orphaned processes", "instance", id, "err", err)
+			}
+			for _, p := range monitors {
+				_ = syscall.Kill(p.pid, syscall.SIGKILL)
+			}
+			for _, p := range monitors {
+				waitDead(p.pid, p.start, 2*time.Second)
 			}
 			os.Remove(m.exitFile(id))
 		}()
 	}
 	wg.Wait()
+}
+
+// waitStopped polls until pid (started at start) is stopped or gone, at most d.
+func waitStopped(pid int, start uint64, d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		st, err := procfs.ReadStat(pid)
+		if err != nil || st.Start != start || st.State == 'T' || st.State == 'Z' {
+			return
+		}
+	}
 }
 
 // waitDead polls until pid (started at start) is gone or a zombie, at most d.
