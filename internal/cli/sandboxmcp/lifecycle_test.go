@@ -41,8 +41,10 @@ func leftovers(stateDir, tag string, except ...int) []string {
 		}
 		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
 		cl, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if bytes.Contains(env, envMark) || bytes.Contains(cl, []byte(tag)) {
-			out = append(out, fmt.Sprintf("%d %q", pid, bytes.ReplaceAll(cl, []byte{0}, []byte{' '})))
+		if marked := bytes.Contains(env, envMark); marked || bytes.Contains(cl, []byte(tag)) {
+			// What the sweep sees of it: its parent, group, state and marker.
+			out = append(out, fmt.Sprintf("%d %q (stat %s; marked %v)", pid, bytes.ReplaceAll(cl, []byte{0}, []byte{' '}),
+				bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+2:])[:4], marked))
 		}
 	}
 	sort.Strings(out)
