@@ -94,14 +94,15 @@ func compromisedAgent(t *testing.T, tc target) {
 	llmKey := "sk-ant-api03-" + randomHex(t, 20)
 	remote := serveGit(t, addr, gitToken)
 	llmURL, llmKeys := serveLLM(t, addr)
-	env := tc.start(t)
+	env := tc.start(t, strings.TrimPrefix(llmURL, "http://"))
 	p, eng := env.p, env.eng
 	s := &pair{p: p, eng: eng, hc: env.hc, portHost: env.portHost, session: "bastion-" + randomHex(t, 4), platform: "plat-" + randomHex(t, 16)}
-	secrets := map[string]string{"platform token": s.platform, "git token": gitToken}
-	var spec engine.Spec
-	if tc.secrets {
-		spec.Secrets = []engine.Secret{{Name: "ANTHROPIC_API_KEY", Value: llmKey, Hosts: []string{addr}}}
-		secrets["LLM key"] = llmKey
+	secrets := map[string]string{"platform token": s.platform, "git token": gitToken, "LLM key": llmKey}
+	spec := engine.Spec{Secrets: []engine.Secret{{Name: "ANTHROPIC_API_KEY", Value: llmKey, Hosts: []string{addr}}}}
+	if env.gw != nil {
+		// The agent's one way to the gateway: its engine's proxy, which
+		// reaches the gateway's address (the host's own) and nothing else.
+		spec.EgressHosts = []string{env.gw.IP}
 	}
 	start := time.Now()
 	res, err := p.CreateBastion(t.Context(), provider.CreateOptions{SessionID: s.session, Spec: spec},
@@ -116,9 +117,12 @@ func compromisedAgent(t *testing.T, tc target) {
 
 	checkShape(t, s)
 	legitimate(t, s, remote)
-	if tc.secrets {
-		llmCall(t, s, llmURL, llmKeys, llmKey)
+	if env.gw != nil {
+		if err := env.gw.StartRelay(t.Context(), eng, res.AgentID); err != nil {
+			t.Fatalf("the agent's relay to the egress gateway: %v", err)
+		}
 	}
+	llmCall(t, s, llmURL, llmKeys, llmKey)
 	hostile(t, s, remote, secrets)
 	pausePair(t, s)
 
