@@ -117,12 +117,7 @@ func compromisedAgent(t *testing.T, tc target) {
 
 	checkShape(t, s)
 	legitimate(t, s, remote)
-	if env.gw != nil {
-		if err := env.gw.StartRelay(t.Context(), eng, res.AgentID); err != nil {
-			t.Fatalf("the agent's relay to the egress gateway: %v", err)
-		}
-	}
-	llmCall(t, s, llmURL, llmKeys, llmKey)
+	llmCall(t, s, env.gw, llmURL, llmKeys, llmKey)
 	hostile(t, s, remote, secrets)
 	pausePair(t, s)
 
@@ -269,18 +264,6 @@ func legitimate(t *testing.T, s *pair, remote gitRemote) {
 	}
 	if got := git(t, remote.bare, "rev-parse", "refs/heads/main"); got != remote.main {
 		t.Errorf("remote main = %s, want it untouched at %s", got, remote.main)
-	}
-}
-
-// llmCall: an LLM call from the agent arrives upstream with the real key.
-func llmCall(t *testing.T, s *pair, llmURL string, llmKeys func() []string, llmKey string) {
-	t.Helper()
-	out, code := sh(t, s.eng, s.res.AgentID, `curl -sS --max-time 30 -H "x-api-key: $ANTHROPIC_API_KEY" `+llmURL+`/v1/messages`)
-	if code != 0 || out != `{"content":"hi"}` {
-		t.Errorf("LLM call from the agent = %d %q", code, out)
-	}
-	if keys := llmKeys(); !slices.Contains(keys, llmKey) {
-		t.Errorf("the upstream got keys %q, want the real one", keys)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bserver"
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
+	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway"
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway/gatewaytest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
@@ -73,6 +75,35 @@ func llmGateway(t *testing.T, llm string) *gatewaytest.Served {
 		var d net.Dialer
 		return d.DialContext(ctx, network, addr)
 	}})
+}
+
+// llmCall: an LLM call from the agent arrives upstream with the real key;
+// where the target has a gateway (gw), through it: the agent's relay started
+// first, the swap counted for the agent's registration.
+func llmCall(t *testing.T, s *pair, gw *gatewaytest.Served, llmURL string, llmKeys func() []string, llmKey string) {
+	t.Helper()
+	if gw != nil {
+		if err := gw.StartRelay(t.Context(), s.eng, s.res.AgentID); err != nil {
+			t.Fatalf("the agent's relay to the egress gateway: %v", err)
+		}
+	}
+	out, code := sh(t, s.eng, s.res.AgentID, `curl -sS --max-time 30 -H "x-api-key: $ANTHROPIC_API_KEY" `+llmURL+`/v1/messages`)
+	if code != 0 || out != `{"content":"hi"}` {
+		t.Errorf("LLM call from the agent = %d %q", code, out)
+	}
+	if keys := llmKeys(); !slices.Contains(keys, llmKey) {
+		t.Errorf("the upstream got keys %q, want the real one", keys)
+	}
+	if gw == nil {
+		return
+	}
+	info, err := s.eng.Get(t.Context(), s.res.AgentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := gw.Gateway.Counters(info.Labels[gateway.LabelKey]); err != nil || c.Swapped == 0 {
+		t.Errorf("the gateway's counters of the agent = %+v, %v; want its placeholder swapped", c, err)
+	}
 }
 
 // isolatedEngine is a local engine of the test's own for a local server to
