@@ -94,14 +94,15 @@ func compromisedAgent(t *testing.T, tc target) {
 	llmKey := "sk-ant-api03-" + randomHex(t, 20)
 	remote := serveGit(t, addr, gitToken)
 	llmURL, llmKeys := serveLLM(t, addr)
-	env := tc.start(t)
+	env := tc.start(t, strings.TrimPrefix(llmURL, "http://"))
 	p, eng := env.p, env.eng
 	s := &pair{p: p, eng: eng, hc: env.hc, portHost: env.portHost, session: "bastion-" + randomHex(t, 4), platform: "plat-" + randomHex(t, 16)}
-	secrets := map[string]string{"platform token": s.platform, "git token": gitToken}
-	var spec engine.Spec
-	if tc.secrets {
-		spec.Secrets = []engine.Secret{{Name: "ANTHROPIC_API_KEY", Value: llmKey, Hosts: []string{addr}}}
-		secrets["LLM key"] = llmKey
+	secrets := map[string]string{"platform token": s.platform, "git token": gitToken, "LLM key": llmKey}
+	spec := engine.Spec{Secrets: []engine.Secret{{Name: "ANTHROPIC_API_KEY", Value: llmKey, Hosts: []string{addr}}}}
+	if env.gw != nil {
+		// The agent's one way to the gateway: its engine's proxy, which
+		// reaches the gateway's address (the host's own) and nothing else.
+		spec.EgressHosts = []string{env.gw.IP}
 	}
 	start := time.Now()
 	res, err := p.CreateBastion(t.Context(), provider.CreateOptions{SessionID: s.session, Spec: spec},
@@ -116,9 +117,7 @@ func compromisedAgent(t *testing.T, tc target) {
 
 	checkShape(t, s)
 	legitimate(t, s, remote)
-	if tc.secrets {
-		llmCall(t, s, llmURL, llmKeys, llmKey)
-	}
+	llmCall(t, s, env.gw, llmURL, llmKeys, llmKey)
 	hostile(t, s, remote, secrets)
 	pausePair(t, s)
 
@@ -265,18 +264,6 @@ func legitimate(t *testing.T, s *pair, remote gitRemote) {
 	}
 	if got := git(t, remote.bare, "rev-parse", "refs/heads/main"); got != remote.main {
 		t.Errorf("remote main = %s, want it untouched at %s", got, remote.main)
-	}
-}
-
-// llmCall: an LLM call from the agent arrives upstream with the real key.
-func llmCall(t *testing.T, s *pair, llmURL string, llmKeys func() []string, llmKey string) {
-	t.Helper()
-	out, code := sh(t, s.eng, s.res.AgentID, `curl -sS --max-time 30 -H "x-api-key: $ANTHROPIC_API_KEY" `+llmURL+`/v1/messages`)
-	if code != 0 || out != `{"content":"hi"}` {
-		t.Errorf("LLM call from the agent = %d %q", code, out)
-	}
-	if keys := llmKeys(); !slices.Contains(keys, llmKey) {
-		t.Errorf("the upstream got keys %q, want the real one", keys)
 	}
 }
 

@@ -3,15 +3,21 @@ package bastion_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bserver"
+	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
+	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway"
+	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway/gatewaytest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/provider/local"
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal"
@@ -23,13 +29,10 @@ import (
 // provider's own engine (its protocol, its tunnels, its volumes).
 type target struct {
 	name string
-	// start makes the provider and the engine it drives, or skips.
-	start func(t *testing.T) setup
-	// secrets: the agent's Spec.Secrets reach their upstream with the real
-	// value. On the local engine the shim's egress proxy swaps them; the
-	// local Modal and E2B servers need the egress gateway for that, which this
-	// test does not wire (provider/egress/gateway's own tests do).
-	secrets bool
+	// start makes the provider and the engine it drives, or skips; llm is
+	// the test's LLM server (host:port), the one upstream of the agent's
+	// Spec.Secrets.
+	start func(t *testing.T, llm string) setup
 }
 
 // setup is a target started: the provider, the engine it drives, a client
@@ -41,16 +44,66 @@ type setup struct {
 	eng      engine.Engine
 	hc       *http.Client
 	portHost func(t *testing.T, id string, port int, path string) *http.Request
+	// gw carries the agent's Spec.Secrets where the engine's own proxy does
+	// not (the local servers: their engine adapters are given its
+	// gateway.Engine); nil on the local engine, whose shim's egress proxy
+	// swaps them.
+	gw *gatewaytest.Served
 }
 
 // targets are the engines TestBastionCompromisedAgent runs on.
 var targets = []target{
-	{name: "local", secrets: true, start: func(t *testing.T) setup {
+	{name: "local", start: func(t *testing.T, _ string) setup {
 		p, eng := newProvider(t)
 		return setup{p: p, eng: eng, hc: &http.Client{Timeout: 30 * time.Second}}
 	}},
 	{name: "modal-local-server", start: startModal},
 	{name: "e2b-local-server", start: startE2B},
+}
+
+// llmGateway is the egress gateway of the local servers' agents (gatewaytest:
+// served on the host's address, reached through a relay in the sandbox): its
+// proxies dial nothing but llm, the test's LLM server (host:port), so the
+// gateway opens no other way out of the agent.
+func llmGateway(t *testing.T, llm string) *gatewaytest.Served {
+	t.Helper()
+	testutil.NeedCommand(t, "node", "the agent's relay to the egress gateway runs the host's node")
+	return gatewaytest.Serve(t, egress.Config{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr != llm {
+			return nil, fmt.Errorf("the test's gateway dials only the LLM server %s, not %s", llm, addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}})
+}
+
+// llmCall: an LLM call from the agent arrives upstream with the real key;
+// where the target has a gateway (gw), through it: the agent's relay started
+// first, the swap counted for the agent's registration.
+func llmCall(t *testing.T, s *pair, gw *gatewaytest.Served, llmURL string, llmKeys func() []string, llmKey string) {
+	t.Helper()
+	if gw != nil {
+		if err := gw.StartRelay(t.Context(), s.eng, s.res.AgentID); err != nil {
+			t.Fatalf("the agent's relay to the egress gateway: %v", err)
+		}
+	}
+	out, code := sh(t, s.eng, s.res.AgentID, `curl -sS --max-time 30 -H "x-api-key: $ANTHROPIC_API_KEY" `+llmURL+`/v1/messages`)
+	if code != 0 || out != `{"content":"hi"}` {
+		t.Errorf("LLM call from the agent = %d %q", code, out)
+	}
+	if keys := llmKeys(); !slices.Contains(keys, llmKey) {
+		t.Errorf("the upstream got keys %q, want the real one", keys)
+	}
+	if gw == nil {
+		return
+	}
+	info, err := s.eng.Get(t.Context(), s.res.AgentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := gw.Gateway.Counters(info.Labels[gateway.LabelKey]); err != nil || c.Swapped == 0 {
+		t.Errorf("the gateway's counters of the agent = %+v, %v; want its placeholder swapped", c, err)
+	}
 }
 
 // isolatedEngine is a local engine of the test's own for a local server to
@@ -102,8 +155,9 @@ func serve(t *testing.T, serve func(net.Listener) error, stop func()) string {
 // startModal is the Modal provider over the local Modal server (the base
 // image's RUN steps skipped: the sandboxes run on the host's userland, as on
 // the local engine), the SDK pointed at it through the environment.
-func startModal(t *testing.T) setup {
+func startModal(t *testing.T, llm string) setup {
 	t.Helper()
+	gw := llmGateway(t, llm)
 	eng := isolatedEngine(t)
 	tok := modalserver.Token{ID: "ak-bastion", Secret: "as-bastion"}
 	srv, err := modalserver.New(modalserver.Options{Engine: eng, SkipRunSteps: true, Token: tok})
@@ -117,7 +171,7 @@ func startModal(t *testing.T) setup {
 	}
 	env := map[string]string{"MODAL_TOKEN_ID": tok.ID, "MODAL_TOKEN_SECRET": tok.Secret, "MODAL_APP_NAME": "bastion-test"}
 	getenv := func(k string) string { return env[k] }
-	me := modal.NewEngine(modal.Options{Getenv: getenv, TLS: srv.TLSConfig()})
+	me := modal.NewEngine(modal.Options{Getenv: getenv, TLS: srv.TLSConfig(), Gateway: gw.Engine})
 	t.Cleanup(func() { me.Close() })
 	p, err := provider.New(me, provider.Options{Kind: provider.KindModal, Getenv: getenv, SidecarTimeout: 2 * time.Minute})
 	if err != nil {
@@ -125,13 +179,14 @@ func startModal(t *testing.T) setup {
 	}
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: srv.TLSConfig()}}
 	t.Cleanup(hc.CloseIdleConnections)
-	return setup{p: p, eng: me, hc: hc}
+	return setup{p: p, eng: me, hc: hc, gw: gw}
 }
 
 // startE2B is the E2B provider over the local E2B server (template base: the
 // engine's default root), its ports through the server's local tunnels.
-func startE2B(t *testing.T) setup {
+func startE2B(t *testing.T, llm string) setup {
 	t.Helper()
+	gw := llmGateway(t, llm)
 	eng := isolatedEngine(t)
 	const key = "e2b_0123456789abcdef0123456789abcdef01234567"
 	srv, err := e2bserver.New(e2bserver.Options{Engine: eng, APIKey: key, Egress: true, Templates: map[string]string{"base": ""}})
@@ -145,7 +200,7 @@ func startE2B(t *testing.T) setup {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ee, err := e2b.NewEngine(c, e2b.EngineOptions{Template: "base", LocalTunnels: true, Timeout: 10 * time.Minute})
+	ee, err := e2b.NewEngine(c, e2b.EngineOptions{Template: "base", LocalTunnels: true, Timeout: 10 * time.Minute, Gateway: gw.Engine})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,5 +218,5 @@ func startE2B(t *testing.T) setup {
 		req.Host = e2b.Host(id, port, "localhost")
 		return req
 	}
-	return setup{p: p, eng: ee, hc: hc, portHost: host}
+	return setup{p: p, eng: ee, hc: hc, portHost: host, gw: gw}
 }

@@ -11,7 +11,9 @@
 // (Node) that carries each connection to its loopback port RelayPort through a CONNECT
 // of the engine's proxy to the gateway. The gateway's address (the host's, which the
 // engine refuses unless listed) is the sandbox's EgressHosts entry, its only
-// destination; the adapter's gateway.Engine.Addr is the relay's.
+// destination; the adapter's gateway.Engine.Addr is the relay's. Serve and
+// StartRelay are that gateway and relay alone, for tests of other paths through them
+// (provider/bastion's LLM call from a bastion session's agent).
 package gatewaytest
 
 import (
@@ -70,13 +72,72 @@ net.createServer((c) => {
   c.on("error", () => u.destroy());
 }).listen(+port, "127.0.0.1");`
 
-// Fixture is a gateway on the host's address with an upstream behind it.
-type Fixture struct {
+// Served is a gateway served on the host's non-loopback address until the test ends,
+// and what an adapter is given to reach it from a sandbox of the local servers: the
+// relay's address (StartRelay).
+type Served struct {
 	// Gateway is the gateway; Engine is what the adapter under test is given.
 	Gateway *gateway.Gateway
 	Engine  *gateway.Engine
-	// Addr is the gateway's proxy on the host (host:port), and IP its address.
+	// Addr is the gateway's proxy on the host (host:port), and IP its address: a
+	// sandbox's EgressHosts entry.
 	Addr, IP string
+}
+
+// Serve serves a gateway whose sandboxes' proxies follow proxy (its Secrets and Log
+// are the gateway's to set) on the host's non-loopback address; it skips the test
+// without one, or without node (the relay; the sandboxes of the engine's default root
+// run the host's). Everything stops when the test ends.
+func Serve(t *testing.T, proxy egress.Config) *Served {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("no node for the relay (the sandboxes run the host's)")
+	}
+	ip := testutil.HostIPv4()
+	if ip == "" {
+		t.Skip("no non-loopback IPv4 address to serve the gateway on")
+	}
+	s := &Served{IP: ip, Gateway: gateway.New(gateway.Config{Proxy: proxy})}
+	t.Cleanup(s.Gateway.Close)
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: s.Gateway}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	s.Addr = ln.Addr().String()
+	s.Engine = &gateway.Engine{Registrar: s.Gateway, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(RelayPort))}
+	return s
+}
+
+// StartRelay starts the relay in sandbox id of e (an adapter given s.Engine, which
+// can start detached commands) and waits until it listens on RelayPort.
+func (s *Served) StartRelay(ctx context.Context, e engine.Engine, id string) error {
+	starter, ok := e.(engine.Starter)
+	if !ok {
+		return fmt.Errorf("start the relay: %T starts no detached commands", e)
+	}
+	if _, err := starter.StartDetached(ctx, id, engine.ExecRequest{Argv: []string{"node", "-e", relayJS,
+		strconv.Itoa(RelayPort), s.Addr, strconv.Itoa(rules.PortEgressProxy)}}); err != nil {
+		return fmt.Errorf("start the relay: %w", err)
+	}
+	var out bytes.Buffer
+	wait := fmt.Sprintf("for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/%d) 2>/dev/null && exit 0; sleep 0.1; done; exit 1", RelayPort)
+	code, err := e.Exec(ctx, id, engine.ExecRequest{Argv: []string{"bash", "-c", wait}, Stdout: &out, Stderr: &out, Timeout: time.Minute})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit code %d: %s", code, out.String())
+	}
+	if err != nil {
+		return fmt.Errorf("wait for the relay to listen on %d: %w", RelayPort, err)
+	}
+	return nil
+}
+
+// Fixture is a gateway on the host's address with an upstream behind it.
+type Fixture struct {
+	*Served
 
 	upPort string
 	got    chan string
@@ -96,11 +157,10 @@ func Start(t *testing.T) *Fixture {
 			t.Skipf("no %s (the sandboxes run the host's)", prog)
 		}
 	}
-	ip := testutil.HostIPv4()
-	if ip == "" {
+	if testutil.HostIPv4() == "" {
 		t.Skip("no non-loopback IPv4 address to serve the gateway on")
 	}
-	f := &Fixture{IP: ip, got: make(chan string, 16)}
+	f := &Fixture{got: make(chan string, 16)}
 	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.got <- r.Header.Get("X-Api-Key")
 		io.WriteString(w, "echo "+r.Header.Get("X-Api-Key"))
@@ -109,7 +169,7 @@ func Start(t *testing.T) *Fixture {
 	_, f.upPort, _ = net.SplitHostPort(up.Listener.Addr().String())
 	roots := x509.NewCertPool()
 	roots.AddCert(up.Certificate())
-	f.Gateway = gateway.New(gateway.Config{Proxy: egress.Config{RootCAs: roots,
+	f.Served = Serve(t, egress.Config{RootCAs: roots,
 		Lookup: func(context.Context, string) ([]netip.Addr, error) { return []netip.Addr{fakeAddr}, nil },
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			ap, err := netip.ParseAddrPort(addr)
@@ -118,18 +178,7 @@ func Start(t *testing.T) *Fixture {
 			}
 			var d net.Dialer
 			return d.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ap.Port()))))
-		}}})
-	t.Cleanup(f.Gateway.Close)
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: f.Gateway}
-	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close(); <-done })
-	f.Addr = ln.Addr().String()
-	f.Engine = &gateway.Engine{Registrar: f.Gateway, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(RelayPort))}
+		}})
 	return f
 }
 
@@ -180,16 +229,8 @@ func (f *Fixture) Run(t *testing.T, e engine.Engine) {
 		t.Fatalf("HTTPS_PROXY = %q, want the gateway with the sandboxes' credential", proxyURL)
 	}
 
-	starter, ok := e.(engine.Starter)
-	if !ok {
-		t.Fatalf("%T starts no detached commands", e)
-	}
-	if _, err := starter.StartDetached(ctx, info.ID, engine.ExecRequest{Argv: []string{"node", "-e", relayJS,
-		strconv.Itoa(RelayPort), f.Addr, strconv.Itoa(rules.PortEgressProxy)}}); err != nil {
-		t.Fatalf("start the relay: %v", err)
-	}
-	if out, code := sh(fmt.Sprintf("for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/%d) 2>/dev/null && exit 0; sleep 0.1; done; exit 1", RelayPort)); code != 0 {
-		t.Fatalf("the relay did not listen within 10 s: %s", out)
+	if err := f.StartRelay(ctx, e, info.ID); err != nil {
+		t.Fatal(err)
 	}
 
 	out, code := sh(`curl -sS --max-time 30 --cacert "$SSL_CERT_FILE" -H "X-Api-Key: $` + Name + `" https://` + Host + ":" + f.upPort + "/")
