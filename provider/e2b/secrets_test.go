@@ -21,11 +21,11 @@ type recorder struct {
 	live map[string]bool
 }
 
-func (r *recorder) Register(ctx context.Context, id string, s []engine.Secret) (gateway.Registration, error) {
+func (r *recorder) Register(ctx context.Context, id string, s []engine.Secret, ttl time.Duration) (gateway.Registration, error) {
 	r.mu.Lock()
 	r.live[id] = true
 	r.mu.Unlock()
-	return r.Gateway.Register(ctx, id, s)
+	return r.Gateway.Register(ctx, id, s, ttl)
 }
 
 func (r *recorder) Unregister(ctx context.Context, id string) error {
