@@ -4,10 +4,10 @@ package gateway
 // its sandboxes reach the internet without our proxy, in one place for both (Create
 // and Terminate around the adapter's own): without a gateway it refuses them (never
 // degrading them to environment variables); with one it registers the sandbox before
-// it is created, for the sandbox's Timeout and rules.GatewayGrace (Prepare), writes
-// the trust into it and binds the registration to the sandbox's id after (Trust,
-// Registrar.Bind), and ends the credential at terminate, by the sandbox's label or,
-// when the engine no longer reports it, by its id.
+// it is created, for the sandbox's Timeout and rules.GatewayGrace (Prepare), binds
+// the registration to the sandbox's id and writes the trust into it after
+// (Registrar.Bind, Trust), and ends the credential at terminate, by the sandbox's
+// label or, when the engine no longer reports it, by its id.
 
 import (
 	"context"
@@ -129,8 +129,8 @@ func Trust(ctx context.Context, e engine.Engine, id string, reg Registration) er
 // Create is an adapter's Create with the gateway's part around it. Without a gateway
 // (g nil), a spec with secrets is refused (Refuse, naming engineName). With one, the
 // secrets are registered (Prepare), create makes the sandbox of the prepared spec and
-// returns its id, the trust is written into it (Trust) and the registration bound to
-// the id (Registrar.Bind); a failure after Prepare ends the registration again, and
+// returns its id, the registration is bound to the id (Registrar.Bind) and the trust
+// written into it (Trust); a failure after Prepare ends the registration again, and
 // the sandbox too (e.Terminate) once it exists.
 func (g *Engine) Create(ctx context.Context, e engine.Engine, engineName string, spec engine.Spec,
 	create func(context.Context, engine.Spec) (string, error)) (string, error) {
@@ -146,8 +146,10 @@ func (g *Engine) Create(ctx context.Context, e engine.Engine, engineName string,
 	}
 	id, err := create(ctx, spec)
 	if err == nil && reg.Credential != "" {
-		if err = Trust(ctx, e, id, reg); err == nil {
-			err = g.Registrar.Bind(ctx, spec.Labels[LabelKey], id)
+		// Bound first: the engine's file calls of Trust may lengthen the sandbox's
+		// life (Extend), which reaches the credential through the binding.
+		if err = g.Registrar.Bind(ctx, spec.Labels[LabelKey], id); err == nil {
+			err = Trust(ctx, e, id, reg)
 		}
 		if err != nil {
 			_ = e.Terminate(context.WithoutCancel(ctx), id)

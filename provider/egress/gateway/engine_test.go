@@ -231,3 +231,36 @@ func TestTerminateWithoutLabels(t *testing.T) {
 		}
 	}
 }
+
+// lengthening is labeled whose file calls lengthen the sandbox's life, as E2B's
+// connect does, and say so to the gateway (Extend).
+type lengthening struct {
+	labeled
+	ge *Engine
+}
+
+func (l *lengthening) MkdirAll(ctx context.Context, id, p string) error {
+	if err := l.ge.Extend(ctx, id, time.Hour); err != nil {
+		return err
+	}
+	return l.labeled.MkdirAll(ctx, id, p)
+}
+
+// TestCreateBindsBeforeTrust: the registration is bound before the trust's file
+// calls, so a sandbox whose life they lengthen gets a credential as long.
+func TestCreateBindsBeforeTrust(t *testing.T) {
+	s := serve(t)
+	ge := &Engine{Registrar: s.c, Addr: "gw.example.com:8090"}
+	e := &lengthening{labeled: labeled{files: files{root: t.TempDir()}}, ge: ge}
+	spec := engine.Spec{Timeout: 10 * time.Minute, Secrets: []engine.Secret{{Name: "KEY", Value: value, Hosts: []string{"up.test"}}}}
+	id, err := ge.Create(t.Context(), e, "remote", spec, func(context.Context, engine.Spec) (string, error) { return "engine-long", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.g.mu.Lock()
+	b := s.g.bySandbox[id]
+	s.g.mu.Unlock()
+	if want := s.clock.now().Add(Lifetime(time.Hour)); b == nil || !b.deadline.Equal(want) {
+		t.Errorf("after a create whose trust lengthened the sandbox to an hour: binding %+v, want the deadline %v", b, want)
+	}
+}

@@ -136,8 +136,8 @@ func New(c Config) *Gateway {
 	return g
 }
 
-// CheckTTL refuses a registration's lifetime outside [0, rules.MaxGatewayTTL].
-func CheckTTL(ttl time.Duration) error {
+// checkTTL refuses a registration's lifetime outside [0, rules.MaxGatewayTTL].
+func checkTTL(ttl time.Duration) error {
 	if ttl < 0 || ttl > rules.MaxGatewayTTL {
 		return fmt.Errorf("a credential's lifetime of %v is outside 0 (none) to %v; give the sandbox a shorter Timeout", ttl, rules.MaxGatewayTTL)
 	}
@@ -149,7 +149,7 @@ func (g *Gateway) Register(_ context.Context, id string, list []engine.Secret, t
 	if id == "" {
 		return Registration{}, errors.New("register with the gateway: an id is required")
 	}
-	if err := CheckTTL(ttl); err != nil {
+	if err := checkTTL(ttl); err != nil {
 		return Registration{}, fmt.Errorf("register with the gateway: %w", err)
 	}
 	s, err := egress.NewSecrets(list)

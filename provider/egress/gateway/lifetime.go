@@ -87,7 +87,7 @@ func (g *Gateway) UnregisterSandbox(_ context.Context, sandbox string) error {
 
 // Extend implements Registrar.
 func (g *Gateway) Extend(_ context.Context, sandbox string, ttl time.Duration) error {
-	if err := CheckTTL(ttl); err != nil {
+	if err := checkTTL(ttl); err != nil {
 		return fmt.Errorf("extend sandbox %s's credential: %w", sandbox, err)
 	}
 	e := live(g, g.bySandbox, sandbox)
