@@ -295,3 +295,22 @@ func FuzzAdmin(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkSweep is one sweep over 100 000 live registrations (it looks at maxSweep
+// of them), the time the gateway's lock is held per tick.
+func BenchmarkSweep(b *testing.B) {
+	g := New(Config{})
+	defer func() { g.mu.Lock(); g.byID = map[string]*entry{}; g.mu.Unlock(); g.Close() }()
+	deadline := time.Now().Add(time.Hour)
+	g.mu.Lock()
+	for i := range 100_000 {
+		id := "sb-" + strconv.Itoa(i)
+		g.byID[id] = &entry{id: id, deadline: deadline}
+	}
+	g.mu.Unlock()
+	for b.Loop() {
+		if n := g.sweep(); n != 0 {
+			b.Fatalf("sweep forgot %d live registrations", n)
+		}
+	}
+}
