@@ -59,7 +59,7 @@ func TestGatewayServe(t *testing.T) {
 	if err != nil || g == nil || g.Addr != addrs[0] {
 		t.Fatalf("gatewayFromEnv(the printed lines) = %+v, %v; want the gateway at %s", g, err, addrs[0])
 	}
-	reg, err := g.Registrar.Register(ctx, "sb-1", []engine.Secret{{Name: "KEY", Value: "sk-0123456789abcdefghij", Hosts: []string{"api.example.com"}}})
+	reg, err := g.Registrar.Register(ctx, "sb-1", []engine.Secret{{Name: "KEY", Value: "sk-0123456789abcdefghij", Hosts: []string{"api.example.com"}}}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,6 +107,9 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	case spec.Runtime != "":
 		return engine.Info{}, fmt.Errorf("e2b: runtime %q: E2B chooses its own: %w", spec.Runtime, engine.ErrUnsupported)
 	}
+	if spec.Timeout <= 0 {
+		spec.Timeout = e.o.Timeout // said here, so the gateway's credential is bounded by it too
+	}
 	id, err := e.o.Gateway.Create(ctx, e, "e2b", spec, e.create)
 	if err != nil {
 		return engine.Info{}, err
@@ -236,11 +239,27 @@ func (e *Engine) List(ctx context.Context) ([]engine.Info, error) {
 }
 
 func (e *Engine) envd(ctx context.Context, id string) (*Envd, error) {
-	s, err := e.c.Connect(ctx, id, e.o.Timeout)
+	s, err := e.connect(ctx, id)
 	if err != nil {
-		return nil, engineErr(err)
+		return nil, err
 	}
 	return e.c.Envd(s), nil
+}
+
+// connect connects to sandbox id, which lengthens its life to at least e.o.Timeout
+// from now, and its gateway credential's with it (best effort: at worst the
+// credential ends with the sandbox's earlier lifetime).
+func (e *Engine) connect(ctx context.Context, id string) (e2bwire.Sandbox, error) {
+	s, err := e.c.Connect(ctx, id, e.o.Timeout)
+	if err != nil {
+		return s, engineErr(err)
+	}
+	if e.o.Gateway != nil {
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_ = e.o.Gateway.Extend(gctx, id, e.o.Timeout)
+		cancel()
+	}
+	return s, nil
 }
 
 // Exec runs argv (as a process, no shell) and streams its output; ctx cancellation
@@ -415,18 +434,22 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (string, error) {
 	return s.SnapshotID, nil
 }
 
-// Pause pauses; a paused sandbox is success.
+// Pause pauses; a paused sandbox is success. A paused sandbox's lifetime stands
+// still, and so does its gateway credential's, until Resume.
 func (e *Engine) Pause(ctx context.Context, id string) error {
 	if err := e.c.Pause(ctx, id); err != nil && !IsConflict(err) {
 		return engineErr(err)
+	}
+	if err := e.o.Gateway.Extend(ctx, id, 0); err != nil {
+		return fmt.Errorf("sandbox %s is paused, but its gateway credential still ends on time; pause again: %w", id, err)
 	}
 	return nil
 }
 
 // Resume connects, which resumes a paused sandbox.
 func (e *Engine) Resume(ctx context.Context, id string) error {
-	_, err := e.c.Connect(ctx, id, e.o.Timeout)
-	return engineErr(err)
+	_, err := e.connect(ctx, id)
+	return err
 }
 
 // Terminate kills; a gone sandbox is success. The sandbox's gateway credential dies

@@ -104,6 +104,9 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (engine.Info, err
 	case spec.Limits.MemoryBytes != 0 && spec.Limits.MemoryBytes < 1<<20:
 		return engine.Info{}, fmt.Errorf("modal: memory limit %d bytes: Modal counts whole MiB: %w", spec.Limits.MemoryBytes, engine.ErrLimit)
 	}
+	if spec.Timeout == 0 {
+		spec.Timeout = DefaultTimeout
+	}
 	id, err := e.o.Gateway.Create(ctx, e, "modal", spec, e.create)
 	if err != nil {
 		return engine.Info{}, err

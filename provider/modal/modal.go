@@ -29,6 +29,10 @@ import (
 // TunnelTimeout bounds the wait for a sandbox's tunnels.
 const TunnelTimeout = 30 * time.Second
 
+// DefaultTimeout is the lifetime Modal gives a sandbox created without one; Create
+// says it explicitly, so that the egress gateway's credential is bounded by it too.
+const DefaultTimeout = 5 * time.Minute
+
 // Options configure NewEngine.
 type Options struct {
 	// Getenv reads MODAL_TOKEN_ID/SECRET, MODAL_APP_NAME[/SUFFIX], MODAL_BASE_SNAPSHOT_ID

@@ -4,8 +4,10 @@ package gateway
 // its sandboxes reach the internet without our proxy, in one place for both (Create
 // and Terminate around the adapter's own): without a gateway it refuses them (never
 // degrading them to environment variables); with one it registers the sandbox before
-// it is created (Prepare), writes the trust into it after (Trust), and ends the
-// credential at terminate (Release).
+// it is created, for the sandbox's Timeout and rules.GatewayGrace (Prepare), binds
+// the registration to the sandbox's id and writes the trust into it after
+// (Registrar.Bind, Trust), and ends the credential at terminate, by the sandbox's
+// label or, when the engine no longer reports it, by its id.
 
 import (
 	"context"
@@ -17,6 +19,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -42,7 +45,17 @@ func Refuse(engineName string, spec engine.Spec) error {
 	return fmt.Errorf("%s: Spec.Secrets: its sandboxes reach the internet without our egress proxy; configure an egress gateway (sandboxctl gateway): %w", engineName, engine.ErrUnsupported)
 }
 
-// Prepare registers spec's secrets and returns the spec to create: the placeholders,
+// Lifetime is the credential's lifetime of a sandbox that lives timeout: timeout and
+// rules.GatewayGrace; zero (none) for a sandbox without one.
+func Lifetime(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		return 0
+	}
+	return timeout + rules.GatewayGrace
+}
+
+// Prepare registers spec's secrets, for Lifetime(spec.Timeout) (an adapter puts its
+// engine's default timeout in spec first), and returns the spec to create: the placeholders,
 // the proxy's and the trust's environment added, the registration's id labeled, and
 // the gateway's host allowed egress (added to EgressHosts when it is a list, unless
 // it is a loopback address). Without secrets it returns spec as it is.
@@ -58,7 +71,7 @@ func (g *Engine) Prepare(ctx context.Context, spec engine.Spec) (engine.Spec, Re
 		return spec, Registration{}, err
 	}
 	key := "sb-" + hex.EncodeToString(b[:])
-	reg, err := g.Registrar.Register(ctx, key, spec.Secrets)
+	reg, err := g.Registrar.Register(ctx, key, spec.Secrets, Lifetime(spec.Timeout))
 	if err != nil {
 		return spec, Registration{}, err
 	}
@@ -116,8 +129,9 @@ func Trust(ctx context.Context, e engine.Engine, id string, reg Registration) er
 // Create is an adapter's Create with the gateway's part around it. Without a gateway
 // (g nil), a spec with secrets is refused (Refuse, naming engineName). With one, the
 // secrets are registered (Prepare), create makes the sandbox of the prepared spec and
-// returns its id, and the trust is written into it (Trust); a failure after Prepare
-// ends the registration again, and the sandbox too (e.Terminate) once it exists.
+// returns its id, the registration is bound to the id (Registrar.Bind) and the trust
+// written into it (Trust); a failure after Prepare ends the registration again, and
+// the sandbox too (e.Terminate) once it exists.
 func (g *Engine) Create(ctx context.Context, e engine.Engine, engineName string, spec engine.Spec,
 	create func(context.Context, engine.Spec) (string, error)) (string, error) {
 	if g == nil {
@@ -131,8 +145,13 @@ func (g *Engine) Create(ctx context.Context, e engine.Engine, engineName string,
 		return "", err
 	}
 	id, err := create(ctx, spec)
-	if err == nil {
-		if err = Trust(ctx, e, id, reg); err != nil {
+	if err == nil && reg.Credential != "" {
+		// Bound first: the engine's file calls of Trust may lengthen the sandbox's
+		// life (Extend), which reaches the credential through the binding.
+		if err = g.Registrar.Bind(ctx, spec.Labels[LabelKey], id); err == nil {
+			err = Trust(ctx, e, id, reg)
+		}
+		if err != nil {
 			_ = e.Terminate(context.WithoutCancel(ctx), id)
 		}
 	}
@@ -145,17 +164,35 @@ func (g *Engine) Create(ctx context.Context, e engine.Engine, engineName string,
 
 // Terminate is an adapter's Terminate with the gateway's part around it: the
 // sandbox's labels are read (e.Get) before terminate ends it, and its credential
-// ends after, whatever terminate returned. Without a gateway (g nil) it is terminate.
+// ends after, whatever terminate returned: by the label's registration, or by the
+// sandbox's id (Registrar.UnregisterSandbox) when Get fails or reports no label (a
+// sandbox that ended on its own). Without a gateway (g nil) it is terminate.
 func (g *Engine) Terminate(ctx context.Context, e engine.Engine, id string, terminate func(context.Context, string) error) error {
 	if g == nil {
 		return terminate(ctx, id)
 	}
 	info, gerr := e.Get(ctx, id)
 	err := terminate(ctx, id)
-	if gerr == nil {
-		_ = g.Release(context.WithoutCancel(ctx), info.Labels)
+	ctx = context.WithoutCancel(ctx)
+	switch {
+	case g.Registrar == nil:
+	case gerr == nil && info.Labels[LabelKey] != "":
+		_ = g.Release(ctx, info.Labels)
+	default:
+		_ = g.Registrar.UnregisterSandbox(ctx, id)
 	}
 	return err
+}
+
+// Extend tells the gateway that the engine lengthened sandbox id's life to at least
+// timeout from now (zero: its lifetime stands still, as a paused sandbox's), so its
+// credential lives as long (Lifetime). Without a gateway, or for a sandbox without
+// secrets, it does nothing.
+func (g *Engine) Extend(ctx context.Context, id string, timeout time.Duration) error {
+	if g == nil || g.Registrar == nil {
+		return nil
+	}
+	return g.Registrar.Extend(ctx, id, Lifetime(timeout))
 }
 
 // Release ends the credential of a sandbox created with Prepare (its labels).

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 	"github.com/proliferate-ai/sandbox-mcp/rules"
@@ -178,5 +179,88 @@ func TestCreateTerminate(t *testing.T) {
 	l.labels = got.Labels
 	if err := ge.Terminate(t.Context(), l, "sb", func(context.Context, string) error { return nil }); err != nil || registered() {
 		t.Errorf("Terminate = %v, registered %v; want the registration ended", err, registered())
+	}
+}
+
+// gone is labeled whose sandbox the engine no longer reports (Get fails), as an E2B
+// sandbox past its timeout.
+type gone struct{ labeled }
+
+func (g *gone) Get(context.Context, string) (engine.Info, error) {
+	return engine.Info{}, fmt.Errorf("sandbox sb: %w", engine.ErrNotFound)
+}
+
+// TestTerminateWithoutLabels: over the admin API, as a short-lived CLI reaches a
+// long-running gateway, Create registers for the spec's Timeout and the grace and
+// binds the registration to the sandbox's id, and Terminate ends it when the engine
+// reports the sandbox without its labels (a finished Modal sandbox) or not at all (an
+// expired E2B one).
+func TestTerminateWithoutLabels(t *testing.T) {
+	s := serve(t)
+	ge := &Engine{Registrar: s.c, Addr: "gw.example.com:8090"}
+	spec := engine.Spec{Timeout: 10 * time.Minute, Secrets: []engine.Secret{{Name: "KEY", Value: value, Hosts: []string{"up.test"}}}}
+	for _, tt := range []struct {
+		name string
+		e    engine.Engine
+	}{
+		{"no labels", &labeled{files: files{root: t.TempDir()}}},
+		{"not found", &gone{labeled{files: files{root: t.TempDir()}}}},
+	} {
+		var key string
+		id, err := ge.Create(t.Context(), tt.e, "remote", spec, func(_ context.Context, got engine.Spec) (string, error) {
+			key = got.Labels[LabelKey]
+			return "engine-" + tt.name, nil
+		})
+		if err != nil {
+			t.Fatalf("%s: Create = %v", tt.name, err)
+		}
+		s.g.mu.Lock()
+		e := s.g.bySandbox[id]
+		s.g.mu.Unlock()
+		if e == nil || e.id != key {
+			t.Fatalf("%s: after Create, sandbox %s is bound to %+v, want registration %s", tt.name, id, e, key)
+		}
+		if want := s.clock.now().Add(spec.Timeout + rules.GatewayGrace); !e.deadline.Equal(want) {
+			t.Errorf("%s: deadline %v, want the Timeout and the grace from now, %v", tt.name, e.deadline, want)
+		}
+		if err := ge.Terminate(t.Context(), tt.e, id, func(context.Context, string) error { return nil }); err != nil {
+			t.Fatalf("%s: Terminate = %v", tt.name, err)
+		}
+		if s.held(key) {
+			t.Errorf("%s: the registration outlived Terminate", tt.name)
+		}
+	}
+}
+
+// lengthening is labeled whose file calls lengthen the sandbox's life, as E2B's
+// connect does, and say so to the gateway (Extend).
+type lengthening struct {
+	labeled
+	ge *Engine
+}
+
+func (l *lengthening) MkdirAll(ctx context.Context, id, p string) error {
+	if err := l.ge.Extend(ctx, id, time.Hour); err != nil {
+		return err
+	}
+	return l.labeled.MkdirAll(ctx, id, p)
+}
+
+// TestCreateBindsBeforeTrust: the registration is bound before the trust's file
+// calls, so a sandbox whose life they lengthen gets a credential as long.
+func TestCreateBindsBeforeTrust(t *testing.T) {
+	s := serve(t)
+	ge := &Engine{Registrar: s.c, Addr: "gw.example.com:8090"}
+	e := &lengthening{labeled: labeled{files: files{root: t.TempDir()}}, ge: ge}
+	spec := engine.Spec{Timeout: 10 * time.Minute, Secrets: []engine.Secret{{Name: "KEY", Value: value, Hosts: []string{"up.test"}}}}
+	id, err := ge.Create(t.Context(), e, "remote", spec, func(context.Context, engine.Spec) (string, error) { return "engine-long", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.g.mu.Lock()
+	b := s.g.bySandbox[id]
+	s.g.mu.Unlock()
+	if want := s.clock.now().Add(Lifetime(time.Hour)); b == nil || !b.deadline.Equal(want) {
+		t.Errorf("after a create whose trust lengthened the sandbox to an hour: binding %+v, want the deadline %v", b, want)
 	}
 }

@@ -61,11 +61,11 @@ func TestGateway(t *testing.T) {
 	defer adm.Close()
 	ctx := t.Context()
 	c := &Client{URL: adm.URL, Token: "admin-token-0123456789"}
-	regA, err := c.Register(ctx, "sb-a", []engine.Secret{{Name: "KEY", Value: value, Hosts: []string{"api.secret.test"}}})
+	regA, err := c.Register(ctx, "sb-a", []engine.Secret{{Name: "KEY", Value: value, Hosts: []string{"api.secret.test"}}}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	regB, err := c.Register(ctx, "sb-b", []engine.Secret{{Name: "KEY", Value: value + "b", Hosts: []string{"other.test"}}})
+	regB, err := c.Register(ctx, "sb-b", []engine.Secret{{Name: "KEY", Value: value + "b", Hosts: []string{"other.test"}}}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestGateway(t *testing.T) {
 		t.Fatalf("registration = %+v", regA)
 	}
 	ph := strings.TrimPrefix(regA.Env[0], "KEY=")
-	if _, err := (&Client{URL: adm.URL, Token: "wrong-token-0123456789"}).Register(ctx, "x", nil); err == nil {
+	if _, err := (&Client{URL: adm.URL, Token: "wrong-token-0123456789"}).Register(ctx, "x", nil, 0); err == nil {
 		t.Error("registration with a wrong admin token succeeded")
 	}
 
