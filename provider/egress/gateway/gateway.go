@@ -186,8 +186,14 @@ func (g *Gateway) Register(_ context.Context, id string, list []engine.Secret, t
 
 // Unregister implements Registrar.
 func (g *Gateway) Unregister(_ context.Context, id string) error {
+	g.drop(func() *entry { return g.byID[id] })
+	return nil
+}
+
+// drop forgets the entry pick returns (called with g.mu held), if any, and closes its proxy.
+func (g *Gateway) drop(pick func() *entry) {
 	g.mu.Lock()
-	e := g.byID[id]
+	e := pick()
 	if e != nil {
 		g.dropLocked(e)
 	}
@@ -195,7 +201,6 @@ func (g *Gateway) Unregister(_ context.Context, id string) error {
 	if e != nil {
 		e.proxy.Close()
 	}
-	return nil
 }
 
 // Close stops the sweep and unregisters every sandbox.

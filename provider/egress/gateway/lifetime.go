@@ -73,15 +73,7 @@ func (g *Gateway) Bind(_ context.Context, id, sandbox string) error {
 
 // UnregisterSandbox implements Registrar.
 func (g *Gateway) UnregisterSandbox(_ context.Context, sandbox string) error {
-	g.mu.Lock()
-	e := g.bySandbox[sandbox]
-	if e != nil {
-		g.dropLocked(e)
-	}
-	g.mu.Unlock()
-	if e != nil {
-		e.proxy.Close()
-	}
+	g.drop(func() *entry { return g.bySandbox[sandbox] })
 	return nil
 }
 
