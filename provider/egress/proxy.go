@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -79,6 +80,10 @@ type Proxy struct {
 	log       *slog.Logger
 
 	swapped, refused, terminated atomic.Int64
+
+	mu      sync.Mutex
+	tunnels map[net.Conn]struct{} // the CONNECTs under way, ended by Close
+	closed  bool
 }
 
 // New builds a proxy; it fails on a Hosts entry egresshost does not parse.
@@ -124,8 +129,42 @@ func (g *Proxy) Counters() Counters {
 	return Counters{Swapped: g.swapped.Load(), Refused: g.refused.Load(), Terminated: g.terminated.Load()}
 }
 
-// Close drops the proxy's idle upstream connections.
-func (g *Proxy) Close() { g.transport.CloseIdleConnections() }
+// Close ends the proxy's CONNECT tunnels (pass-through and terminated alike) and
+// drops its idle upstream connections; a CONNECT after Close is refused. Whoever
+// revokes a sandbox's credential (the gateway) so ends what it opened before.
+func (g *Proxy) Close() {
+	g.mu.Lock()
+	g.closed = true
+	tunnels := g.tunnels
+	g.tunnels = nil
+	g.mu.Unlock()
+	for c := range tunnels {
+		c.Close()
+	}
+	g.transport.CloseIdleConnections()
+}
+
+// track records a tunnel's connection until untrack, so that Close ends it; false
+// (and c closed) once the proxy is closed.
+func (g *Proxy) track(c net.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		c.Close()
+		return false
+	}
+	if g.tunnels == nil {
+		g.tunnels = map[net.Conn]struct{}{}
+	}
+	g.tunnels[c] = struct{}{}
+	return true
+}
+
+func (g *Proxy) untrack(c net.Conn) {
+	g.mu.Lock()
+	delete(g.tunnels, c)
+	g.mu.Unlock()
+}
 
 // dial checks addr against the policy, resolves it on the host and dials the
 // first address the policy allows: the address checked is the address dialed.
@@ -349,11 +388,12 @@ func (g *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), Status(err))
 		return
 	}
-	c, buffered, err := establish(w)
+	c, buffered, err := g.establish(w)
 	if err != nil {
 		up.Close()
 		return
 	}
+	defer g.untrack(c)
 	defer c.Close()
 	defer up.Close()
 	// Bytes the client sent after its request are already in the buffer.
@@ -365,9 +405,9 @@ func (g *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	portfwd.Splice(c, up)
 }
 
-// establish hijacks the CONNECT's connection and answers 200; buffered are the bytes
-// the client sent after its request.
-func establish(w http.ResponseWriter) (net.Conn, []byte, error) {
+// establish hijacks the CONNECT's connection, tracks it (untrack when done) and
+// answers 200; buffered are the bytes the client sent after its request.
+func (g *Proxy) establish(w http.ResponseWriter) (net.Conn, []byte, error) {
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		http.Error(w, "no hijack", http.StatusInternalServerError)
@@ -377,7 +417,11 @@ func establish(w http.ResponseWriter) (net.Conn, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if !g.track(c) {
+		return nil, nil, errors.New("the proxy is closed: its sandbox's credential was revoked")
+	}
 	if _, err := c.Write([]byte("HTTP/1.1 200 Connection Established\r\n\r\n")); err != nil {
+		g.untrack(c)
 		c.Close()
 		return nil, nil, err
 	}

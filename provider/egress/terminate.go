@@ -19,10 +19,11 @@ import (
 
 func (g *Proxy) terminate(w http.ResponseWriter, r *http.Request, host string) {
 	authority := r.Host
-	c, buffered, err := establish(w)
+	c, buffered, err := g.establish(w)
 	if err != nil {
 		return
 	}
+	defer g.untrack(c)
 	g.terminated.Add(1)
 	cert, err := g.secrets.leaf(host)
 	if err != nil {
