@@ -51,7 +51,11 @@ func (p *Provider) startController(ctx context.Context, res *BastionResult, opts
 	paths := DefaultPaths()
 	ct := &engineTarget{p: p, id: info.ID, paths: paths}
 	bastionDir := path.Join(shared.Target, rules.BastionDir)
-	args := []string{"bastion", "--ports", joinInts(b.AgentPorts), "--relay-socket", path.Join(bastionDir, rules.BastionRelaySocket)}
+	relay := path.Join(bastionDir, rules.BastionRelaySocket)
+	if err := p.checkLink(ctx, ct, relay, shared.Name); err != nil {
+		return err
+	}
+	args := []string{"bastion", "--ports", joinInts(b.AgentPorts), "--relay-socket", relay}
 	if repo != nil {
 		work := path.Join(shared.Target, repo.Name)
 		env := map[string]string{"GIT_TERMINAL_PROMPT": "0"}
@@ -78,6 +82,28 @@ func (p *Provider) startController(ctx context.Context, res *BastionResult, opts
 	}
 	if res.IngressURL, err = p.portURL(ctx, info, rules.PortBastionIngress); err != nil {
 		return fmt.Errorf("find the controller's ingress: %w", err)
+	}
+	return nil
+}
+
+// linkWait bounds the controller's wait for the agent's relay socket.
+const linkWait = 20 * time.Second
+
+// checkLink refuses the pair, before anything runs in the controller, when the
+// controller does not see the agent's relay socket on the shared volume: the
+// engine's volumes are not shared live between running sandboxes (real
+// Modal's, docs/bastion.md), so no link could ever form.
+func (p *Provider) checkLink(ctx context.Context, ct *engineTarget, relay, volume string) error {
+	tries := int(linkWait / (100 * time.Millisecond))
+	r, err := ct.Exec(ctx, "i=0; while [ $i -lt "+strconv.Itoa(tries)+" ]; do [ -S "+ShellEscape(relay)+" ] && exit 0; sleep 0.1; i=$((i+1)); done; exit 1",
+		nil, linkWait+30*time.Second)
+	if err != nil {
+		return fmt.Errorf("look for the agent's relay socket in the controller: %w", err)
+	}
+	if r.ExitCode != 0 {
+		return NewProviderError(p.o.Kind, OpCreateSandbox, fmt.Sprintf("bastion: the controller does not see the agent's relay socket %s on the shared volume %s within %v: "+
+			"%s does not share a volume live between running sandboxes, so the pair cannot link (docs/bastion.md says what each engine offers); "+
+			"create without the bastion option", relay, volume, linkWait, p.o.Kind), false, engine.ErrUnsupported)
 	}
 	return nil
 }
