@@ -15,16 +15,24 @@ import (
 	"github.com/proliferate-ai/sandbox-mcp/provider/modal/internal/modaltest"
 )
 
+// processServer is a server over a test engine, for tests of its processes; it
+// closes when the test ends.
+func processServer(t *testing.T) *Server {
+	t.Helper()
+	srv, err := New(Options{Engine: modaltest.Engine(t, local.EngineOptions{}), Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv
+}
+
 // TestStdinBounded: writes to a program that never reads its stdin queue at most
 // stdinMaxQueued bytes (plus the pipe's buffer); the next write waits, and gives up
 // with its caller's context.
 func TestStdinBounded(t *testing.T) {
 	t.Parallel()
-	srv, err := New(Options{Engine: modaltest.Engine(t, local.EngineOptions{}), Token: testToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := processServer(t)
 	sb := newSandbox(&sandbox{id: "sb-test"})
 	p, err := srv.start(sb, "e1", func(ctx context.Context, stdin *os.File, stdout, stderr io.Writer) (int, error) {
 		<-ctx.Done() // never reads stdin
@@ -60,11 +68,7 @@ func TestStdinBounded(t *testing.T) {
 // never sends EOF, returns once it is killed (Server.Close waits for it).
 func TestStdinReadEndsWithExec(t *testing.T) {
 	t.Parallel()
-	srv, err := New(Options{Engine: modaltest.Engine(t, local.EngineOptions{}), Token: testToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := processServer(t)
 	sb := newSandbox(&sandbox{id: "sb-test"})
 	read := make(chan error, 1)
 	p, err := srv.start(sb, "e1", func(ctx context.Context, stdin *os.File, stdout, stderr io.Writer) (int, error) {
@@ -94,11 +98,7 @@ func TestStdinReadEndsWithExec(t *testing.T) {
 // is ResourceExhausted, and a forgotten record makes room.
 func TestExecsBounded(t *testing.T) {
 	t.Parallel()
-	srv, err := New(Options{Engine: modaltest.Engine(t, local.EngineOptions{}), Token: testToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := processServer(t)
 	sb := newSandbox(&sandbox{id: "sb-test"})
 	wait := func(ctx context.Context, stdin *os.File, stdout, stderr io.Writer) (int, error) {
 		<-ctx.Done()
