@@ -416,6 +416,11 @@ func (p *Provider) Sidecar(ctx context.Context, sandboxID string) (url, token st
 	if err != nil {
 		return "", "", err
 	}
+	return p.sidecarOf(ctx, sandboxID, info)
+}
+
+// sidecarOf is Sidecar of the running sandbox sandboxID, whose Get is info.
+func (p *Provider) sidecarOf(ctx context.Context, sandboxID string, info engine.Info) (url, token string, err error) {
 	token, envURL, err := p.sidecarEnv(ctx, sandboxID)
 	if err != nil {
 		return "", "", err

@@ -120,7 +120,7 @@ func (p *Provider) SidecarClient(ctx context.Context, sandboxID string) (url, to
 		return "", "", nil, err
 	}
 	if info.Labels[rules.LabelRole] != rules.RoleAgent || !p.caps.DialPort {
-		url, token, err = p.Sidecar(ctx, sandboxID)
+		url, token, err = p.sidecarOf(ctx, sandboxID, info)
 		return url, token, nil, err
 	}
 	if token, _, err = p.sidecarEnv(ctx, sandboxID); err != nil {
