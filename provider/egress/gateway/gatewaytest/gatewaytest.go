@@ -27,7 +27,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,13 +85,11 @@ type Served struct {
 
 // Serve serves a gateway whose sandboxes' proxies follow proxy (its Secrets and Log
 // are the gateway's to set) on the host's non-loopback address; it skips the test
-// without one, or without node (the relay; the sandboxes of the engine's default root
-// run the host's). Everything stops when the test ends.
+// without one, and without node (the relay; the sandboxes of the engine's default
+// root run the host's) it skips, or fails under $CI. Everything stops when the test ends.
 func Serve(t *testing.T, proxy egress.Config) *Served {
 	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("no node for the relay (the sandboxes run the host's)")
-	}
+	testutil.NeedCommand(t, "node", "the relay; the sandboxes run the host's")
 	ip := testutil.HostIPv4()
 	if ip == "" {
 		t.Skip("no non-loopback IPv4 address to serve the gateway on")
@@ -147,18 +144,14 @@ type Fixture struct {
 // sends it to the loopback port of the same number (the upstream).
 var fakeAddr = netip.MustParseAddr("9.9.9.9")
 
-// Start starts the upstream and the gateway; it skips the test without curl, node
-// (the sandboxes of the engine's default root run the host's) or a non-loopback
-// address. Everything stops when the test ends.
+// Start starts the upstream and the gateway. Without curl or node (the sandboxes of
+// the engine's default root run the host's) it skips the test, or fails under $CI,
+// which installs them; without a non-loopback address it skips. Everything stops
+// when the test ends.
 func Start(t *testing.T) *Fixture {
 	t.Helper()
-	for _, prog := range []string{"curl", "node", "bash"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			t.Skipf("no %s (the sandboxes run the host's)", prog)
-		}
-	}
-	if testutil.HostIPv4() == "" {
-		t.Skip("no non-loopback IPv4 address to serve the gateway on")
+	for _, prog := range []string{"curl", "bash"} {
+		testutil.NeedCommand(t, prog, "the checks inside; the sandboxes run the host's")
 	}
 	f := &Fixture{got: make(chan string, 16)}
 	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
