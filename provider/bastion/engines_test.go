@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b"
 	"github.com/proliferate-ai/sandbox-mcp/provider/e2b/e2bserver"
@@ -67,7 +66,6 @@ var targets = []target{
 // gateway opens no other way out of the agent.
 func llmGateway(t *testing.T, llm string) *gatewaytest.Served {
 	t.Helper()
-	testutil.NeedCommand(t, "node", "the agent's relay to the egress gateway runs the host's node")
 	return gatewaytest.Serve(t, egress.Config{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if addr != llm {
 			return nil, fmt.Errorf("the test's gateway dials only the LLM server %s, not %s", llm, addr)
