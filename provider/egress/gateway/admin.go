@@ -69,6 +69,15 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
+// decodeTTL decodes r's body into v (decode) and returns *secs, a field of v, as a
+// lifetime (ttl).
+func decodeTTL(w http.ResponseWriter, r *http.Request, v any, secs *int64) (time.Duration, error) {
+	if err := decode(w, r, v); err != nil {
+		return 0, err
+	}
+	return ttl(*secs)
+}
+
 // ttl is n seconds as a lifetime, refused (400) outside 0 to rules.MaxGatewayTTL.
 func ttl(n int64) (time.Duration, error) {
 	if n < 0 || n > int64(rules.MaxGatewayTTL/time.Second) {
@@ -100,10 +109,7 @@ func AdminHandler(g Registrar, token string) (http.Handler, error) {
 	}
 	handle("PUT /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) error {
 		var req registerRequest
-		if err := decode(w, r, &req); err != nil {
-			return err
-		}
-		d, err := ttl(req.TTLSeconds)
+		d, err := decodeTTL(w, r, &req, &req.TTLSeconds)
 		if err != nil {
 			return err
 		}
@@ -134,10 +140,7 @@ func AdminHandler(g Registrar, token string) (http.Handler, error) {
 	})
 	handle("PATCH /v1/bindings/{sandbox}", func(w http.ResponseWriter, r *http.Request) error {
 		var req extendRequest
-		if err := decode(w, r, &req); err != nil {
-			return err
-		}
-		d, err := ttl(req.TTLSeconds)
+		d, err := decodeTTL(w, r, &req, &req.TTLSeconds)
 		if err != nil {
 			return err
 		}
