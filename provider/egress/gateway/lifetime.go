@@ -35,15 +35,23 @@ func (g *Gateway) dropLocked(e *entry) {
 // live is m[k] unless it is past its deadline; such an entry is dropped at once.
 func live[K comparable](g *Gateway, m map[K]*entry, k K) *entry {
 	g.mu.Lock()
-	e := m[k]
+	e, gone := liveLocked(g, m, k)
+	g.mu.Unlock()
+	if gone != nil {
+		gone.proxy.Close()
+	}
+	return e
+}
+
+// liveLocked is live for a caller that holds g.mu: an entry past its deadline is
+// dropped and returned as gone, whose proxy the caller closes after unlocking.
+func liveLocked[K comparable](g *Gateway, m map[K]*entry, k K) (e, gone *entry) {
+	e = m[k]
 	if e == nil || !e.expired(g.c.Now()) {
-		g.mu.Unlock()
-		return e
+		return e, nil
 	}
 	g.dropLocked(e)
-	g.mu.Unlock()
-	e.proxy.Close()
-	return nil
+	return nil, e
 }
 
 // Bind implements Registrar.
@@ -51,23 +59,25 @@ func (g *Gateway) Bind(_ context.Context, id, sandbox string) error {
 	if sandbox == "" {
 		return errors.New("bind a registration: the engine's sandbox id is required")
 	}
-	e := live(g, g.byID, id)
+	g.mu.Lock()
+	e, gone := liveLocked(g, g.byID, id)
+	if e != nil {
+		if e.sandbox != "" && g.bySandbox[e.sandbox] == e {
+			delete(g.bySandbox, e.sandbox)
+		}
+		if old := g.bySandbox[sandbox]; old != nil {
+			old.sandbox = ""
+		}
+		e.sandbox = sandbox
+		g.bySandbox[sandbox] = e
+	}
+	g.mu.Unlock()
+	if gone != nil {
+		gone.proxy.Close()
+	}
 	if e == nil {
 		return fmt.Errorf("bind %s to sandbox %s: %w", id, sandbox, ErrUnknown)
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.byID[id] != e {
-		return fmt.Errorf("bind %s to sandbox %s: %w (replaced meanwhile)", id, sandbox, ErrUnknown)
-	}
-	if e.sandbox != "" && g.bySandbox[e.sandbox] == e {
-		delete(g.bySandbox, e.sandbox)
-	}
-	if old := g.bySandbox[sandbox]; old != nil {
-		old.sandbox = ""
-	}
-	e.sandbox = sandbox
-	g.bySandbox[sandbox] = e
 	return nil
 }
 
@@ -82,17 +92,19 @@ func (g *Gateway) Extend(_ context.Context, sandbox string, ttl time.Duration) e
 	if err := checkTTL(ttl); err != nil {
 		return fmt.Errorf("extend sandbox %s's credential: %w", sandbox, err)
 	}
-	e := live(g, g.bySandbox, sandbox)
-	if e == nil {
-		return nil
-	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	switch d := g.c.Now().Add(ttl); {
-	case ttl == 0:
-		e.deadline = time.Time{}
-	case e.deadline.IsZero() || d.After(e.deadline):
-		e.deadline = d
+	e, gone := liveLocked(g, g.bySandbox, sandbox)
+	if e != nil {
+		switch d := g.c.Now().Add(ttl); {
+		case ttl == 0:
+			e.deadline = time.Time{}
+		case e.deadline.IsZero() || d.After(e.deadline):
+			e.deadline = d
+		}
+	}
+	g.mu.Unlock()
+	if gone != nil {
+		gone.proxy.Close()
 	}
 	return nil
 }
