@@ -101,30 +101,30 @@ func TestGatewayModalCreate(t *testing.T) {
 // gatewayCmd runs `sandboxctl gateway` on loopback with the admin token in its
 // default variable until the test ends, and returns the variables it exported.
 func gatewayCmd(t *testing.T, token string) map[string]string {
+	return runExporting(t, []string{"gateway", "--addr", "127.0.0.1:0", "--admin", "127.0.0.1:0"},
+		map[string]string{provider.EnvEgressGatewayAdminToken: token}, provider.EnvEgressGatewayAdminToken)
+}
+
+// runExporting runs sandboxctl with args and env until the test ends, and returns
+// the variables of its `export` lines once they include key (at most 30 s).
+func runExporting(t *testing.T, args []string, env map[string]string, key string) map[string]string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	var out, errOut testutil.Buffer
 	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"gateway", "--addr", "127.0.0.1:0", "--admin", "127.0.0.1:0"},
-			func(k string) string {
-				if k == provider.EnvEgressGatewayAdminToken {
-					return token
-				}
-				return ""
-			}, nil, &out, &errOut)
-	}()
+	go func() { done <- run(ctx, args, func(k string) string { return env[k] }, nil, &out, &errOut) }()
 	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != 0 {
-			t.Errorf("gateway exited %d: %s", code, errOut.String())
+			t.Errorf("sandboxctl %s exited %d: %s", args[0], code, errOut.String())
 		}
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if m := exports(out.String()); m[provider.EnvEgressGatewayAdminToken] != "" {
+		if m := exports(out.String()); m[key] != "" {
 			return m
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gateway printed no export lines in 30 s: %q %q", out.String(), errOut.String())
+			t.Fatalf("sandboxctl %s printed no export of %s in 30 s: %q %q", args[0], key, out.String(), errOut.String())
 		}
 	}
 }

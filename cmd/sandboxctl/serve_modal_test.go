@@ -14,7 +14,6 @@ import (
 
 	modal "github.com/modal-labs/modal-client/go"
 
-	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/imagetest"
 	"github.com/proliferate-ai/sandbox-mcp/provider/image/store"
@@ -126,33 +125,7 @@ func TestServeModal(t *testing.T) {
 // serveModalCmd runs `sandboxctl serve --protocol modal` on dataDir with env until the
 // test ends, and returns the variables it exported.
 func serveModalCmd(t *testing.T, dataDir string, env map[string]string) map[string]string {
-	getenv := func(k string) string { return env[k] }
-
-	ctx, cancel := context.WithCancel(t.Context())
-	var out, errOut testutil.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--protocol", "modal", "--addr", "127.0.0.1:0", "--data-dir", dataDir}, getenv, nil, &out, &errOut)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("serve exited %d: %s", code, errOut.String())
-		}
-	})
-	exported := map[string]string{}
-	for deadline := time.Now().Add(30 * time.Second); exported["MODAL_TUNNEL_CA"] == ""; time.Sleep(50 * time.Millisecond) {
-		for _, line := range strings.Split(out.String(), "\n") {
-			if kv, ok := strings.CutPrefix(line, "export "); ok {
-				k, v, _ := strings.Cut(kv, "=")
-				exported[k] = v
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve printed no export lines: %q %q", out.String(), errOut.String())
-		}
-	}
-	return exported
+	return runExporting(t, []string{"serve", "--protocol", "modal", "--addr", "127.0.0.1:0", "--data-dir", dataDir}, env, "MODAL_TUNNEL_CA")
 }
 
 // TestServeModalBuild: `sandboxctl serve --protocol modal` builds an image with a RUN
