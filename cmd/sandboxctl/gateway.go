@@ -12,12 +12,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/proliferate-ai/sandbox-mcp/provider"
+	"github.com/proliferate-ai/sandbox-mcp/provider/egress"
 	"github.com/proliferate-ai/sandbox-mcp/provider/egress/gateway"
 )
 
@@ -117,15 +119,15 @@ func gatewayRun(o *GatewayOptions) error {
 }
 
 // reachable is a's address with an unspecified host replaced by this machine's first
-// non-loopback IPv4 address (a's own when there is none).
+// non-loopback, non-link-local IPv4 address (a's own when there is none).
 func reachable(a *net.TCPAddr) string {
 	if !a.IP.IsUnspecified() {
 		return a.String()
 	}
-	addrs, _ := net.InterfaceAddrs()
-	for _, x := range addrs {
-		if n, ok := x.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil && !n.IP.IsLinkLocalUnicast() {
-			return net.JoinHostPort(n.IP.String(), fmt.Sprint(a.Port))
+	nets, _ := egress.LocalNets()
+	for _, n := range nets {
+		if ip := n.Addr(); ip.Is4() && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() {
+			return netip.AddrPortFrom(ip, uint16(a.Port)).String()
 		}
 	}
 	return a.String()

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/proliferate-ai/sandbox-mcp/internal/testutil"
 	"github.com/proliferate-ai/sandbox-mcp/provider"
 	"github.com/proliferate-ai/sandbox-mcp/provider/engine"
 )
@@ -161,5 +163,27 @@ func TestCreateLLMKeysHint(t *testing.T) {
 	}
 	if strings.Contains(out.String()+errOut.String(), key) {
 		t.Error("the refusal printed the key")
+	}
+}
+
+// TestReachable: a listener's address as printed for sandboxes: a given host as it
+// is, an unspecified one replaced by the machine's address.
+func TestReachable(t *testing.T) {
+	want := "0.0.0.0:8090"
+	if ip := testutil.HostIPv4(); ip != "" {
+		want = net.JoinHostPort(ip, "8090")
+	}
+	for _, tt := range []struct{ addr, want string }{
+		{"127.0.0.1:8090", "127.0.0.1:8090"},
+		{"10.1.2.3:8090", "10.1.2.3:8090"},
+		{"0.0.0.0:8090", want},
+	} {
+		a, err := net.ResolveTCPAddr("tcp", tt.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := reachable(a); got != tt.want {
+			t.Errorf("reachable(%q) = %q, want %q", tt.addr, got, tt.want)
+		}
 	}
 }
